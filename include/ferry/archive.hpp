@@ -1,0 +1,53 @@
+#pragma once
+// Every run kept in SQLite (SPEC "Archive"): WAL, one transaction per run, script bytes stored
+// once per sha256, safe for many ferry processes writing at once.
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ferry/expected.hpp"
+#include "ferry/run_record.hpp"
+
+namespace ferry {
+
+struct LogFilter {
+  std::optional<std::string> job;
+  std::optional<std::string> host;   // matches the target's host or the name the user gave
+  std::optional<std::string> status; // "ok", "failed", ...
+  std::optional<std::string> since;  // ISO 8601 date or time; runs started at or after it
+  int limit = 20;
+};
+
+class Archive {
+public:
+  // $FERRY_ARCHIVE, else $XDG_DATA_HOME/ferry/archive.db, else ~/.local/share/ferry/archive.db.
+  [[nodiscard]] static std::filesystem::path default_path();
+
+  // Opens or creates the archive (directory 0700, file 0600), migrating older schemas. A schema
+  // from a newer ferry, a corrupt or unreadable file: an error naming the path and what to do.
+  [[nodiscard]] static Expected<Archive> open(const std::filesystem::path& path);
+
+  Archive(Archive&&) noexcept;
+  Archive& operator=(Archive&&) noexcept;
+  ~Archive();
+
+  // Stores the run, its script bytes (once per sha256) and raw outputs in one transaction.
+  [[nodiscard]] Expected<void> record(const RunRecord& run);
+
+  // Newest first; records carry everything but the script bytes.
+  [[nodiscard]] Expected<std::vector<RunRecord>> log(const LogFilter& filter);
+
+  // A run by its id, a unique prefix of it, or "last"; with script and raw result bytes.
+  [[nodiscard]] Expected<RunRecord> load(std::string_view ref);
+
+  [[nodiscard]] const std::filesystem::path& path() const;
+
+private:
+  struct Impl;
+  explicit Archive(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m_impl;
+};
+
+} // namespace ferry

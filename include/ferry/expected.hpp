@@ -1,0 +1,88 @@
+#pragma once
+// A small expected<T, Error>: fallible functions return it, callers pass errors up with
+// FERRY_TRY. Exceptions are kept for "cannot go on" and caught once in main.
+#include <cassert>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include <fmt/format.h>
+
+namespace ferry {
+
+// What kind of failure it was decides the exit code (SPEC "Exit codes").
+enum class ErrorKind {
+  usage,       // bad input; nothing was contacted (exit 2)
+  unreachable, // connect, host key or authentication failure (exit 3)
+  failed,      // anything else that went wrong during a run (exit 1)
+};
+
+struct Error {
+  ErrorKind kind = ErrorKind::failed;
+  std::string message;
+};
+
+struct Unexpected {
+  Error error;
+};
+
+template <typename... Args>
+[[nodiscard]] Unexpected fail(ErrorKind kind, fmt::format_string<Args...> format, Args&&... args)
+{
+  return Unexpected{Error{kind, fmt::format(format, std::forward<Args>(args)...)}};
+}
+
+template <typename T> class [[nodiscard]] Expected {
+public:
+  Expected(T value) : m_state(std::in_place_index<0>, std::move(value)) {}
+  Expected(Unexpected u) : m_state(std::in_place_index<1>, std::move(u.error)) {}
+
+  explicit operator bool() const { return m_state.index() == 0; }
+  [[nodiscard]] bool has_value() const { return m_state.index() == 0; }
+
+  T& value() & { assert(has_value()); return std::get<0>(m_state); }
+  const T& value() const& { assert(has_value()); return std::get<0>(m_state); }
+  T&& value() && { assert(has_value()); return std::get<0>(std::move(m_state)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+  const Error& error() const& { assert(!has_value()); return std::get<1>(m_state); }
+  Error&& error() && { assert(!has_value()); return std::get<1>(std::move(m_state)); }
+
+private:
+  std::variant<T, Error> m_state;
+};
+
+template <> class [[nodiscard]] Expected<void> {
+public:
+  Expected() = default;
+  Expected(Unexpected u) : m_error(std::move(u.error)), m_ok(false) {}
+
+  explicit operator bool() const { return m_ok; }
+  [[nodiscard]] bool has_value() const { return m_ok; }
+  const Error& error() const& { assert(!m_ok); return m_error; }
+  Error&& error() && { assert(!m_ok); return std::move(m_error); }
+
+private:
+  Error m_error;
+  bool m_ok = true;
+};
+
+} // namespace ferry
+
+// Returns the error of EXPR from the enclosing function; on success evaluates to nothing.
+#define FERRY_TRY(expr)                                                                         \
+  do {                                                                                         \
+    auto&& ferry_try_result_ = (expr);                                                         \
+    if (!ferry_try_result_)                                                                    \
+      return ::ferry::Unexpected{std::move(ferry_try_result_).error()};                       \
+  } while (false)
+
+// Declares VAR initialised with the value of EXPR, or returns its error.
+#define FERRY_TRY_ASSIGN(var, expr)                                                             \
+  auto var##_expected_ = (expr);                                                                \
+  if (!var##_expected_)                                                                         \
+    return ::ferry::Unexpected{std::move(var##_expected_).error()};                            \
+  auto var = std::move(var##_expected_).value()

@@ -1,0 +1,64 @@
+#pragma once
+// One run of one job on one target: what `run --json`, `show --json` and the archive carry
+// (SPEC "Run record").
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ferry/expected.hpp"
+
+namespace ferry {
+
+enum class RunStatus { ok, failed, timeout, bad_result, error, interrupted };
+
+[[nodiscard]] std::string_view to_string(RunStatus status);
+[[nodiscard]] std::optional<RunStatus> run_status_from(std::string_view text);
+
+struct Timings {
+  double connect = 0;
+  double upload = 0;
+  double exec = 0;
+  double fetch = 0;
+};
+
+struct RunRecord {
+  std::string run_id;
+  std::string job;
+  std::string job_sha256;
+  nlohmann::json target = nlohmann::json::object(); // {"host","user","port","host_key_sha256"} | {"local":true}
+  nlohmann::json params = nlohmann::json::object();
+  RunStatus status = RunStatus::error;
+  std::optional<int> exit_code;
+  std::optional<std::string> error;
+  nlohmann::json result; // null when there is none
+  std::string stdout_text; // raw bytes as they came back (capped)
+  std::string stderr_text;
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  std::string started_at; // ISO 8601 UTC
+  double duration_s = 0;
+  Timings timings;
+  std::optional<std::string> replay_of;
+  std::string ferry_version;
+  nlohmann::json warnings = nlohmann::json::array(); // ferry's own notes about the run
+
+  // Not part of the JSON record: the exact bytes that ran, the name they travelled under, and
+  // the result file's bytes as they came back.
+  std::string script;
+  std::string result_bytes;
+  std::string script_name;
+  std::string host_label; // what the user called the target ("gpu1", "local")
+};
+
+// A fresh run id: "<UTC compact>-<8 random hex>".
+[[nodiscard]] std::string new_run_id();
+
+// Invalid UTF-8 in stdout/stderr is replaced (U+FFFD) in JSON; the archive keeps raw bytes.
+[[nodiscard]] nlohmann::json to_json(const RunRecord& record);
+[[nodiscard]] Expected<RunRecord> run_record_from_json(const nlohmann::json& json);
+
+// One JSON Lines line (no trailing newline), invalid UTF-8 replaced.
+[[nodiscard]] std::string to_json_line(const nlohmann::json& json);
+
+} // namespace ferry

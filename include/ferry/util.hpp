@@ -1,0 +1,33 @@
+#pragma once
+// Small helpers that know nothing of ferry: hashing, randomness, time, files.
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "ferry/expected.hpp"
+
+namespace ferry {
+
+[[nodiscard]] std::string sha256_hex(std::string_view bytes);
+
+// `bytes` random bytes from the operating system (getrandom), as lowercase hex.
+[[nodiscard]] std::string random_hex(std::size_t bytes);
+
+// "20261129T141215Z" (compact) and "2026-11-29T14:12:15.123Z" (ISO 8601).
+[[nodiscard]] std::string utc_compact(std::chrono::system_clock::time_point t);
+[[nodiscard]] std::string utc_iso(std::chrono::system_clock::time_point t);
+
+[[nodiscard]] Expected<std::string> read_file(const std::filesystem::path& path);
+// Writes through a temporary name and renames it into place.
+[[nodiscard]] Expected<void> write_file_atomic(const std::filesystem::path& path,
+                                               std::string_view bytes, unsigned mode = 0644);
+
+[[nodiscard]] std::string home_dir();
+// $NAME when set and non-empty, else `fallback`.
+[[nodiscard]] std::string env_or(const char* name, std::string_view fallback);
+
+[[nodiscard]] double seconds_since(std::chrono::steady_clock::time_point start);
+
+} // namespace ferry

@@ -1,0 +1,6 @@
+#pragma once
+#include <string_view>
+
+namespace ferry {
+[[nodiscard]] std::string_view version();
+} // namespace ferry

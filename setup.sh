@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian 12 machine (as root) to build, test and run ferry.
+#   ./setup.sh            install packages, configure and build into ./build
+#   ./setup.sh --deps     install packages only
+# Every dependency is a Debian 12 package; nothing is downloaded from anywhere else.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+packages=(
+  build-essential cmake pkg-config git ca-certificates
+  libssh-dev libboost-dev libboost-filesystem-dev libfmt-dev catch2
+  nlohmann-json3-dev libcli11-dev libsqlite3-dev libtomlplusplus-dev
+  openssh-server openssh-client zsh fish tcsh dash bash python3 hyperfine procps
+  clang libclang-rt-14-dev iproute2 ansible-core time
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: missing packages: ${missing[*]}; run this script as root (or install them with apt-get)" >&2
+    exit 2
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+[ "${1:-}" = "--deps" ] && exit 0
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo "${FERRY_CMAKE_ARGS[@]:-}" >/dev/null
+cmake --build build -j "$(nproc)"

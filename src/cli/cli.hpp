@@ -1,0 +1,64 @@
+#pragma once
+// The command line (SPEC "Command line"). Each command lives in its own file and registers
+// itself on the app with an add_*_command function; main.cpp only calls cli_main.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "ferry/archive.hpp"
+#include "ferry/exit_code.hpp"
+#include "ferry/job.hpp"
+
+namespace ferry::cli {
+
+struct GlobalOptions {
+  std::string archive_path; // empty: Archive::default_path()
+  std::vector<std::string> jobs_dirs;
+  bool verbose = false;
+};
+
+// Where to run: SPEC "TARGET options".
+struct TargetOptions {
+  std::vector<std::string> hosts;
+  std::string hosts_file;
+  bool local = false;
+  std::string identity;
+  std::string known_hosts;
+  std::string ssh_config;
+  bool accept_new_host_key = false;
+  double connect_timeout_s = 10;
+  std::string remote_base; // default: $HOME/.cache/ferry/runs on the host
+  int retries = 1;
+};
+
+struct Context {
+  GlobalOptions global;
+  int exit_code = 0;
+
+  [[nodiscard]] JobPath job_path() const { return JobPath::from_environment(global.jobs_dirs); }
+  [[nodiscard]] std::filesystem::path archive_path() const
+  {
+    return global.archive_path.empty() ? Archive::default_path()
+                                       : std::filesystem::path(global.archive_path);
+  }
+};
+
+void add_target_options(CLI::App& command, TargetOptions& target);
+
+// Prints "ferry: error: MESSAGE" to stderr.
+void print_error(std::string_view message);
+
+void add_run_command(CLI::App& app, Context& ctx);
+void add_jobs_command(CLI::App& app, Context& ctx);
+void add_new_command(CLI::App& app, Context& ctx);
+void add_check_command(CLI::App& app, Context& ctx);
+void add_log_command(CLI::App& app, Context& ctx);
+void add_show_command(CLI::App& app, Context& ctx);
+void add_export_command(CLI::App& app, Context& ctx);
+void add_replay_command(CLI::App& app, Context& ctx);
+
+int cli_main(int argc, char** argv);
+
+} // namespace ferry::cli

@@ -1,0 +1,332 @@
+// The `/// ferry` block: TOML in comment lines, like PEP 723's inline script metadata.
+#include <regex>
+
+#include <toml++/toml.h>
+
+#include "ferry/job.hpp"
+#include "ferry/params.hpp"
+#include "ferry/shell_neutral.hpp"
+
+namespace ferry {
+namespace {
+
+constexpr std::string_view k_block_example = "# /// ferry\n"
+                                             "# description = \"what this job tells you\"\n"
+                                             "# interpreter = \"python3\"\n"
+                                             "# timeout = 60\n"
+                                             "# ///";
+
+struct Block {
+  std::string toml;
+  int first_line = 0; // 1-based line of the file where the TOML text starts
+};
+
+std::vector<std::string_view> split_lines(std::string_view text)
+{
+  std::vector<std::string_view> lines;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) {
+      if (start < text.size()) {
+        lines.push_back(text.substr(start));
+      }
+      break;
+    }
+    std::string_view line = text.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') {
+      line.remove_suffix(1);
+    }
+    lines.push_back(line);
+    start = end + 1;
+  }
+  return lines;
+}
+
+std::string_view trim(std::string_view s)
+{
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+// "# /// ferry" → "/// ferry"; nullopt when the line is not a comment.
+std::optional<std::string_view> comment_body(std::string_view line)
+{
+  if (line.empty() || line.front() != '#') {
+    return std::nullopt;
+  }
+  line.remove_prefix(1);
+  if (!line.empty() && line.front() == ' ') {
+    line.remove_prefix(1);
+  }
+  return line;
+}
+
+Expected<Block> find_block(std::string_view bytes, std::string_view label)
+{
+  const auto lines = split_lines(bytes);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto body = comment_body(lines[i]);
+    if (!body || trim(*body) != "/// ferry") {
+      continue;
+    }
+    Block block;
+    block.first_line = static_cast<int>(i) + 2;
+    for (std::size_t j = i + 1; j < lines.size(); ++j) {
+      const auto inner = comment_body(lines[j]);
+      if (!inner) {
+        return fail(ErrorKind::usage,
+                    "{}:{}: the `/// ferry` block that starts on line {} ends without its closing "
+                    "`# ///` line; every line of the block must start with `#`",
+                    label, j + 1, i + 1);
+      }
+      if (trim(*inner) == "///") {
+        return block;
+      }
+      block.toml.append(*inner);
+      block.toml.push_back('\n');
+    }
+    return fail(ErrorKind::usage,
+                "{}:{}: the `/// ferry` block has no closing `# ///` line", label, i + 1);
+  }
+  return fail(ErrorKind::usage,
+              "{}: no `/// ferry` metadata block; add one at the top of the file, e.g.\n{}", label,
+              k_block_example);
+}
+
+nlohmann::json to_json(const toml::node& node)
+{
+  if (const auto* t = node.as_table()) {
+    nlohmann::json object = nlohmann::json::object();
+    for (const auto& [key, value] : *t) {
+      object[std::string(key.str())] = to_json(value);
+    }
+    return object;
+  }
+  if (const auto* a = node.as_array()) {
+    nlohmann::json array = nlohmann::json::array();
+    for (const auto& value : *a) {
+      array.push_back(to_json(value));
+    }
+    return array;
+  }
+  if (const auto* s = node.as_string()) {
+    return s->get();
+  }
+  if (const auto* i = node.as_integer()) {
+    return i->get();
+  }
+  if (const auto* f = node.as_floating_point()) {
+    return f->get();
+  }
+  if (const auto* b = node.as_boolean()) {
+    return b->get();
+  }
+  // Dates and times have no JSON type; keep their TOML text.
+  std::ostringstream text;
+  text << node;
+  return text.str();
+}
+
+std::optional<ParamType> param_type_from(std::string_view name)
+{
+  if (name == "int") return ParamType::integer;
+  if (name == "float") return ParamType::floating;
+  if (name == "bool") return ParamType::boolean;
+  if (name == "string") return ParamType::string;
+  if (name == "list") return ParamType::list;
+  if (name == "json") return ParamType::json;
+  return std::nullopt;
+}
+
+int line_of(const toml::node& node, const Block& block)
+{
+  return block.first_line + static_cast<int>(node.source().begin.line) - 1;
+}
+
+Expected<ParamSpec> parse_param(const std::string& name, const toml::node& node,
+                                const Block& block, std::string_view label)
+{
+  const int line = line_of(node, block);
+  const auto* table = node.as_table();
+  if (table == nullptr) {
+    return fail(ErrorKind::usage, "{}:{}: params.{} must be a table ([params.{}])", label, line,
+                name, name);
+  }
+  if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+      })) {
+    return fail(ErrorKind::usage,
+                "{}:{}: parameter name '{}' may use only letters, digits, '_' and '-'", label,
+                line, name);
+  }
+  ParamSpec spec;
+  spec.name = name;
+  for (const auto& [key_node, value] : *table) {
+    const std::string key(key_node.str());
+    const int vline = line_of(value, block);
+    if (key == "type" || key == "items") {
+      const auto type_name = value.value<std::string>();
+      const auto type = type_name ? param_type_from(*type_name) : std::nullopt;
+      if (!type || (key == "items" && (*type == ParamType::list || *type == ParamType::json ||
+                                       *type == ParamType::boolean))) {
+        return fail(ErrorKind::usage, "{}:{}: params.{}.{} must be one of {}", label, vline, name,
+                    key,
+                    key == "type" ? "\"int\", \"float\", \"bool\", \"string\", \"list\", \"json\""
+                                  : "\"int\", \"float\", \"string\"");
+      }
+      (key == "type" ? spec.type : spec.items) = *type;
+    } else if (key == "default") {
+      spec.default_value = to_json(value);
+    } else if (key == "required") {
+      const auto flag = value.value<bool>();
+      if (!flag) {
+        return fail(ErrorKind::usage, "{}:{}: params.{}.required must be true or false", label,
+                    vline, name);
+      }
+      spec.required = *flag;
+    } else if (key == "choices") {
+      if (!value.is_array()) {
+        return fail(ErrorKind::usage, "{}:{}: params.{}.choices must be an array", label, vline,
+                    name);
+      }
+      spec.choices = to_json(value);
+    } else if (key == "help") {
+      const auto help = value.value<std::string>();
+      if (!help) {
+        return fail(ErrorKind::usage, "{}:{}: params.{}.help must be a string", label, vline,
+                    name);
+      }
+      spec.help = *help;
+    } else {
+      return fail(ErrorKind::usage,
+                  "{}:{}: params.{} has an unknown key '{}' (known: type, items, default, "
+                  "required, choices, help)",
+                  label, vline, name, key);
+    }
+  }
+  if (spec.choices) {
+    ParamSpec element = spec;
+    element.choices.reset();
+    if (spec.type == ParamType::list) {
+      element.type = spec.items;
+    }
+    for (const auto& choice : *spec.choices) {
+      if (auto checked = check_param_value(element, choice, "choices"); !checked) {
+        return fail(ErrorKind::usage, "{}:{}: {}", label, line, checked.error().message);
+      }
+    }
+  }
+  if (spec.default_value) {
+    auto checked = check_param_value(spec, *spec.default_value, "its default");
+    if (!checked) {
+      return fail(ErrorKind::usage, "{}:{}: {}", label, line, checked.error().message);
+    }
+    spec.default_value = std::move(checked).value();
+  }
+  return spec;
+}
+
+} // namespace
+
+std::string_view to_string(ParamType type)
+{
+  switch (type) {
+  case ParamType::integer: return "int";
+  case ParamType::floating: return "float";
+  case ParamType::boolean: return "bool";
+  case ParamType::string: return "string";
+  case ParamType::list: return "list";
+  case ParamType::json: return "json";
+  }
+  return "?";
+}
+
+Expected<JobMeta> parse_job_meta(std::string_view bytes, std::string_view label)
+{
+  FERRY_TRY_ASSIGN(block, find_block(bytes, label));
+  toml::table table;
+  try {
+    table = toml::parse(block.toml, std::string(label));
+  } catch (const toml::parse_error& e) {
+    return fail(ErrorKind::usage, "{}:{}: invalid TOML in the `/// ferry` block: {}", label,
+                block.first_line + static_cast<int>(e.source().begin.line) - 1,
+                e.description());
+  }
+  JobMeta meta;
+  for (const auto& [key_node, value] : table) {
+    const std::string key(key_node.str());
+    const int line = line_of(value, block);
+    if (key == "description") {
+      meta.description = value.value<std::string>().value_or("");
+    } else if (key == "interpreter") {
+      const auto interpreter = value.value<std::string>();
+      if (!interpreter || !is_shell_neutral_token(*interpreter)) {
+        return fail(ErrorKind::usage,
+                    "{}:{}: interpreter must be a program name or absolute path made only of "
+                    "[A-Za-z0-9/._-] (got {}); put arguments in the job itself",
+                    label, line, interpreter ? "'" + *interpreter + "'" : "a non-string");
+      }
+      meta.interpreter = *interpreter;
+    } else if (key == "timeout") {
+      const auto timeout = value.value<std::int64_t>();
+      if (!timeout || *timeout <= 0 || *timeout > 7 * 24 * 3600) {
+        return fail(ErrorKind::usage,
+                    "{}:{}: timeout must be a whole number of seconds between 1 and 604800",
+                    label, line);
+      }
+      meta.timeout_s = static_cast<int>(*timeout);
+    } else if (key == "params") {
+      const auto* params = value.as_table();
+      if (params == nullptr) {
+        return fail(ErrorKind::usage, "{}:{}: params must be a table of [params.NAME] tables",
+                    label, line);
+      }
+      for (const auto& [name_node, param_node] : *params) {
+        FERRY_TRY_ASSIGN(spec, parse_param(std::string(name_node.str()), param_node, block, label));
+        meta.params.push_back(std::move(spec));
+      }
+      std::sort(meta.params.begin(), meta.params.end(), [&](const ParamSpec& a, const ParamSpec& b) {
+        return line_of(*params->get(a.name), block) < line_of(*params->get(b.name), block);
+      });
+    } else {
+      return fail(ErrorKind::usage,
+                  "{}:{}: unknown key '{}' in the `/// ferry` block (known: description, "
+                  "interpreter, timeout, params)",
+                  label, line, key);
+    }
+  }
+  if (meta.interpreter.empty()) {
+    return fail(ErrorKind::usage,
+                "{}: the `/// ferry` block does not say which interpreter runs the job; add e.g. "
+                "`# interpreter = \"python3\"`",
+                label);
+  }
+  return meta;
+}
+
+const ParamSpec* Job::param(std::string_view wanted) const
+{
+  for (const auto& spec : meta.params) {
+    if (spec.name == wanted) {
+      return &spec;
+    }
+  }
+  return nullptr;
+}
+
+Expected<Job> parse_job(std::string name, std::string file_name, std::string source,
+                        std::string bytes)
+{
+  const std::string label = source == "built-in" ? "built-in job " + file_name : source;
+  FERRY_TRY_ASSIGN(meta, parse_job_meta(bytes, label));
+  return Job{std::move(name), std::move(source), std::move(file_name), std::move(bytes),
+             std::move(meta)};
+}
+
+} // namespace ferry

@@ -1,0 +1,230 @@
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+#include "ferry/params.hpp"
+
+namespace ferry {
+namespace {
+
+using nlohmann::json;
+
+std::string describe(const ParamSpec& spec)
+{
+  if (spec.type == ParamType::list) {
+    return fmt::format("a list of {} (comma-separated)", to_string(spec.items));
+  }
+  switch (spec.type) {
+  case ParamType::integer: return "an int";
+  case ParamType::floating: return "a float";
+  case ParamType::boolean: return "a bool (true/false/1/0/yes/no)";
+  case ParamType::string: return "a string";
+  case ParamType::json: return "a JSON value";
+  default: return "?";
+  }
+}
+
+std::string shorten(std::string_view text)
+{
+  constexpr std::size_t limit = 60;
+  return text.size() <= limit ? std::string(text) : std::string(text.substr(0, limit)) + "…";
+}
+
+std::optional<json> parse_scalar(ParamType type, std::string_view text)
+{
+  switch (type) {
+  case ParamType::integer: {
+    std::int64_t value = 0;
+    const auto* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end) {
+      return std::nullopt;
+    }
+    return json(value);
+  }
+  case ParamType::floating: {
+    const std::string copy(text);
+    char* end = nullptr;
+    const double value = std::strtod(copy.c_str(), &end);
+    if (copy.empty() || end != copy.c_str() + copy.size() || !std::isfinite(value) ||
+        std::isspace(static_cast<unsigned char>(copy.front()))) {
+      return std::nullopt;
+    }
+    return json(value);
+  }
+  case ParamType::boolean: {
+    std::string lower(text);
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (lower == "true" || lower == "1" || lower == "yes") return json(true);
+    if (lower == "false" || lower == "0" || lower == "no") return json(false);
+    return std::nullopt;
+  }
+  case ParamType::string: return json(std::string(text));
+  default: return std::nullopt;
+  }
+}
+
+bool has_type(ParamType type, const json& value)
+{
+  switch (type) {
+  case ParamType::integer: return value.is_number_integer();
+  case ParamType::floating: return value.is_number();
+  case ParamType::boolean: return value.is_boolean();
+  case ParamType::string: return value.is_string();
+  case ParamType::list: return value.is_array();
+  case ParamType::json: return true;
+  }
+  return false;
+}
+
+Expected<void> check_choices(const ParamSpec& spec, const json& value)
+{
+  if (!spec.choices) {
+    return {};
+  }
+  auto allowed = [&](const json& v) {
+    return std::any_of(spec.choices->begin(), spec.choices->end(),
+                       [&](const json& c) { return c == v; });
+  };
+  const bool ok = spec.type == ParamType::list
+                    ? std::all_of(value.begin(), value.end(), allowed)
+                    : allowed(value);
+  if (!ok) {
+    return fail(ErrorKind::usage, "parameter '{}': {} is not one of the choices {}", spec.name,
+                shorten(value.dump()), spec.choices->dump());
+  }
+  return {};
+}
+
+} // namespace
+
+Expected<json> check_param_value(const ParamSpec& spec, const json& value, std::string_view origin)
+{
+  if (!has_type(spec.type, value)) {
+    return fail(ErrorKind::usage, "parameter '{}' expects {}, but {} gives {} ({})", spec.name,
+                describe(spec), origin, value.type_name(), shorten(value.dump()));
+  }
+  json typed = value;
+  if (spec.type == ParamType::floating) {
+    typed = value.get<double>();
+  }
+  if (spec.type == ParamType::list) {
+    for (auto& element : typed) {
+      if (!has_type(spec.items, element)) {
+        return fail(ErrorKind::usage,
+                    "parameter '{}' expects {}, but {} gives an element {} ({})", spec.name,
+                    describe(spec), origin, element.type_name(), shorten(element.dump()));
+      }
+      if (spec.items == ParamType::floating) {
+        element = element.get<double>();
+      }
+    }
+  }
+  FERRY_TRY(check_choices(spec, typed));
+  return typed;
+}
+
+Expected<json> parse_param_text(const ParamSpec& spec, std::string_view text)
+{
+  json value;
+  if (spec.type == ParamType::json) {
+    value = json::parse(text.begin(), text.end(), nullptr, false);
+    if (value.is_discarded()) {
+      return fail(ErrorKind::usage,
+                  "parameter '{}' expects a JSON value, but '{}' is not valid JSON (quote strings: "
+                  "-p {}='\"text\"')",
+                  spec.name, shorten(text), spec.name);
+    }
+  } else if (spec.type == ParamType::list) {
+    value = json::array();
+    if (!text.empty()) {
+      std::size_t start = 0;
+      while (true) {
+        const std::size_t comma = text.find(',', start);
+        const std::string_view item =
+          text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+        auto element = parse_scalar(spec.items, item);
+        if (!element) {
+          return fail(ErrorKind::usage,
+                      "parameter '{}' expects {}, but element '{}' is not {}", spec.name,
+                      describe(spec), shorten(item), to_string(spec.items));
+        }
+        value.push_back(std::move(*element));
+        if (comma == std::string_view::npos) {
+          break;
+        }
+        start = comma + 1;
+      }
+    }
+  } else {
+    auto scalar = parse_scalar(spec.type, text);
+    if (!scalar) {
+      return fail(ErrorKind::usage, "parameter '{}' expects {}, got '{}'", spec.name,
+                  describe(spec), shorten(text));
+    }
+    value = std::move(*scalar);
+  }
+  FERRY_TRY(check_choices(spec, value));
+  return value;
+}
+
+Expected<json> resolve_params(const Job& job, const std::vector<std::string>& assignments,
+                              const std::optional<json>& file, std::string_view file_label)
+{
+  auto known_names = [&] {
+    std::string names;
+    for (const auto& spec : job.meta.params) {
+      names += (names.empty() ? "" : ", ") + spec.name;
+    }
+    return names.empty() ? std::string("it takes none") : "known: " + names;
+  };
+  json given = json::object();
+  if (file) {
+    if (!file->is_object()) {
+      return fail(ErrorKind::usage, "{} must hold a JSON object of parameters, not {}", file_label,
+                  file->type_name());
+    }
+    for (const auto& [key, value] : file->items()) {
+      const ParamSpec* spec = job.param(key);
+      if (spec == nullptr) {
+        return fail(ErrorKind::usage, "{}: job {} has no parameter '{}' ({})", file_label,
+                    job.name, key, known_names());
+      }
+      FERRY_TRY_ASSIGN(typed, check_param_value(*spec, value, file_label));
+      given[key] = std::move(typed);
+    }
+  }
+  for (const auto& assignment : assignments) {
+    const auto eq = assignment.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return fail(ErrorKind::usage, "-p '{}': expected KEY=VALUE", shorten(assignment));
+    }
+    const std::string key = assignment.substr(0, eq);
+    const ParamSpec* spec = job.param(key);
+    if (spec == nullptr) {
+      return fail(ErrorKind::usage, "-p {}: job {} has no parameter '{}' ({})", key, job.name, key,
+                  known_names());
+    }
+    FERRY_TRY_ASSIGN(typed, parse_param_text(*spec, std::string_view(assignment).substr(eq + 1)));
+    given[key] = std::move(typed);
+  }
+  json params = json::object();
+  for (const auto& spec : job.meta.params) {
+    if (given.contains(spec.name)) {
+      params[spec.name] = given[spec.name];
+    } else if (spec.default_value) {
+      params[spec.name] = *spec.default_value;
+    } else if (spec.required) {
+      return fail(ErrorKind::usage,
+                  "job {} needs parameter '{}' ({}{}); pass -p {}=VALUE", job.name, spec.name,
+                  describe(spec), spec.help.empty() ? "" : ": " + spec.help, spec.name);
+    } else {
+      params[spec.name] = nullptr;
+    }
+  }
+  return params;
+}
+
+} // namespace ferry
