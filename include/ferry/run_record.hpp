@@ -49,6 +49,7 @@ struct RunRecord {
   std::string result_bytes;
   std::string script_name;
   std::string host_label; // what the user called the target ("gpu1", "local")
+  bool unreachable = false; // the host could not be reached or trusted (exit 3)
 };
 
 // A fresh run id: "<UTC compact>-<8 random hex>".

@@ -1,8 +1,9 @@
-# Writes OUTPUT: a C++ file holding every file of JOB_FILES as bytes, so the binary carries the
+# Writes OUTPUT: a C++ file holding every file of JOBS_DIR as bytes, so the binary carries the
 # built-in jobs exactly as they are in jobs/ (no copy kept by hand).
 set(body "// Generated from jobs/ by src/job/embed_jobs.cmake. Do not edit.\n#include \"job/builtin_jobs.hpp\"\n\nnamespace ferry {\nnamespace {\n")
 set(table "")
 set(i 0)
+file(GLOB JOB_FILES ${JOBS_DIR}/*)
 list(SORT JOB_FILES)
 foreach(path IN LISTS JOB_FILES)
   get_filename_component(name "${path}" NAME)

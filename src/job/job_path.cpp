@@ -144,7 +144,7 @@ std::vector<JobListing> list_jobs(const JobPath& path)
 std::string job_template(std::string_view name, std::string_view lang)
 {
   if (lang == "sh") {
-    return fmt::format(R"(#!/bin/sh
+    return fmt::format(R"JOB(#!/bin/sh
 # /// ferry
 # description = "{0}: describe what this job tells you"
 # interpreter = "sh"
@@ -163,10 +163,10 @@ set -eu
 host=$(uname -n)
 echo "{0} on $host"
 printf '{{"host": "%s", "params": %s}}\n' "$host" "$(cat "$FERRY_PARAMS")" > "$FERRY_RESULT"
-)",
+)JOB",
                        name);
   }
-  return fmt::format(R"(#!/usr/bin/env python3
+  return fmt::format(R"JOB(#!/usr/bin/env python3
 # /// ferry
 # description = "{0}: describe what this job tells you"
 # interpreter = "python3"
@@ -194,7 +194,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-)",
+)JOB",
                      name);
 }
 

@@ -1,5 +1,6 @@
 // The `/// ferry` block: TOML in comment lines, like PEP 723's inline script metadata.
-#include <regex>
+#include <algorithm>
+#include <sstream>
 
 #include <toml++/toml.h>
 
@@ -129,7 +130,7 @@ nlohmann::json to_json(const toml::node& node)
   }
   // Dates and times have no JSON type; keep their TOML text.
   std::ostringstream text;
-  text << node;
+  node.visit([&](const auto& value) { text << value; });
   return text.str();
 }
 

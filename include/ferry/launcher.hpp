@@ -1,0 +1,31 @@
+#pragma once
+// The POSIX-sh launcher that runs a job on the host: sets FERRY_* variables, runs the
+// interpreter on the job file (never executes the job file itself, so noexec mounts work) in a
+// process group of its own, and enforces the job's timeout on the host, so a dropped
+// connection cannot leave the job running.
+#include <string>
+
+namespace ferry {
+
+struct LauncherSpec {
+  std::string run_dir;     // absolute, shell-neutral
+  std::string job_file;    // file name inside run_dir
+  std::string job_name;    // FERRY_JOB (quoted, may hold anything)
+  std::string interpreter; // shell-neutral name or absolute path
+  int timeout_s = 300;
+  int grace_s = 2;         // between TERM and KILL
+  std::string sentinel;    // printed first on stdout and stderr; what precedes it is not the job's
+};
+
+// Exit statuses the launcher itself uses.
+inline constexpr int k_launcher_timeout_exit = 124;
+inline constexpr int k_launcher_no_interpreter_exit = 127;
+inline constexpr const char* k_launcher_timeout_marker = ".ferry-timeout";
+inline constexpr const char* k_launcher_no_interpreter_prefix = "ferry-launcher: interpreter ";
+
+[[nodiscard]] std::string make_launcher(const LauncherSpec& spec);
+
+// 'text' quoted for POSIX sh (single quotes; ' becomes '\'').
+[[nodiscard]] std::string sh_quote(std::string_view text);
+
+} // namespace ferry

@@ -1,0 +1,86 @@
+#pragma once
+// The seam between "what to run" and "where": a session with one host (or this machine) that
+// stages files in a private run directory, executes a fixed argv, fetches files and cleans up.
+// The runner, the archive and the CLI know nothing of libssh or Boost.Process.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ferry/expected.hpp"
+
+namespace ferry {
+
+// One output stream of a job, kept up to a cap; the rest is counted, never stored.
+struct CapturedStream {
+  std::string bytes;
+  bool truncated = false;
+  std::uint64_t dropped = 0;      // bytes past the cap
+  std::string before_sentinel;    // what the login shell printed before the launcher (capped)
+  bool saw_sentinel = false;
+};
+
+// Feeds raw stream bytes; drops what precedes the launcher's sentinel line, keeps at most `cap`
+// bytes of what follows. Memory stays bounded however much arrives.
+class OutputCapture {
+public:
+  OutputCapture(std::string sentinel, std::size_t cap);
+  void feed(std::string_view data);
+  [[nodiscard]] CapturedStream finish() &&;
+
+private:
+  std::string m_marker; // sentinel + "\n"
+  std::size_t m_cap;
+  CapturedStream m_out;
+  std::string m_pending; // bytes before the sentinel, not yet known to be noise
+};
+
+struct ExecRequest {
+  std::vector<std::string> argv; // shell-neutral tokens
+  std::string sentinel;
+  std::size_t output_cap = 16u << 20;
+  // ferry's own backstop: past it, the job is signalled (the launcher's deadline comes first).
+  std::chrono::steady_clock::duration deadline = std::chrono::seconds(300);
+  std::chrono::steady_clock::duration grace = std::chrono::seconds(2);
+};
+
+struct ExecOutcome {
+  std::optional<int> exit_code; // nullopt: no exit status (killed by a signal, connection lost)
+  CapturedStream out;
+  CapturedStream err;
+  bool interrupted = false;     // ferry was interrupted (SIGINT/SIGTERM) and stopped the job
+  bool deadline_passed = false; // ferry's backstop fired
+  std::optional<std::string> lost; // why the connection was lost mid-run
+};
+
+// Set from the signal handler; every transport polls it while it waits.
+[[nodiscard]] bool interrupt_requested();
+void request_interrupt();
+
+class HostSession {
+public:
+  virtual ~HostSession() = default;
+
+  // {"host","user","port","host_key_sha256"} or {"local": true}
+  [[nodiscard]] virtual nlohmann::json target() const = 0;
+  [[nodiscard]] virtual std::string label() const = 0;
+
+  [[nodiscard]] virtual Expected<void> connect() = 0;
+  // A new, private (0700) run directory; returns its absolute path.
+  [[nodiscard]] virtual Expected<std::string> create_run_dir() = 0;
+  // Writes a 0600 file under a temporary name and renames it into place.
+  [[nodiscard]] virtual Expected<void> put_file(const std::string& path, std::string_view bytes) = 0;
+  [[nodiscard]] virtual Expected<ExecOutcome> exec(const ExecRequest& request) = 0;
+  // The file's bytes (at most `cap`; nullopt when it does not exist).
+  [[nodiscard]] virtual Expected<std::optional<std::string>> fetch_file(const std::string& path,
+                                                                        std::size_t cap) = 0;
+  [[nodiscard]] virtual Expected<bool> file_exists(const std::string& path) = 0;
+  [[nodiscard]] virtual Expected<void> remove_run_dir(const std::string& path) = 0;
+};
+
+} // namespace ferry

@@ -1,0 +1,105 @@
+#include <fmt/format.h>
+
+#include "ferry/launcher.hpp"
+
+namespace ferry {
+
+std::string sh_quote(std::string_view text)
+{
+  std::string quoted = "'";
+  for (const char c : text) {
+    if (c == '\'') {
+      quoted += "'\\''";
+    } else {
+      quoted += c;
+    }
+  }
+  return quoted + "'";
+}
+
+std::string make_launcher(const LauncherSpec& spec)
+{
+  // Notes on the design:
+  // - The job runs under setsid so it leads a process group of its own: on timeout or
+  //   interrupt the whole group is killed, children included. Job control (`set -m`) is not an
+  //   option: dash turns it off without a tty, and exec channels have none.
+  // - sshd's `signal` request kills the launcher's group (not the job's): the trap forwards it.
+  // - The watchdog's streams go to /dev/null, or its sleep would hold the channel open.
+  // - Anything the job leaves in its group after it exits is killed too: no stray process
+  //   keeps the channel (and the user's session) open.
+  return fmt::format(
+    R"(# ferry launcher (generated; runs under /bin/sh)
+FERRY_RUN_DIR={run_dir}
+FERRY_PARAMS={run_dir}/params.json
+FERRY_RESULT={run_dir}/result.json
+FERRY_JOB={job_name}
+export FERRY_RUN_DIR FERRY_PARAMS FERRY_RESULT FERRY_JOB
+printf '%s\n' {sentinel}
+printf '%s\n' {sentinel} >&2
+cd "$FERRY_RUN_DIR" || exit 125
+interpreter={interpreter}
+if ! command -v "$interpreter" >/dev/null 2>&1; then
+  printf '{no_interp}%s not found on this host (PATH=%s); install it or set an absolute path in the job'"'"'s interpreter\n' "$interpreter" "$PATH" >&2
+  exit {no_interp_exit}
+fi
+grouped=0
+if command -v setsid >/dev/null 2>&1; then
+  grouped=1
+  setsid "$interpreter" "$FERRY_RUN_DIR"/{job_file} </dev/null &
+else
+  "$interpreter" "$FERRY_RUN_DIR"/{job_file} </dev/null &
+fi
+job=$!
+(
+  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+  sleep {timeout} &
+  nap=$!
+  wait "$nap" || exit 0
+  : >"$FERRY_RUN_DIR"/{marker}
+  kill -TERM $$ 2>/dev/null
+) </dev/null >/dev/null 2>&1 &
+watchdog=$!
+signal_job() {{
+  if [ "$grouped" = 1 ]; then kill -"$1" -"$job" 2>/dev/null; fi
+  kill -"$1" "$job" 2>/dev/null
+}}
+job_alive() {{
+  if [ "$grouped" = 1 ]; then kill -0 -"$job" 2>/dev/null && return 0; fi
+  kill -0 "$job" 2>/dev/null
+}}
+stop() {{
+  code=$1
+  [ -e "$FERRY_RUN_DIR"/{marker} ] && code={timeout_exit}
+  signal_job TERM
+  ticks=0
+  while job_alive && [ "$ticks" -lt {grace_ticks} ]; do
+    sleep 0.1 2>/dev/null || sleep 1
+    ticks=$((ticks + 1))
+  done
+  signal_job KILL
+  kill "$watchdog" 2>/dev/null
+  exit "$code"
+}}
+trap 'stop 143' TERM
+trap 'stop 130' INT
+trap 'stop 129' HUP
+wait "$job"
+status=$?
+trap '' TERM INT HUP
+if [ "$grouped" = 1 ]; then kill -KILL -"$job" 2>/dev/null; fi
+kill "$watchdog" 2>/dev/null
+[ -e "$FERRY_RUN_DIR"/{marker} ] && status={timeout_exit}
+exit "$status"
+)",
+    fmt::arg("run_dir", sh_quote(spec.run_dir)), fmt::arg("job_name", sh_quote(spec.job_name)),
+    fmt::arg("sentinel", sh_quote(spec.sentinel)),
+    fmt::arg("interpreter", sh_quote(spec.interpreter)),
+    fmt::arg("job_file", sh_quote(spec.job_file)), fmt::arg("timeout", spec.timeout_s),
+    fmt::arg("marker", k_launcher_timeout_marker),
+    fmt::arg("timeout_exit", k_launcher_timeout_exit),
+    fmt::arg("no_interp", k_launcher_no_interpreter_prefix),
+    fmt::arg("no_interp_exit", k_launcher_no_interpreter_exit),
+    fmt::arg("grace_ticks", spec.grace_s * 10));
+}
+
+} // namespace ferry

@@ -1,0 +1,174 @@
+// The local target: the same launcher contract in a private temp dir, through Boost.Process,
+// so a job behaves the same here as on a host.
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/process.hpp>
+
+#include "ferry/sessions.hpp"
+#include "ferry/util.hpp"
+
+namespace ferry {
+namespace {
+
+namespace bp = boost::process;
+namespace fs = std::filesystem;
+
+class LocalSession final : public HostSession {
+public:
+  explicit LocalSession(LocalTarget target) : m_target(std::move(target)) {}
+
+  nlohmann::json target() const override { return {{"local", true}}; }
+  std::string label() const override { return "local"; }
+
+  Expected<void> connect() override { return {}; }
+
+  Expected<std::string> create_run_dir() override
+  {
+    std::error_code ec;
+    const fs::path base = m_target.base.empty() ? fs::temp_directory_path(ec) : fs::path(m_target.base);
+    if (ec) {
+      return fail(ErrorKind::failed, "no temporary directory for the local run: {}", ec.message());
+    }
+    const fs::path dir = base / fmt::format("ferry-{}-{}", utc_compact(std::chrono::system_clock::now()),
+                                            random_hex(16));
+    if (::mkdir(dir.c_str(), 0700) != 0) {
+      return fail(ErrorKind::failed, "cannot create the run directory {}: {}", dir.string(),
+                  std::strerror(errno));
+    }
+    ::chmod(dir.c_str(), 0700); // the umask is not trusted
+    return dir.string();
+  }
+
+  Expected<void> put_file(const std::string& path, std::string_view bytes) override
+  {
+    return write_file_atomic(path, bytes, 0600);
+  }
+
+  Expected<ExecOutcome> exec(const ExecRequest& request) override;
+
+  Expected<std::optional<std::string>> fetch_file(const std::string& path, std::size_t cap) override
+  {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) {
+      return std::optional<std::string>();
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+      return fail(ErrorKind::failed, "cannot read {}: {}", path, std::strerror(errno));
+    }
+    std::string bytes;
+    char buffer[65536];
+    while (bytes.size() <= cap) {
+      const ssize_t n = ::read(fd, buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n <= 0) {
+        break;
+      }
+      bytes.append(buffer, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return std::optional<std::string>(std::move(bytes));
+  }
+
+  Expected<bool> file_exists(const std::string& path) override
+  {
+    std::error_code ec;
+    return fs::exists(fs::symlink_status(path, ec));
+  }
+
+  Expected<void> remove_run_dir(const std::string& path) override
+  {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    if (ec) {
+      return fail(ErrorKind::failed, "cannot remove the run directory {}: {}", path, ec.message());
+    }
+    return {};
+  }
+
+private:
+  LocalTarget m_target;
+};
+
+Expected<ExecOutcome> LocalSession::exec(const ExecRequest& request)
+{
+  bp::pipe out_pipe;
+  bp::pipe err_pipe;
+  std::error_code spawn_error;
+  bp::child child(bp::exe = request.argv.front(),
+                  bp::args = std::vector<std::string>(request.argv.begin() + 1, request.argv.end()),
+                  bp::std_in < bp::null, bp::std_out > out_pipe, bp::std_err > err_pipe,
+                  bp::limit_handles, spawn_error);
+  if (spawn_error) {
+    return fail(ErrorKind::failed, "cannot start {}: {}", request.argv.front(),
+                spawn_error.message());
+  }
+  OutputCapture out(request.sentinel, request.output_cap);
+  OutputCapture err(request.sentinel, request.output_cap);
+  pollfd fds[2] = {{out_pipe.native_source(), POLLIN, 0}, {err_pipe.native_source(), POLLIN, 0}};
+  OutputCapture* captures[2] = {&out, &err};
+  int open_streams = 2;
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> signalled_at;
+  bool killed = false;
+  ExecOutcome outcome;
+  std::vector<char> buffer(65536);
+  while (open_streams > 0) {
+    const int ready = ::poll(fds, 2, 100);
+    if (ready < 0 && errno != EINTR) {
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) {
+        continue;
+      }
+      const ssize_t n = ::read(fds[i].fd, buffer.data(), buffer.size());
+      if (n > 0) {
+        captures[i]->feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
+      } else if (n == 0 || errno != EINTR) {
+        fds[i].fd = -1;
+        --open_streams;
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const bool stop_now = interrupt_requested() || now - start > request.deadline;
+    if (stop_now && !signalled_at) {
+      outcome.interrupted = interrupt_requested();
+      outcome.deadline_passed = !outcome.interrupted;
+      ::kill(child.id(), SIGTERM); // the launcher's trap stops the job's process group
+      signalled_at = now;
+    } else if (signalled_at && !killed && now - *signalled_at > request.grace + std::chrono::seconds(3)) {
+      ::kill(child.id(), SIGKILL);
+      killed = true;
+    }
+  }
+  std::error_code wait_error;
+  child.wait(wait_error);
+  const int status = child.native_exit_code();
+  if (WIFEXITED(status)) {
+    outcome.exit_code = WEXITSTATUS(status);
+  }
+  outcome.out = std::move(out).finish();
+  outcome.err = std::move(err).finish();
+  return outcome;
+}
+
+} // namespace
+
+std::unique_ptr<HostSession> make_local_session(const LocalTarget& target)
+{
+  return std::make_unique<LocalSession>(target);
+}
+
+} // namespace ferry

@@ -1,0 +1,234 @@
+#include <catch2/catch.hpp>
+
+#include "ferry/job.hpp"
+#include "ferry/params.hpp"
+
+using namespace ferry;
+using nlohmann::json;
+
+namespace {
+
+const char* k_good = R"(#!/usr/bin/env python3
+# /// ferry
+# description = "KV-cache capacity"
+# interpreter = "python3"
+# timeout = 120
+#
+# [params.tp]
+# type = "int"
+# default = 1
+# help = "tensor-parallel size"
+#
+# [params.kv_dtype]
+# type = "list"
+# items = "string"
+# default = ["bf16", "fp8_e4m3"]
+# choices = ["auto", "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "nvfp4"]
+#
+# [params.ratio]
+# type = "float"
+# default = 0.9
+#
+# [params.verbose]
+# type = "bool"
+# default = false
+#
+# [params.name]
+# type = "string"
+# required = true
+#
+# [params.config]
+# type = "json"
+#
+# [params.sizes]
+# type = "list"
+# items = "int"
+# ///
+print("hi")
+)";
+
+Job good_job()
+{
+  auto job = parse_job("kv", "kv.py", "kv.py", k_good);
+  REQUIRE(job);
+  return std::move(job).value();
+}
+
+std::string error_of(std::string_view text)
+{
+  auto meta = parse_job_meta(text, "job.py");
+  REQUIRE_FALSE(meta);
+  return meta.error().message;
+}
+
+} // namespace
+
+TEST_CASE("a good metadata block parses with every field", "[meta]")
+{
+  const Job job = good_job();
+  CHECK(job.meta.description == "KV-cache capacity");
+  CHECK(job.meta.interpreter == "python3");
+  CHECK(job.meta.timeout_s == 120);
+  REQUIRE(job.meta.params.size() == 7);
+  CHECK(job.meta.params[0].name == "tp"); // declaration order, not alphabetical
+  CHECK(job.meta.params[1].name == "kv_dtype");
+  CHECK(job.meta.params[1].type == ParamType::list);
+  CHECK(job.meta.params[1].items == ParamType::string);
+  CHECK(*job.meta.params[1].default_value == json({"bf16", "fp8_e4m3"}));
+  CHECK(job.meta.params[1].choices->size() == 7);
+  CHECK(job.param("name")->required);
+  CHECK(job.param("tp")->help == "tensor-parallel size");
+  CHECK(job.param("sizes")->items == ParamType::integer);
+}
+
+TEST_CASE("the timeout defaults to 300 s and CRLF line ends are accepted", "[meta]")
+{
+  auto meta = parse_job_meta("# /// ferry\r\n# interpreter = \"sh\"\r\n# ///\r\necho\r\n", "x.sh");
+  REQUIRE(meta);
+  CHECK(meta->timeout_s == 300);
+  CHECK(meta->interpreter == "sh");
+}
+
+TEST_CASE("broken metadata blocks are refused with file and line", "[meta]")
+{
+  SECTION("no block shows the block to add")
+  {
+    const auto message = error_of("print(1)\n");
+    CHECK_THAT(message, Catch::Contains("no `/// ferry` metadata block"));
+    CHECK_THAT(message, Catch::Contains("# /// ferry"));
+    CHECK_THAT(message, Catch::Contains("# interpreter = \"python3\""));
+  }
+  SECTION("unterminated block")
+  {
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n"), Catch::Contains("no closing `# ///`"));
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\necho\n# ///\n"),
+               Catch::Contains("job.py:3:"));
+  }
+  SECTION("invalid TOML names the file line")
+  {
+    CHECK_THAT(error_of("#!/bin/sh\n# /// ferry\n# interpreter = \"sh\"\n# timeout = = 3\n# ///\n"),
+               Catch::Contains("job.py:4: invalid TOML"));
+  }
+  SECTION("interpreter with shell characters")
+  {
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"python3 -u\"\n# ///\n"),
+               Catch::Contains("job.py:2: interpreter must be"));
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"$(id)\"\n# ///\n"), Catch::Contains("interpreter"));
+  }
+  SECTION("missing interpreter")
+  {
+    CHECK_THAT(error_of("# /// ferry\n# timeout = 3\n# ///\n"), Catch::Contains("interpreter"));
+  }
+  SECTION("bad timeout")
+  {
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# timeout = -1\n# ///\n"),
+               Catch::Contains("job.py:3: timeout"));
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# timeout = \"10\"\n# ///\n"),
+               Catch::Contains("timeout"));
+  }
+  SECTION("unknown keys are typos, not silence")
+  {
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# timout = 3\n# ///\n"),
+               Catch::Contains("unknown key 'timout'"));
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"int\"\n# defualt = 1\n# ///\n"),
+               Catch::Contains("job.py:5: params.a has an unknown key 'defualt'"));
+  }
+  SECTION("bad parameter types")
+  {
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"integer\"\n# ///\n"),
+               Catch::Contains("params.a.type must be one of"));
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"list\"\n# items = \"json\"\n# ///\n"),
+               Catch::Contains("params.a.items"));
+  }
+  SECTION("a default of the wrong type or outside choices")
+  {
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"int\"\n# default = \"x\"\n# ///\n"),
+               Catch::Contains("parameter 'a' expects an int"));
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"string\"\n# default = \"c\"\n# choices = [\"a\", \"b\"]\n# ///\n"),
+               Catch::Contains("not one of the choices"));
+  }
+}
+
+TEST_CASE("-p values are typed by the declaration", "[params]")
+{
+  const Job job = good_job();
+  auto params = resolve_params(job,
+                               {"tp=8", "kv_dtype=bf16,fp8_e4m3,nvfp4", "ratio=0.5", "verbose=yes",
+                                "name=a=b, c", "config={\"x\": [1, 2]}", "sizes=1,2,3"},
+                               std::nullopt);
+  REQUIRE(params);
+  CHECK((*params)["tp"] == 8);
+  CHECK((*params)["tp"].is_number_integer());
+  CHECK((*params)["kv_dtype"] == json({"bf16", "fp8_e4m3", "nvfp4"}));
+  CHECK((*params)["ratio"] == 0.5);
+  CHECK((*params)["verbose"] == true);
+  CHECK((*params)["name"] == "a=b, c");
+  CHECK((*params)["config"] == json::parse(R"({"x": [1, 2]})"));
+  CHECK((*params)["sizes"] == json({1, 2, 3}));
+}
+
+TEST_CASE("defaults are applied and an undeclared optional parameter is null", "[params]")
+{
+  auto params = resolve_params(good_job(), {"name=x"}, std::nullopt);
+  REQUIRE(params);
+  CHECK((*params)["tp"] == 1);
+  CHECK((*params)["ratio"] == 0.9);
+  CHECK((*params)["config"].is_null());
+  CHECK((*params)["sizes"].is_null());
+  CHECK(params->size() == 7);
+}
+
+TEST_CASE("bool spellings", "[params]")
+{
+  const Job job = good_job();
+  for (const auto* yes : {"true", "1", "yes", "TRUE", "Yes"}) {
+    CHECK((*resolve_params(job, {"name=x", std::string("verbose=") + yes}, std::nullopt))["verbose"] == true);
+  }
+  for (const auto* no : {"false", "0", "no", "False"}) {
+    CHECK((*resolve_params(job, {"name=x", std::string("verbose=") + no}, std::nullopt))["verbose"] == false);
+  }
+}
+
+TEST_CASE("string values are taken verbatim", "[params]")
+{
+  const std::string hostile = "( ) \" ' \\ $HOME ${PATH} `id` $(id) *.py [a-z]* {a,b} ~root !! ; | & < > # \n\t\r 日本語";
+  auto params = resolve_params(good_job(), {"name=" + hostile}, std::nullopt);
+  REQUIRE(params);
+  CHECK((*params)["name"] == hostile);
+}
+
+TEST_CASE("every refusal names the parameter and the expected type", "[params]")
+{
+  const Job job = good_job();
+  auto refused = [&](std::vector<std::string> args, std::optional<json> file = std::nullopt) {
+    auto params = resolve_params(job, args, file);
+    REQUIRE_FALSE(params);
+    CHECK(params.error().kind == ErrorKind::usage);
+    return params.error().message;
+  };
+  CHECK_THAT(refused({"name=x", "tp=eight"}), Catch::Contains("'tp' expects an int, got 'eight'"));
+  CHECK_THAT(refused({"name=x", "tp=1.5"}), Catch::Contains("'tp' expects an int"));
+  CHECK_THAT(refused({"name=x", "tp="}), Catch::Contains("'tp' expects an int"));
+  CHECK_THAT(refused({"name=x", "ratio=abc"}), Catch::Contains("'ratio' expects a float"));
+  CHECK_THAT(refused({"name=x", "ratio=nan"}), Catch::Contains("'ratio' expects a float"));
+  CHECK_THAT(refused({"name=x", "verbose=maybe"}), Catch::Contains("'verbose' expects a bool"));
+  CHECK_THAT(refused({"name=x", "sizes=1,x"}), Catch::Contains("'sizes' expects a list of int"));
+  CHECK_THAT(refused({"name=x", "kv_dtype=bf16,int3"}), Catch::Contains("not one of the choices"));
+  CHECK_THAT(refused({"name=x", "config={bad"}), Catch::Contains("'config' expects a JSON value"));
+  CHECK_THAT(refused({"name=x", "nope=1"}), Catch::Contains("has no parameter 'nope'"));
+  CHECK_THAT(refused({"name=x", "tp"}), Catch::Contains("expected KEY=VALUE"));
+  CHECK_THAT(refused({}), Catch::Contains("needs parameter 'name'"));
+  CHECK_THAT(refused({"name=x"}, json{{"tp", "8"}}), Catch::Contains("'tp' expects an int, but --params gives string"));
+  CHECK_THAT(refused({"name=x"}, json{{"kv_dtype", {"bf16", 3}}}), Catch::Contains("'kv_dtype' expects a list of string"));
+  CHECK_THAT(refused({"name=x"}, json{{"unknown", 1}}), Catch::Contains("has no parameter 'unknown'"));
+  CHECK_THAT(refused({"name=x"}, json::array({1})), Catch::Contains("must hold a JSON object"));
+}
+
+TEST_CASE("-p wins over --params, and --params values keep their JSON types", "[params]")
+{
+  auto params = resolve_params(good_job(), {"tp=4"}, json{{"tp", 2}, {"name", "n"}, {"ratio", 1}});
+  REQUIRE(params);
+  CHECK((*params)["tp"] == 4);
+  CHECK((*params)["name"] == "n");
+  CHECK((*params)["ratio"].is_number_float()); // an int given for a float becomes a float
+}
