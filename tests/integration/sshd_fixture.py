@@ -1,0 +1,729 @@
+"""A real OpenSSH sshd for integration tests (Python 3 standard library only).
+
+    from sshd_fixture import SshServer, require_root_and_tools
+
+    with SshServer(sftp="external") as srv:
+        user = srv.user("zsh")                      # "ferryt-zsh", login shell /usr/bin/zsh
+        subprocess.run(["ssh", "-F", srv.ssh_config, srv.alias("zsh"), "true"], check=True)
+        assert srv.count_accepted(user) == 1
+
+Each SshServer is one `/usr/sbin/sshd -D` on its own port with its own host key, config,
+client key, known_hosts and log, all in a fresh root-owned directory under
+FERRY_TEST_ROOT/run (default /var/lib/ferry-test/run) that stop() removes.
+
+Test users `ferryt-<shell>` (zsh, fish, tcsh, bash, dash) are created once per machine with
+homes under FERRY_TEST_ROOT/home and are reset to a clean state by start() (their processes
+killed, their homes emptied). sshd reads each instance's authorized key from
+<instance dir>/keys/<user>, not from ~/.ssh, so several instances (different listen addresses
+or ports) can run at once; pass reset_users=False to every instance after the first so one
+does not wipe the homes another is using.
+
+Why the things below are the way they are:
+- UsePAM no: a '!'-locked password field makes sshd refuse the account, so users get '*'.
+- StrictModes checks every directory from the key file up to '/': each must be owned by
+  root (or the user) and not group/world-writable, so nothing of ours may live under /tmp.
+- sshd runs under a small reaper process (PR_SET_CHILD_SUBREAPER): processes orphaned by a
+  dropped session are re-parented to it and reaped, instead of going to PID 1, which on
+  some CI machines never reaps them and would leave zombies owned by the test users.
+- Prerequisites missing make tests FAIL (AssertionError), never skip.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SSHD = "/usr/sbin/sshd"
+EXTERNAL_SFTP_SERVER = "/usr/lib/openssh/sftp-server"
+SHELLS = ("zsh", "fish", "tcsh", "bash", "dash")
+USER_PREFIX = "ferryt-"
+ROOT = os.environ.get("FERRY_TEST_ROOT", "/var/lib/ferry-test")
+HOME_BASE = os.path.join(ROOT, "home")
+RUN_BASE = os.path.join(ROOT, "run")
+READY_TIMEOUT_S = 10.0
+SETUP_HINT = "run `./setup.sh --deps` as root from the repository root (Debian 12)"
+
+# Where each login shell picks up a line printed on startup when sshd runs `SHELL -c CMD`
+# (sshd runs the shell as neither login nor interactive).  dash reads no file at all then.
+NOISE_FILES = {
+    "zsh": ".zshenv",                       # every zsh reads it
+    "bash": ".bashrc",                      # Debian's bash sources it when run by sshd (SSH_SOURCE_BASHRC)
+    "fish": ".config/fish/config.fish",     # every fish reads it
+    "tcsh": ".tcshrc",                      # every tcsh reads it (before .cshrc)
+}
+
+_TOOLS = {  # tool -> Debian package providing it
+    "ssh": "openssh-client", "sftp": "openssh-client", "ssh-keygen": "openssh-client",
+    "useradd": "passwd", "usermod": "passwd",
+    "zsh": "zsh", "fish": "fish", "tcsh": "tcsh", "bash": "bash", "dash": "dash",
+}
+_TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# Runs as `python3 -c REAPER SSHD ARGS...`: becomes a child subreaper, starts sshd, forwards
+# TERM/INT/HUP to it and reaps every child (sshd and the orphans of its sessions) until none
+# is left; exits with sshd's status.
+_REAPER = r"""
+import ctypes, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(36, 1, 0, 0, 0)                 # PR_SET_CHILD_SUBREAPER
+libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG: the test died, so stop
+if os.getppid() != int(os.environ.pop("FERRY_FIXTURE_PARENT", os.getppid())):
+    sys.exit(1)
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+def forward(sig, _frame):
+    try: os.kill(pid, sig)
+    except ProcessLookupError: pass
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, forward)
+code = 1
+while True:
+    try: w, status = os.waitpid(-1, 0)
+    except ChildProcessError: break
+    if w == pid: code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+# ----------------------------------------------------------------------------- prerequisites
+
+def _tool(name: str) -> str | None:
+    return shutil.which(name, path=_TOOL_PATH)
+
+
+def missing_prerequisites(euid: int | None = None, which=None, exists=None) -> list[str]:
+    """What keeps the fixture from running, one readable item each (empty: all there)."""
+    euid = os.geteuid() if euid is None else euid
+    which = which or _tool
+    exists = exists or os.path.exists
+    missing = []
+    if euid != 0:
+        missing.append(f"root (running as uid {euid}; the fixture creates users and starts sshd)")
+    if not exists(SSHD):
+        missing.append(f"{SSHD} (package openssh-server)")
+    if not exists(EXTERNAL_SFTP_SERVER):
+        missing.append(f"{EXTERNAL_SFTP_SERVER} (package openssh-sftp-server)")
+    for tool, package in _TOOLS.items():
+        if not which(tool):
+            missing.append(f"{tool} (package {package})")
+    return missing
+
+
+def require_root_and_tools(euid: int | None = None, which=None, exists=None) -> None:
+    """Fail loudly (AssertionError, never a skip) when a prerequisite is missing."""
+    missing = missing_prerequisites(euid, which, exists)
+    if missing:
+        raise AssertionError(
+            "sshd test fixture cannot run; missing: " + "; ".join(missing) + f". To fix: {SETUP_HINT}, then run the tests as root."
+        )
+
+
+# ----------------------------------------------------------------------------- /proc helpers
+
+def _proc_table() -> dict[int, dict]:
+    """pid -> {ppid, state, uids, cmdline} for every process we can read."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                status = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        try:
+            table[pid] = {
+                "ppid": int(fields["PPid"]),
+                "state": fields["State"].strip().split()[0],
+                "uids": {int(u) for u in fields["Uid"].split()},
+                "name": fields["Name"].strip(),
+                "cmdline": cmdline.replace(b"\0", b" ").decode(errors="replace").strip(),
+            }
+        except (KeyError, ValueError):
+            continue
+    return table
+
+
+def _descendants(root_pid: int, table: dict[int, dict]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, info in table.items():
+        children.setdefault(info["ppid"], []).append(pid)
+    out, stack = [], [root_pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            out.append(child)
+            stack.append(child)
+    return out
+
+
+def _kill(pids, sig=signal.SIGKILL) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _wait_until(predicate, timeout_s: float, interval_s: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval_s)
+
+
+def _run(argv, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sshd fixture: `{' '.join(argv)}` failed ({proc.returncode}): "
+                           f"{(proc.stderr or proc.stdout).strip()}")
+    return proc
+
+
+def _check_secure_dir(path: str) -> None:
+    """StrictModes would refuse a key file below a directory that is not like this."""
+    p = os.path.abspath(path)
+    while True:
+        st = os.stat(p)
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            raise RuntimeError(
+                f"sshd fixture: {p} (on the path to {path}) must be owned by root and not "
+                f"group/world-writable (mode {st.st_mode & 0o7777:o}, uid {st.st_uid}); sshd's "
+                "StrictModes would refuse the keys. Point FERRY_TEST_ROOT elsewhere (not under /tmp).")
+        if p == "/":
+            return
+        p = os.path.dirname(p)
+
+
+def _ensure_root_dir(path: str) -> None:
+    os.makedirs(path, mode=0o755, exist_ok=True)
+    st = os.stat(path)
+    if st.st_uid != 0 or st.st_gid != 0:
+        os.chown(path, 0, 0)
+    if st.st_mode & 0o7777 != 0o755:
+        os.chmod(path, 0o755)
+
+
+@contextlib.contextmanager
+def _machine_lock():
+    """Serialises user creation/reset between fixture instances in different processes."""
+    _ensure_root_dir(ROOT)
+    with open(os.path.join(ROOT, ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _read_shadow_field(user: str) -> str | None:
+    with open("/etc/shadow") as f:
+        for line in f:
+            parts = line.rstrip("\n").split(":")
+            if parts[0] == user:
+                return parts[1]
+    return None
+
+
+def _free_port(listen: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((listen, 0))
+        return s.getsockname()[1]
+
+
+def _answers_ssh(listen: str, port: int) -> bool:
+    try:
+        with socket.create_connection((listen, port), timeout=1.0) as s:
+            s.settimeout(1.0)
+            data = b""
+            while b"\n" not in data and len(data) < 256:
+                chunk = s.recv(256)
+                if not chunk:
+                    break
+                data += chunk
+            return data.startswith(b"SSH-2.0-")
+    except OSError:
+        return False
+
+
+def _fingerprint(pub_path: str) -> str:
+    # "256 SHA256:abc... comment (ED25519)"
+    out = _run(["ssh-keygen", "-l", "-E", "sha256", "-f", pub_path]).stdout.split()
+    return out[1]
+
+
+# ----------------------------------------------------------------------------- the server
+
+class SshServer:
+    """One real sshd on `listen`:port, serving the ferryt-<shell> test users."""
+
+    host: str
+    port: int
+    shells = list(SHELLS)
+
+    def __init__(self, sftp: str = "internal", extra_config: str = "", listen: str = "127.0.0.1",
+                 reset_users: bool = True, port: int | None = None):
+        """sftp: "internal" (internal-sftp), "external" (/usr/lib/openssh/sftp-server) or an
+        absolute path of an sftp server.  extra_config: sshd_config text; its keywords win over
+        the fixture's (sshd keeps the first value it reads), its Match blocks go at the end.
+        port: a fixed port instead of a free one."""
+        if sftp == "internal":
+            self.sftp_subsystem = "internal-sftp"
+        elif sftp == "external":
+            self.sftp_subsystem = EXTERNAL_SFTP_SERVER
+        elif sftp.startswith("/"):
+            self.sftp_subsystem = sftp
+        else:
+            raise ValueError(f'sftp must be "internal", "external" or an absolute path, not {sftp!r}')
+        self.sftp = sftp
+        self.extra_config = extra_config
+        self.host = listen
+        self.listen = listen
+        self.reset_users = reset_users
+        self.port = port or 0
+        self.dir = ""
+        self.host_key = self.host_key_pub = ""
+        self.client_key = self.client_key_pub = ""
+        self.known_hosts = self.global_known_hosts = self.ssh_config = self.sshd_config = ""
+        self.log_path = self.stderr_path = self.pid_path = ""
+        self.host_key_sha256 = ""
+        self.previous_host_key_sha256 = ""
+        self.reset_killed: dict[str, list[int]] = {}
+        self._reaper: subprocess.Popen | None = None
+        self._stderr_file = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> "SshServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> "SshServer":
+        require_root_and_tools()
+        if self._reaper is not None:
+            raise RuntimeError("sshd fixture: start() called twice")
+        try:
+            with _machine_lock():
+                _ensure_root_dir(HOME_BASE)
+                _ensure_root_dir(RUN_BASE)
+                _check_secure_dir(RUN_BASE)
+                _clean_stale_instances()
+                for shell in SHELLS:
+                    _ensure_user(shell)
+                    if self.reset_users:
+                        self.reset_killed[self.user(shell)] = _reset_user(self.user(shell))
+            self.dir = tempfile.mkdtemp(prefix="sshd-", dir=RUN_BASE)
+            os.chmod(self.dir, 0o755)  # users must traverse it to reach keys/<user>
+            self._write_keys()
+            port_given = bool(self.port)
+            for attempt in range(5):
+                if not port_given:
+                    self.port = _free_port(self.listen)
+                self._write_client_files()
+                try:
+                    self._launch()
+                    break
+                except _PortTaken:
+                    if port_given or attempt == 4:
+                        raise
+            atexit.register(self.stop)
+            return self
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop sshd and every process under it (sessions included); remove the instance dir.
+        Set FERRY_TEST_KEEP=1 to keep the dir for a look afterwards."""
+        self._stop_sshd()
+        if self.dir and os.path.isdir(self.dir) and not os.environ.get("FERRY_TEST_KEEP"):
+            shutil.rmtree(self.dir, ignore_errors=True)
+        if self.dir and not os.environ.get("FERRY_TEST_KEEP"):
+            self.dir = ""
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+
+    def rotate_host_key(self) -> str:
+        """Give the server a new host key and restart it on the same port; known_hosts keeps
+        the old key, so clients using it now see a CHANGED key. Returns the new fingerprint."""
+        if self._reaper is None:
+            raise RuntimeError("sshd fixture: rotate_host_key() needs a started server")
+        self._stop_sshd()
+        self.previous_host_key_sha256 = self.host_key_sha256
+        for path in (self.host_key, self.host_key_pub):
+            os.unlink(path)
+        self._keygen(self.host_key, "ferry-test-host")
+        self.host_key_sha256 = _fingerprint(self.host_key_pub)
+        self._launch()
+        return self.host_key_sha256
+
+    def refresh_known_hosts(self) -> None:
+        """Rewrite known_hosts with the server's current host key."""
+        with open(self.known_hosts, "w") as f:
+            f.write(self.known_hosts_line() + "\n")
+
+    # --- names and paths -------------------------------------------------------------------
+
+    @staticmethod
+    def user(shell: str) -> str:
+        if shell not in SHELLS:
+            raise ValueError(f"no test user for shell {shell!r}; shells: {', '.join(SHELLS)}")
+        return USER_PREFIX + shell
+
+    @staticmethod
+    def users() -> list[str]:
+        return [USER_PREFIX + s for s in SHELLS]
+
+    @staticmethod
+    def alias(shell: str) -> str:
+        return SshServer.user(shell)
+
+    @staticmethod
+    def home(user: str) -> str:
+        return os.path.join(HOME_BASE, _as_user(user))
+
+    @staticmethod
+    def shell_path(shell: str) -> str:
+        return _tool(shell) or ""
+
+    def known_hosts_line(self) -> str:
+        with open(self.host_key_pub) as f:
+            keytype, blob = f.read().split()[:2]
+        return f"[{self.listen}]:{self.port} {keytype} {blob}"
+
+    def ssh_command(self, shell: str, *remote: str) -> list[str]:
+        """argv for the system ssh client to run `remote` as that shell's user."""
+        return ["ssh", "-F", self.ssh_config, self.alias(shell), *remote]
+
+    # --- the log ------------------------------------------------------------------------------
+
+    def log_text(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def count_accepted(self, user: str | None = None) -> int:
+        """How many `Accepted publickey for USER` lines the log has (any user when None)."""
+        users = re.findall(r"Accepted publickey for (\S+) from", self.log_text())
+        return len(users) if user is None else users.count(_as_user(user))
+
+    # --- processes and leftovers ----------------------------------------------------------
+
+    @staticmethod
+    def processes_of(user: str) -> list[int]:
+        """pids of every process whose real, effective, saved or fs uid is that user's."""
+        uid = pwd.getpwnam(_as_user(user)).pw_uid
+        return sorted(pid for pid, info in _proc_table().items() if uid in info["uids"])
+
+    @staticmethod
+    def describe_processes(user: str) -> str:
+        """One line per process of that user (pid, state, ppid, command): for failure messages."""
+        uid = pwd.getpwnam(_as_user(user)).pw_uid
+        rows = [f"{pid} {i['state']} ppid={i['ppid']} {i['cmdline'] or '[' + i['name'] + ']'}"
+                for pid, i in sorted(_proc_table().items()) if uid in i["uids"]]
+        return "\n".join(rows) or "(none)"
+
+    @classmethod
+    def wait_no_processes(cls, user: str, timeout_s: float = 5.0) -> list[int]:
+        """Wait until that user has no process (sshd needs a moment after a disconnect);
+        returns what is still there at the deadline (empty list: all gone)."""
+        _wait_until(lambda: not cls.processes_of(user), timeout_s)
+        return cls.processes_of(user)
+
+    @staticmethod
+    def kill_user_processes(user: str) -> list[int]:
+        pids = SshServer.processes_of(user)
+        _kill(pids)
+        return pids
+
+    @staticmethod
+    def run_dirs(user: str) -> list[str]:
+        """Full paths of the entries left under ~user/.cache/ferry/runs, sorted."""
+        base = os.path.join(SshServer.home(user), ".cache", "ferry", "runs")
+        try:
+            return sorted(os.path.join(base, e) for e in os.listdir(base))
+        except FileNotFoundError:
+            return []
+
+    def kill_connections(self, user: str) -> list[int]:
+        """SIGKILL the per-connection sshd processes serving that user ("sshd: USER [priv]",
+        "sshd: USER@notty"); the commands they started are left alone. Returns the pids."""
+        name = _as_user(user)
+        if self._reaper is None:
+            return []
+        table = _proc_table()
+        pattern = re.compile(rf"^sshd: {re.escape(name)}(?:[ @]|$)")
+        pids = [p for p in _descendants(self._reaper.pid, table) if pattern.match(table[p]["cmdline"])]
+        _kill(pids)
+        return pids
+
+    @staticmethod
+    def set_startup_noise(user: str, on: bool) -> str:
+        """Make that user's login shell print a line whenever sshd starts it (`SHELL -c CMD`).
+        Returns the line printed. Works for zsh, bash, fish and tcsh; dash reads no startup
+        file when run as `dash -c CMD`, so for dash this raises ValueError."""
+        name = _as_user(user)
+        shell = name[len(USER_PREFIX):]
+        if shell not in NOISE_FILES:
+            raise ValueError(f"{name}: {shell} reads no startup file when sshd runs `{shell} -c CMD`, "
+                             "so its login shell cannot be made to print on startup")
+        rel = NOISE_FILES[shell]
+        line = f"hello from {os.path.basename(rel)}"
+        path = os.path.join(SshServer.home(name), rel)
+        if on:
+            pw = pwd.getpwnam(name)
+            parent = os.path.dirname(path)
+            _makedirs_owned(parent, pw, stop_at=SshServer.home(name))
+            with open(path, "w") as f:
+                f.write(f"echo '{line}'\n")
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+            os.chmod(path, 0o644)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        return line
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _keygen(self, path: str, comment: str) -> None:
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path])
+
+    def _write_keys(self) -> None:
+        self.host_key = os.path.join(self.dir, "host_ed25519_key")
+        self.host_key_pub = self.host_key + ".pub"
+        self.client_key = os.path.join(self.dir, "client_ed25519")
+        self.client_key_pub = self.client_key + ".pub"
+        self._keygen(self.host_key, "ferry-test-host")
+        self._keygen(self.client_key, "ferry-test-client")
+        self.host_key_sha256 = _fingerprint(self.host_key_pub)
+        with open(self.client_key_pub) as f:
+            pub = f.read()
+        keys_dir = os.path.join(self.dir, "keys")
+        os.mkdir(keys_dir, 0o755)
+        os.chmod(keys_dir, 0o755)
+        for name in self.users():
+            pw = pwd.getpwnam(name)
+            path = os.path.join(keys_dir, name)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(pub)
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+            os.chmod(path, 0o600)
+        self.log_path = os.path.join(self.dir, "sshd.log")
+        self.stderr_path = os.path.join(self.dir, "sshd.stderr")
+        self.pid_path = os.path.join(self.dir, "sshd.pid")
+        self.sshd_config = os.path.join(self.dir, "sshd_config")
+        self.known_hosts = os.path.join(self.dir, "known_hosts")
+        self.global_known_hosts = os.path.join(self.dir, "global_known_hosts")
+        self.ssh_config = os.path.join(self.dir, "ssh_config")
+
+    def _write_client_files(self) -> None:
+        self.refresh_known_hosts()
+        # An empty global known_hosts: not /dev/null, which libssh warns about (not a file).
+        open(self.global_known_hosts, "w").close()
+        blocks = []
+        for shell in SHELLS:
+            blocks.append(
+                f"Host {self.alias(shell)}\n"
+                f"    HostName {self.listen}\n"
+                f"    Port {self.port}\n"
+                f"    User {self.user(shell)}\n"
+                f"    IdentityFile {self.client_key}\n"
+                f"    IdentitiesOnly yes\n"
+                f"    UserKnownHostsFile {self.known_hosts}\n"
+                f"    GlobalKnownHostsFile {self.global_known_hosts}\n"
+                f"    StrictHostKeyChecking yes\n"
+                f"    BatchMode yes\n"
+                f"    ConnectTimeout 10\n")
+        with open(self.ssh_config, "w") as f:
+            f.write("\n".join(blocks))
+        os.chmod(self.ssh_config, 0o644)
+
+        before, match = _split_match(self.extra_config)
+        config = (
+            "# written by tests/integration/sshd_fixture.py\n"
+            + (before + "\n" if before else "")
+            + f"ListenAddress {self.listen}:{self.port}\n"
+            f"HostKey {self.host_key}\n"
+            f"PidFile {self.pid_path}\n"
+            "LogLevel VERBOSE\n"
+            "UsePAM no\n"
+            "StrictModes yes\n"
+            "PermitRootLogin no\n"
+            "PubkeyAuthentication yes\n"
+            "PasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\n"
+            "HostbasedAuthentication no\n"
+            f"AuthorizedKeysFile {self.dir}/keys/%u\n"
+            f"AllowUsers {' '.join(self.users())}\n"
+            "UseDNS no\n"
+            "PrintMotd no\n"
+            "PrintLastLog no\n"
+            "X11Forwarding no\n"
+            "PermitUserRC no\n"
+            "MaxStartups 100\n"
+            "MaxSessions 64\n"
+            "MaxAuthTries 10\n"
+            "LoginGraceTime 30\n"
+            + ("" if re.search(r"(?im)^\s*subsystem\s+sftp\b", self.extra_config)
+               else f"Subsystem sftp {self.sftp_subsystem}\n")
+            + (match + "\n" if match else "")
+        )
+        with open(self.sshd_config, "w") as f:
+            f.write(config)
+        os.chmod(self.sshd_config, 0o644)
+
+    def _launch(self) -> None:
+        _ensure_root_dir("/run/sshd")  # sshd's privilege-separation directory
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.pid_path)
+        test = subprocess.run([SSHD, "-t", "-f", self.sshd_config], capture_output=True, text=True)
+        if test.returncode != 0:
+            raise RuntimeError(f"sshd fixture: sshd -t rejects {self.sshd_config}: "
+                               f"{(test.stderr + test.stdout).strip()}")
+        log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+        self._stderr_file = open(self.stderr_path, "ab")
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-c", _REAPER, SSHD, "-D", "-E", self.log_path, "-f", self.sshd_config],
+            stdin=subprocess.DEVNULL, stdout=self._stderr_file, stderr=subprocess.STDOUT,
+            start_new_session=True, env={**os.environ, "FERRY_FIXTURE_PARENT": str(os.getpid())})
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            if self._reaper.poll() is not None:
+                text = self._log_since(log_offset)
+                self._reaper = None
+                if "Address already in use" in text:
+                    raise _PortTaken(text)
+                raise RuntimeError(f"sshd fixture: sshd exited at start on {self.listen}:{self.port}; "
+                                   f"log:\n{text}")
+            if _answers_ssh(self.listen, self.port):
+                return
+            if time.monotonic() >= deadline:
+                text = self._log_since(log_offset)
+                self._stop_sshd()
+                raise RuntimeError(f"sshd fixture: sshd did not answer an SSH banner on "
+                                   f"{self.listen}:{self.port} within {READY_TIMEOUT_S:.0f} s; log:\n{text}")
+            time.sleep(0.02)
+
+    def _log_since(self, offset: int) -> str:
+        text = self.log_text()[offset:]
+        with contextlib.suppress(OSError):
+            with open(self.stderr_path, errors="replace") as f:
+                text += f.read()
+        return "\n".join(text.strip().splitlines()[-40:])
+
+    def _stop_sshd(self) -> None:
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None:
+            # sshd's connection children call setsid(), so signal the whole tree ourselves
+            # (collected first: once the listener is gone they move to the reaper anyway).
+            table = _proc_table()
+            tree = _descendants(reaper.pid, table)
+            _kill(tree, signal.SIGTERM)
+            if not _wait_until(lambda: reaper.poll() is not None, 3.0):
+                _kill(_descendants(reaper.pid, _proc_table()))
+                _kill([reaper.pid])
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    reaper.wait(5)
+        if self._stderr_file is not None:
+            self._stderr_file.close()
+            self._stderr_file = None
+
+
+class _PortTaken(RuntimeError):
+    pass
+
+
+# ----------------------------------------------------------------------------- users
+
+def _as_user(user_or_shell: str) -> str:
+    return USER_PREFIX + user_or_shell if user_or_shell in SHELLS else user_or_shell
+
+
+def _ensure_user(shell: str) -> None:
+    name = USER_PREFIX + shell
+    shell_path = _tool(shell)
+    home = os.path.join(HOME_BASE, name)
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        _run(["useradd", "--create-home", "--home-dir", home, "--shell", shell_path,
+              "--user-group", "--password", "*", "--comment", "ferry test user", name])
+        pw = pwd.getpwnam(name)
+    if pw.pw_shell != shell_path or pw.pw_dir != home:
+        _run(["usermod", "--shell", shell_path, "--home", home, name])
+    if _read_shadow_field(name) != "*":  # '!' (locked) is refused by sshd without PAM
+        _run(["usermod", "--password", "*", name])
+    pw = pwd.getpwnam(name)
+    os.makedirs(home, exist_ok=True)
+    os.chown(home, pw.pw_uid, pw.pw_gid)
+    os.chmod(home, 0o755)
+
+
+def _reset_user(name: str) -> list[int]:
+    """Kill the user's processes and empty the home. Returns the pids that had to be killed."""
+    killed = SshServer.kill_user_processes(name)
+    if killed and not _wait_until(lambda: not SshServer.processes_of(name), 5.0):
+        raise RuntimeError(f"sshd fixture: processes of {name} survive SIGKILL:\n"
+                           + SshServer.describe_processes(name))
+    home = os.path.join(HOME_BASE, name)
+    for entry in os.listdir(home):
+        path = os.path.join(home, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    return killed
+
+
+def _makedirs_owned(path: str, pw, stop_at: str) -> None:
+    if os.path.isdir(path) or os.path.abspath(path) == os.path.abspath(stop_at):
+        return
+    _makedirs_owned(os.path.dirname(path), pw, stop_at)
+    os.mkdir(path, 0o755)
+    os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+def _split_match(extra: str) -> tuple[str, str]:
+    lines = extra.strip("\n").splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"\s*match\s", line, re.IGNORECASE):
+            return "\n".join(lines[:i]), "\n".join(lines[i:])
+    return "\n".join(lines), ""
+
+
+def _clean_stale_instances() -> None:
+    """Remove instance dirs left by crashed runs (no live sshd, older than ten minutes)."""
+    now = time.time()
+    for entry in os.listdir(RUN_BASE):
+        path = os.path.join(RUN_BASE, entry)
+        try:
+            if now - os.stat(path).st_mtime < 600:
+                continue
+            with open(os.path.join(path, "sshd.pid")) as f:
+                pid = int(f.read().strip())
+            os.kill(pid, 0)
+            continue  # still running
+        except (OSError, ValueError):
+            pass
+        shutil.rmtree(path, ignore_errors=True)
