@@ -3,7 +3,7 @@
 set(body "// Generated from jobs/ by src/job/embed_jobs.cmake. Do not edit.\n#include \"job/builtin_jobs.hpp\"\n\nnamespace ferry {\nnamespace {\n")
 set(table "")
 set(i 0)
-file(GLOB JOB_FILES ${JOBS_DIR}/*)
+file(GLOB JOB_FILES LIST_DIRECTORIES false ${JOBS_DIR}/*.*)
 list(SORT JOB_FILES)
 foreach(path IN LISTS JOB_FILES)
   get_filename_component(name "${path}" NAME)

@@ -165,9 +165,10 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params, cons
     }
   };
   const std::string params_text = params.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-  for (const auto& [name, bytes] : {std::pair<std::string, std::string_view>{launcher.job_file, job.bytes},
-                                    {"params.json", params_text},
-                                    {"launch.sh", make_launcher(launcher)}}) {
+  const std::string launcher_text = make_launcher(launcher);
+  const std::pair<std::string, std::string_view> staged[] = {
+    {launcher.job_file, job.bytes}, {"params.json", params_text}, {"launch.sh", launcher_text}};
+  for (const auto& [name, bytes] : staged) {
     if (auto put = session.put_file(run_dir + "/" + name, bytes); !put) {
       cleanup();
       return finish(RunStatus::error, put.error().message);

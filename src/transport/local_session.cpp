@@ -109,7 +109,7 @@ Expected<ExecOutcome> LocalSession::exec(const ExecRequest& request)
   bp::child child(bp::exe = request.argv.front(),
                   bp::args = std::vector<std::string>(request.argv.begin() + 1, request.argv.end()),
                   bp::std_in < bp::null, bp::std_out > out_pipe, bp::std_err > err_pipe,
-                  bp::limit_handles, spawn_error);
+                  spawn_error);
   if (spawn_error) {
     return fail(ErrorKind::failed, "cannot start {}: {}", request.argv.front(),
                 spawn_error.message());

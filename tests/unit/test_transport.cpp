@@ -1,0 +1,98 @@
+#include <catch2/catch.hpp>
+
+#include "ferry/launcher.hpp"
+#include "ferry/shell_neutral.hpp"
+#include "ferry/transport.hpp"
+
+using namespace ferry;
+
+TEST_CASE("only [A-Za-z0-9/._-] tokens separated by single spaces are shell-neutral", "[exec]")
+{
+  CHECK(is_shell_neutral_command("/bin/sh /home/u/.cache/ferry/runs/ferry-20261129T141215Z-3f9a/launch.sh"));
+  CHECK(is_shell_neutral_command("true"));
+  for (const char* bad : {"", " ", "/bin/sh  x", "/bin/sh x ", " /bin/sh", "a;b", "a|b", "a&b", "$HOME",
+                          "a'b", "a\"b", "a\\b", "a*b", "a?b", "[a]", "{a,b}", "~root", "a!b", "(a)",
+                          "a#b", "a\tb", "a\nb", "a=b", "a:b", "a%b", "a^b", "a,b", "a@b", "a+b",
+                          "日本", "a\rb"}) {
+    INFO(bad);
+    CHECK_FALSE(is_shell_neutral_command(bad));
+  }
+  CHECK(shell_neutral_command({"/bin/sh", "/x/launch.sh"}).value() == "/bin/sh /x/launch.sh");
+  auto refused = shell_neutral_command({"/bin/sh", "/home/my user/launch.sh"});
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.error().message, Catch::Contains("remote_base"));
+}
+
+TEST_CASE("sh_quote survives every byte but NUL", "[launcher]")
+{
+  CHECK(sh_quote("abc") == "'abc'");
+  CHECK(sh_quote("it's") == "'it'\\''s'");
+  CHECK(sh_quote("") == "''");
+}
+
+TEST_CASE("the launcher sets the contract's variables and never executes the job file", "[launcher]")
+{
+  LauncherSpec spec;
+  spec.run_dir = "/home/u/.cache/ferry/runs/ferry-1-ab";
+  spec.job_file = "kv_calc.py";
+  spec.job_name = "kv'calc";
+  spec.interpreter = "python3";
+  spec.timeout_s = 42;
+  spec.grace_s = 3;
+  spec.sentinel = "ferry-start-123";
+  const std::string text = make_launcher(spec);
+  CHECK_THAT(text, Catch::Contains("FERRY_RUN_DIR='/home/u/.cache/ferry/runs/ferry-1-ab'"));
+  CHECK_THAT(text, Catch::Contains("FERRY_PARAMS='/home/u/.cache/ferry/runs/ferry-1-ab'/params.json"));
+  CHECK_THAT(text, Catch::Contains("FERRY_RESULT='/home/u/.cache/ferry/runs/ferry-1-ab'/result.json"));
+  CHECK_THAT(text, Catch::Contains("FERRY_JOB='kv'\\''calc'"));
+  CHECK_THAT(text, Catch::Contains("export FERRY_RUN_DIR FERRY_PARAMS FERRY_RESULT FERRY_JOB"));
+  CHECK_THAT(text, Catch::Contains("setsid \"$interpreter\" \"$FERRY_RUN_DIR\"/'kv_calc.py' </dev/null &"));
+  CHECK_THAT(text, Catch::Contains("sleep 42 &"));
+  CHECK_THAT(text, Catch::Contains("[ \"$ticks\" -lt 30 ]"));
+  CHECK_THAT(text, Catch::Contains("interpreter='python3'"));
+  CHECK_THAT(text, Catch::Contains("printf '%s\\n' 'ferry-start-123'\n"));
+  CHECK_THAT(text, Catch::Contains("cd \"$FERRY_RUN_DIR\""));
+  // The job file is an argument of the interpreter, never a command of its own.
+  CHECK(text.find("\"$FERRY_RUN_DIR\"/'kv_calc.py' </dev/null &") != std::string::npos);
+  CHECK(text.find("\n\"$FERRY_RUN_DIR\"/'kv_calc.py'") == std::string::npos);
+}
+
+TEST_CASE("output before the sentinel is set aside; after it, kept up to the cap", "[capture]")
+{
+  OutputCapture capture("ferry-start-1", 10);
+  capture.feed("hello from zshenv\nferry-st");
+  capture.feed("art-1\n0123456");
+  capture.feed("789abc");
+  const CapturedStream out = std::move(capture).finish();
+  CHECK(out.saw_sentinel);
+  CHECK(out.before_sentinel == "hello from zshenv\n");
+  CHECK(out.bytes == "0123456789");
+  CHECK(out.truncated);
+  CHECK(out.dropped == 3);
+}
+
+TEST_CASE("a stream without the sentinel comes back as it came", "[capture]")
+{
+  OutputCapture capture("ferry-start-1", 100);
+  capture.feed("sh: 1: bad: not found\n");
+  const CapturedStream out = std::move(capture).finish();
+  CHECK_FALSE(out.saw_sentinel);
+  CHECK(out.bytes == "sh: 1: bad: not found\n");
+}
+
+TEST_CASE("memory stays bounded however much arrives", "[capture]")
+{
+  OutputCapture capture("ferry-start-1", 1000);
+  const std::string chunk(1 << 16, 'x');
+  for (int i = 0; i < 64; ++i) {
+    capture.feed(chunk); // 4 MiB of noise before any sentinel
+  }
+  capture.feed("ferry-start-1\n");
+  for (int i = 0; i < 64; ++i) {
+    capture.feed(chunk);
+  }
+  const CapturedStream out = std::move(capture).finish();
+  CHECK(out.bytes.size() == 1000);
+  CHECK(out.before_sentinel.size() <= 64 * 1024);
+  CHECK(out.dropped == 64u * (1u << 16) - 1000);
+}
