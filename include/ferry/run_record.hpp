@@ -1,6 +1,7 @@
 #pragma once
 // One run of one job on one target: what `run --json`, `show --json` and the archive carry
 // (SPEC "Run record").
+#include <cstdio>
 #include <optional>
 #include <string>
 
@@ -56,10 +57,18 @@ struct RunRecord {
 [[nodiscard]] std::string new_run_id();
 
 // Invalid UTF-8 in stdout/stderr is replaced (U+FFFD) in JSON; the archive keeps raw bytes.
-[[nodiscard]] nlohmann::json to_json(const RunRecord& record);
+[[nodiscard]] nlohmann::json to_json(const RunRecord& record, bool with_streams = true);
 [[nodiscard]] Expected<RunRecord> run_record_from_json(const nlohmann::json& json);
 
 // One JSON Lines line (no trailing newline), invalid UTF-8 replaced.
 [[nodiscard]] std::string to_json_line(const nlohmann::json& json);
+
+// Writes the record as one JSON line to `out`, streaming stdout and stderr straight from the
+// record (no copy of them is built), with `extra` members added. Invalid UTF-8 becomes U+FFFD.
+void write_json_line(std::FILE* out, const RunRecord& record,
+                     const nlohmann::json& extra = nlohmann::json::object());
+
+// `text` as a JSON string literal written to `out` in chunks.
+void write_json_string(std::FILE* out, std::string_view text);
 
 } // namespace ferry

@@ -80,9 +80,7 @@ int replay(Context& ctx, const ReplayCommand& cmd)
     failed |= record.status != RunStatus::ok;
     differs |= !changes.empty();
     if (cmd.json) {
-      nlohmann::json line = to_json(record);
-      line["compare"] = compare_json(changes);
-      fmt::print("{}\n", to_json_line(line));
+      write_json_line(stdout, record, {{"compare", compare_json(changes)}});
       return;
     }
     std::fwrite(record.stdout_text.data(), 1, record.stdout_text.size(), stdout);

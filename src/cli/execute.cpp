@@ -127,7 +127,7 @@ int execute_runs(Context& ctx, std::vector<std::unique_ptr<HostSession>>& sessio
     const std::string summary =
       fmt::format("{} @ {}: {} in {:.2f} s", record.job, where, to_string(record.status), record.duration_s);
     if (report.json) {
-      write_all(stdout, to_json_line(to_json(record)) + "\n");
+      write_json_line(stdout, record);
     } else if (!report.quiet_stdout) {
       if (many) {
         write_all(stdout, fmt::format("== {} @ {} ==\n", record.job, where));

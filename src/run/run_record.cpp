@@ -36,7 +36,7 @@ std::string new_run_id()
   return utc_compact(std::chrono::system_clock::now()) + "-" + random_hex(4);
 }
 
-json to_json(const RunRecord& r)
+json to_json(const RunRecord& r, bool with_streams)
 {
   json j;
   j["run_id"] = r.run_id;
@@ -48,8 +48,10 @@ json to_json(const RunRecord& r)
   j["exit_code"] = r.exit_code ? json(*r.exit_code) : json(nullptr);
   j["error"] = r.error ? json(*r.error) : json(nullptr);
   j["result"] = r.result;
-  j["stdout"] = r.stdout_text;
-  j["stderr"] = r.stderr_text;
+  if (with_streams) {
+    j["stdout"] = r.stdout_text;
+    j["stderr"] = r.stderr_text;
+  }
   j["stdout_truncated"] = r.stdout_truncated;
   j["stderr_truncated"] = r.stderr_truncated;
   j["started_at"] = r.started_at;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <sstream>
 #include <random>
 #include <thread>
 
@@ -39,17 +40,38 @@ std::string expand_home(const std::string& path)
   return path;
 }
 
-// The first line of `file` holding `needle`, 0 when none.
-int line_holding(const std::string& file, const std::string& needle)
+// The key known_hosts records for host:port (plain host patterns; hashed lines are left to
+// libssh), with its line number, so a "changed" message can show both fingerprints.
+struct RecordedKey {
+  std::string fingerprint;
+  int line = 0;
+};
+std::optional<RecordedKey> recorded_key(const std::string& file, const std::string& host, unsigned port)
 {
+  const std::string wanted = port == 22 ? host : fmt::format("[{}]:{}", host, port);
   std::ifstream in(file);
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
-    if (!needle.empty() && line.find(needle) != std::string::npos) {
-      return number;
+    std::istringstream fields(line);
+    std::string hosts, type, base64;
+    if (!(fields >> hosts >> type >> base64) || hosts.empty() || hosts[0] == '#' || hosts[0] == '@') {
+      continue;
+    }
+    bool match = false;
+    std::istringstream patterns(hosts);
+    for (std::string pattern; std::getline(patterns, pattern, ',');) {
+      match |= pattern == wanted;
+    }
+    if (!match) {
+      continue;
+    }
+    ssh_key raw = nullptr;
+    if (ssh_pki_import_pubkey_base64(base64.c_str(), ssh_key_type_from_name(type.c_str()), &raw) == SSH_OK) {
+      ssh::Key key(raw);
+      return RecordedKey{fingerprint(key.get()), number};
     }
   }
-  return 0;
+  return std::nullopt;
 }
 
 bool is_transient_connect_error(std::string_view message)
@@ -215,11 +237,9 @@ Expected<void> SshSession::check_host_key()
   case SSH_KNOWN_HOSTS_OK: return {};
   case SSH_KNOWN_HOSTS_CHANGED:
   case SSH_KNOWN_HOSTS_OTHER: {
-    ssh_knownhosts_entry* raw_entry = nullptr;
-    ssh_session_get_known_hosts_entry(s, &raw_entry);
-    ssh::KnownHostsEntry entry(raw_entry);
-    const std::string known = entry ? fingerprint(entry->publickey) : "another key";
-    const int line = entry && entry->unparsed ? line_holding(m_known_hosts, entry->unparsed) : 0;
+    const auto recorded = recorded_key(m_known_hosts, m_host, m_port);
+    const std::string known = recorded ? recorded->fingerprint : "another key";
+    const int line = recorded ? recorded->line : 0;
     return fail(ErrorKind::unreachable,
                 "{}: host key changed: the server offers {} but {}{} records {}; refusing to "
                 "connect (this could be an attack). If the host was really re-keyed, remove the "
@@ -475,7 +495,9 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
         const int n = ssh_channel_read_nonblocking(channel.get(), buffer.data(),
                                                    static_cast<uint32_t>(buffer.size()), is_stderr);
         if (n == SSH_ERROR) {
-          outcome.lost = ssh_get_error(s);
+          if (!ssh_channel_is_eof(channel.get()) && !ssh_channel_is_closed(channel.get())) {
+            outcome.lost = fmt::format("reading the job's output failed: {}", ssh_get_error(s));
+          }
           break;
         }
         if (n <= 0) {
@@ -506,8 +528,8 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       outcome.lost = "the job did not stop after TERM and KILL";
       break;
     }
-    if (!got_data && ssh_event_dopoll(event.get(), 100) == SSH_ERROR) {
-      outcome.lost = ssh_get_error(s);
+    if (!got_data && ssh_event_dopoll(event.get(), 100) == SSH_ERROR && !ssh_is_connected(s)) {
+      outcome.lost = fmt::format("the connection dropped: {}", ssh_get_error(s));
       break;
     }
   }

@@ -1,0 +1,136 @@
+"""Runs the ferry binary under test and reads its JSON Lines (Python 3 stdlib only).
+
+The binary comes from $FERRY_BIN (ctest sets it); a missing binary fails loudly."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import tempfile
+import textwrap
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def ferry_bin() -> str:
+    path = os.path.abspath(os.environ.get("FERRY_BIN") or os.path.join(REPO, "build", "ferry"))
+    if not os.access(path, os.X_OK):
+        raise AssertionError(f"ferry binary not found at {path}: build it (cmake --build build) "
+                             "or set FERRY_BIN")
+    return path
+
+
+class Result:
+    def __init__(self, proc: subprocess.CompletedProcess, max_rss_kib: int = 0):
+        self.code = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        self.max_rss_kib = max_rss_kib
+
+    @property
+    def records(self) -> list[dict]:
+        return [json.loads(line) for line in self.stdout.decode("utf-8").splitlines() if line.strip()]
+
+    @property
+    def record(self) -> dict:
+        records = self.records
+        assert len(records) == 1, f"expected one run record, got {len(records)}: {self.stdout[:2000]!r}"
+        return records[0]
+
+    def __repr__(self) -> str:
+        return (f"ferry exit {self.code}\n--- stdout ---\n{self.stdout[-3000:].decode(errors='replace')}"
+                f"\n--- stderr ---\n{self.stderr[-3000:].decode(errors='replace')}")
+
+
+def run_ferry(*args: str, env: dict | None = None, timeout: float = 120, cwd: str | None = None) -> Result:
+    """Runs ferry and measures its peak RSS (wait4), without a shell in between."""
+    full_env = dict(os.environ)
+    full_env.setdefault("FERRY_ARCHIVE", os.path.join(tempfile.gettempdir(), "ferry-test-archive.db"))
+    if env:
+        full_env.update(env)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([ferry_bin(), *args], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                env=full_env, cwd=cwd)
+        try:
+            _, status, usage = _wait4(proc, timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        out.seek(0)
+        err.seek(0)
+        completed = subprocess.CompletedProcess(proc.args, os.waitstatus_to_exitcode(status),
+                                                out.read(), err.read())
+        return Result(completed, usage.ru_maxrss)
+
+
+def _wait4(proc: subprocess.Popen, timeout: float):
+    import time
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return pid, status, usage
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        time.sleep(0.01)
+
+
+def write_job(directory: str, name: str, body: str, interpreter: str = "python3", timeout: int = 60,
+              params: str = "") -> str:
+    """A job file with a `/// ferry` block; `params` is extra TOML (already without '# ')."""
+    ext = ".py" if "python" in interpreter else ".sh"
+    meta = [f'description = "test job {name}"', f'interpreter = "{interpreter}"', f"timeout = {timeout}"]
+    meta += textwrap.dedent(params).strip().splitlines() if params else []
+    header = "# /// ferry\n" + "".join(f"# {line}\n" if line else "#\n" for line in meta) + "# ///\n"
+    path = os.path.join(directory, name + ext)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(header + textwrap.dedent(body).lstrip("\n"))
+    os.chmod(path, 0o644)
+    return path
+
+
+ECHO_JOB = '''
+import json, os
+with open(os.environ["FERRY_PARAMS"], encoding="utf-8") as f:
+    params = json.load(f)
+with open(os.environ["FERRY_RESULT"], "w", encoding="utf-8") as f:
+    json.dump({"params": params, "job": os.environ["FERRY_JOB"], "cwd": os.getcwd(),
+               "run_dir": os.environ["FERRY_RUN_DIR"], "stdin": os.read(0, 100).decode()}, f)
+print("echoed", len(params), "params")
+'''
+
+ECHO_PARAMS = '''
+[params.text]
+type = "string"
+required = true
+[params.items]
+type = "list"
+default = []
+[params.blob]
+type = "json"
+'''
+
+# Every character class that a shell might reinterpret, plus bytes that stress encodings.
+HOSTILE = [
+    "( ) \" ' \\ $HOME ${PATH} `id` $(id) *.py [a-z]* {a,b} ~root !! ; | & < > #",
+    "line1\nline2\n\ttabbed\r\nCR\rend",
+    "'\"'\"'\\''",
+    "\\\\server\\share\\n\\t",
+    "%s %d %n {} {0} %(x)s",
+    "-n", "-e \\x41", "--", "*", "~", "!", "#comment", "a\\", "$", "\"", "'",
+    "".join(chr(c) for c in range(1, 32) if c not in (0,)) + "\x7f",
+    "日本語 emoji 🚀🔥 RTL \u202e override zero\u200bwidth BOM \ufeff combining e\u0301",
+    "x" * 100_000,
+]
+
+
+def mode(path: str) -> int:
+    return os.stat(path).st_mode & 0o7777
+
+
+def rss_limit_note() -> str:
+    return f"ru_maxrss unit: KiB (Linux); RLIMIT_AS={resource.getrlimit(resource.RLIMIT_AS)}"
