@@ -88,7 +88,7 @@ ParsedResult parse_result(const std::optional<std::string>& result_file, std::st
     }
     json value = json::parse(*result_file, nullptr, false);
     if (value.is_discarded()) {
-      return {json(), "result.json is not valid JSON"};
+      return {json(), "result.json is not valid JSON (UTF-8 text)"};
     }
     try {
       (void)value.dump(); // strings must be valid UTF-8 to be carried as JSON

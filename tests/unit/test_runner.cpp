@@ -1,0 +1,198 @@
+// The runner against a fake session: what it stages, what it executes, and how each outcome
+// becomes a run record. The real transports are tested for real in tests/integration.
+#include <map>
+
+#include <catch2/catch.hpp>
+
+#include "ferry/json_diff.hpp"
+#include "ferry/launcher.hpp"
+#include "ferry/runner.hpp"
+#include "ferry/shell_neutral.hpp"
+
+using namespace ferry;
+using nlohmann::json;
+
+namespace {
+
+class FakeSession final : public HostSession {
+public:
+  std::map<std::string, std::string> files;
+  std::vector<std::string> removed;
+  std::vector<std::string> executed;
+  ExecOutcome outcome;
+  std::function<void(FakeSession&, const std::string& run_dir)> during_exec;
+  std::optional<Error> fail_put;
+
+  json target() const override { return {{"host", "h"}, {"user", "u"}, {"port", 22}, {"host_key_sha256", "SHA256:x"}}; }
+  std::string label() const override { return "gpu1"; }
+  Expected<void> connect() override { return {}; }
+  Expected<std::string> create_run_dir() override { return std::string("/home/u/.cache/ferry/runs/ferry-1-abc"); }
+  Expected<void> put_file(const std::string& path, std::string_view bytes) override
+  {
+    if (fail_put) {
+      return Unexpected{*fail_put};
+    }
+    files[path] = std::string(bytes);
+    return {};
+  }
+  Expected<ExecOutcome> exec(const ExecRequest& request) override
+  {
+    auto command = shell_neutral_command(request.argv);
+    REQUIRE(command);
+    executed.push_back(*command);
+    if (during_exec) {
+      during_exec(*this, "/home/u/.cache/ferry/runs/ferry-1-abc");
+    }
+    return outcome;
+  }
+  Expected<std::optional<std::string>> fetch_file(const std::string& path, std::size_t) override
+  {
+    auto it = files.find(path);
+    return it == files.end() ? std::optional<std::string>() : std::optional<std::string>(it->second);
+  }
+  Expected<bool> file_exists(const std::string& path) override { return files.count(path) != 0; }
+  Expected<void> remove_run_dir(const std::string& path) override
+  {
+    removed.push_back(path);
+    return {};
+  }
+};
+
+Job test_job(std::string interpreter = "python3")
+{
+  auto job = parse_job("probe", "probe.py", "probe.py",
+                       "# /// ferry\n# interpreter = \"" + interpreter + "\"\n# timeout = 7\n# ///\nprint(1)\n");
+  REQUIRE(job);
+  return std::move(job).value();
+}
+
+const std::string k_dir = "/home/u/.cache/ferry/runs/ferry-1-abc";
+
+} // namespace
+
+TEST_CASE("the runner stages three files and executes only the launcher", "[runner]")
+{
+  FakeSession session;
+  session.outcome.exit_code = 0;
+  session.during_exec = [](FakeSession& s, const std::string& dir) { s.files[dir + "/result.json"] = R"({"x": 1})"; };
+  const json params = {{"text", "$(id) `id` 'q' \"d\""}};
+  RunRecord record = run_job(session, test_job(), params, RunOptions{});
+  CHECK(record.status == RunStatus::ok);
+  CHECK(record.result == json{{"x", 1}});
+  REQUIRE(session.executed.size() == 1);
+  CHECK(session.executed[0] == "/bin/sh " + k_dir + "/launch.sh");
+  CHECK(session.files.at(k_dir + "/probe.py") == test_job().bytes);
+  CHECK(json::parse(session.files.at(k_dir + "/params.json")) == params);
+  CHECK_THAT(session.files.at(k_dir + "/launch.sh"), Catch::Contains("sleep 7 &"));
+  CHECK(session.removed == std::vector<std::string>{k_dir});
+  CHECK(record.target["host"] == "h");
+  CHECK(record.host_label == "gpu1");
+  CHECK(record.job_sha256.size() == 64);
+  CHECK(record.script == test_job().bytes);
+}
+
+TEST_CASE("outcomes become statuses", "[runner]")
+{
+  FakeSession session;
+  SECTION("timeout: exit 124 with the launcher's marker")
+  {
+    session.outcome.exit_code = k_launcher_timeout_exit;
+    session.during_exec = [](FakeSession& s, const std::string& dir) { s.files[dir + "/" + k_launcher_timeout_marker] = ""; };
+    const auto record = run_job(session, test_job(), json::object(), RunOptions{});
+    CHECK(record.status == RunStatus::timeout);
+    CHECK(record.exit_code == 124);
+    CHECK_THAT(*record.error, Catch::Contains("7 s timeout"));
+  }
+  SECTION("a job's own exit 124 is not a timeout")
+  {
+    session.outcome.exit_code = 124;
+    CHECK(run_job(session, test_job(), json::object(), RunOptions{}).status == RunStatus::failed);
+  }
+  SECTION("missing interpreter is named")
+  {
+    session.outcome.exit_code = k_launcher_no_interpreter_exit;
+    session.outcome.err.bytes = std::string(k_launcher_no_interpreter_prefix) + "python9 not found\n";
+    const auto record = run_job(session, test_job("python9"), json::object(), RunOptions{});
+    CHECK(record.status == RunStatus::failed);
+    CHECK_THAT(*record.error, Catch::Contains("interpreter 'python9' not found"));
+  }
+  SECTION("non-zero exit shows the last stderr line")
+  {
+    session.outcome.exit_code = 3;
+    session.outcome.err.bytes = "Traceback\nValueError: bad\n";
+    const auto record = run_job(session, test_job(), json::object(), RunOptions{});
+    CHECK(record.status == RunStatus::failed);
+    CHECK_THAT(*record.error, Catch::Contains("status 3: ValueError: bad"));
+  }
+  SECTION("connection lost keeps the run dir for the launcher's deadline and says so")
+  {
+    session.outcome.lost = "EOF";
+    const auto record = run_job(session, test_job(), json::object(), RunOptions{});
+    CHECK(record.status == RunStatus::error);
+    CHECK_THAT(*record.error, Catch::Contains("connection lost"));
+  }
+  SECTION("interrupted")
+  {
+    session.outcome.interrupted = true;
+    CHECK(run_job(session, test_job(), json::object(), RunOptions{}).status == RunStatus::interrupted);
+    CHECK(session.removed.size() == 1);
+  }
+  SECTION("upload failure is an error and the run dir is removed")
+  {
+    session.fail_put = Error{ErrorKind::failed, "gpu1: cannot write: no space left on the device"};
+    const auto record = run_job(session, test_job(), json::object(), RunOptions{});
+    CHECK(record.status == RunStatus::error);
+    CHECK_THAT(*record.error, Catch::Contains("no space"));
+    CHECK(session.executed.empty());
+    CHECK(session.removed.size() == 1);
+  }
+  SECTION("keep_remote keeps it and says where")
+  {
+    session.outcome.exit_code = 0;
+    RunOptions options;
+    options.keep_remote = true;
+    const auto record = run_job(session, test_job(), json::object(), options);
+    CHECK(session.removed.empty());
+    CHECK_THAT(record.warnings.dump(), Catch::Contains(k_dir));
+  }
+}
+
+TEST_CASE("results: file, stdout-only JSON, or null", "[runner]")
+{
+  CHECK(parse_result(std::nullopt, "hello\n", 100).value.is_null());
+  CHECK(parse_result(std::nullopt, " {\"a\": 1}\n", 100).value == json{{"a", 1}});
+  CHECK(parse_result(std::nullopt, "{} {}", 100).value.is_null());
+  CHECK(parse_result(std::string("[1,2]"), "{\"ignored\": 1}", 100).value == json{1, 2});
+  CHECK_THAT(*parse_result(std::string("{bad"), "", 100).bad, Catch::StartsWith("result.json is not valid JSON"));
+  CHECK_THAT(*parse_result(std::string(200, ' '), "", 100).bad, Catch::Contains("larger than"));
+  CHECK_THAT(*parse_result(std::string(100000, '[') + std::string(100000, ']'), "", 1 << 20).bad,
+             Catch::Contains("nests"));
+  CHECK_THAT(*parse_result(std::string("\"\xff\""), "", 100).bad, Catch::Contains("not valid JSON"));
+}
+
+TEST_CASE("the job file travels under its own name unless that is unsafe", "[runner]")
+{
+  CHECK(staged_job_file_name(test_job()) == "probe.py");
+  Job odd = test_job();
+  odd.file_name = "my job.py";
+  CHECK(staged_job_file_name(odd) == "job");
+  odd.file_name = "params.json";
+  CHECK(staged_job_file_name(odd) == "job");
+}
+
+TEST_CASE("json_diff names changes by JSON Pointer; numbers exact, order matters", "[diff]")
+{
+  const json a = json::parse(R"({"kv": {"bf16": {"max_tokens": 1216348}}, "l": [1, 2], "x/y": 1, "f": 0.5})");
+  CHECK(json_diff(a, a).empty());
+  const json b = json::parse(R"({"kv": {"bf16": {"max_tokens": 1216000}}, "l": [2, 1], "x/y": 1.0, "f": 0.5000001, "n": null})");
+  const auto changes = json_diff(a, b);
+  std::vector<std::string> paths;
+  for (const auto& c : changes) {
+    paths.push_back(c.path);
+  }
+  CHECK(paths == std::vector<std::string>{"/f", "/kv/bf16/max_tokens", "/l/0", "/l/1", "/n"});
+  CHECK(changes[1].old_value == 1216348);
+  CHECK(changes[1].new_value == 1216000);
+  CHECK(changes[4].old_missing);
+  CHECK(json_diff(json{{"a~b", 1}}, json{{"a~b", 2}})[0].path == "/a~0b");
+}
