@@ -56,7 +56,13 @@ struct ExecOutcome {
   bool interrupted = false;     // ferry was interrupted (SIGINT/SIGTERM) and stopped the job
   bool deadline_passed = false; // ferry's backstop fired
   std::optional<std::string> lost; // why the connection was lost mid-run
+  // The launcher exited but something it left behind (a daemon that escaped the job's process
+  // group) kept the output streams open; ferry stopped waiting for them.
+  bool output_held_open = false;
 };
+
+// How long to wait for the output streams to close once the launcher itself has exited.
+inline constexpr std::chrono::milliseconds k_output_linger{1500};
 
 // Set from the signal handler; every transport polls it while it waits.
 [[nodiscard]] bool interrupt_requested();

@@ -201,6 +201,12 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params, cons
                 fmt::format("output over the {} MiB cap was dropped: {} bytes of stdout, {} of stderr",
                             options.output_cap >> 20, outcome.out.dropped, outcome.err.dropped));
   }
+  if (outcome.output_held_open) {
+    add_warning(record, "processes-outlived-job",
+                "processes started by the job outlived it and kept its output open; ferry stopped "
+                "reading 1.5 s after the job exited. ferry kills the job's process group, but a "
+                "process that starts a session of its own (setsid, a daemon) escapes it");
+  }
   const std::string noise = outcome.out.before_sentinel + outcome.err.before_sentinel;
   if (!noise.empty()) {
     add_warning(record, "login-shell-output",

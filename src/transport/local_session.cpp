@@ -122,6 +122,7 @@ Expected<ExecOutcome> LocalSession::exec(const ExecRequest& request)
   const auto start = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> signalled_at;
   bool killed = false;
+  std::optional<std::chrono::steady_clock::time_point> exited_at;
   ExecOutcome outcome;
   std::vector<char> buffer(65536);
   while (open_streams > 0) {
@@ -142,6 +143,12 @@ Expected<ExecOutcome> LocalSession::exec(const ExecRequest& request)
       }
     }
     const auto now = std::chrono::steady_clock::now();
+    if (!exited_at && !child.running()) {
+      exited_at = now;
+    } else if (exited_at && now - *exited_at > k_output_linger) {
+      outcome.output_held_open = true;
+      break;
+    }
     const bool stop_now = interrupt_requested() || now - start > request.deadline;
     if (stop_now && !signalled_at) {
       outcome.interrupted = interrupt_requested();

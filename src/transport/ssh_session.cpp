@@ -14,6 +14,8 @@
 #include "ferry/util.hpp"
 #include "transport/ssh_handles.hpp"
 
+#include <libssh/callbacks.h>
+
 namespace ferry {
 namespace {
 
@@ -466,6 +468,29 @@ Expected<void> SshSession::put_file(const std::string& path, std::string_view by
   return {};
 }
 
+namespace {
+// Filled from libssh's callbacks: the launcher's exit is known without blocking, so a job that
+// exited while a stray process holds its output open does not keep ferry waiting.
+struct ExitWatch {
+  bool exited = false;
+  std::optional<int> status;
+  std::chrono::steady_clock::time_point at;
+};
+void on_exit_status(ssh_session, ssh_channel, int status, void* userdata)
+{
+  auto* watch = static_cast<ExitWatch*>(userdata);
+  watch->exited = true;
+  watch->status = status;
+  watch->at = std::chrono::steady_clock::now();
+}
+void on_exit_signal(ssh_session, ssh_channel, const char*, int, const char*, const char*, void* userdata)
+{
+  auto* watch = static_cast<ExitWatch*>(userdata);
+  watch->exited = true;
+  watch->at = std::chrono::steady_clock::now();
+}
+} // namespace
+
 Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
 {
   FERRY_TRY_ASSIGN(command, shell_neutral_command(request.argv));
@@ -474,6 +499,13 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
   if (!channel || ssh_channel_open_session(channel.get()) != SSH_OK) {
     return fail(ErrorKind::failed, "{}: cannot open a channel: {}", m_target.spec, ssh_get_error(s));
   }
+  ExitWatch watch;
+  ssh_channel_callbacks_struct callbacks{};
+  callbacks.userdata = &watch;
+  callbacks.channel_exit_status_function = on_exit_status;
+  callbacks.channel_exit_signal_function = on_exit_signal;
+  ssh_callbacks_init(&callbacks);
+  ssh_set_channel_callbacks(channel.get(), &callbacks);
   if (ssh_channel_request_exec(channel.get(), command.c_str()) != SSH_OK) {
     return fail(ErrorKind::failed, "{}: cannot start `{}`: {}", m_target.spec, command,
                 ssh_get_error(s));
@@ -515,6 +547,10 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       break;
     }
     const auto now = std::chrono::steady_clock::now();
+    if (watch.exited && now - watch.at > k_output_linger) {
+      outcome.output_held_open = true;
+      break;
+    }
     if (!termed_at && (interrupt_requested() || now - start > request.deadline)) {
       outcome.interrupted = interrupt_requested();
       outcome.deadline_passed = !outcome.interrupted;
@@ -535,12 +571,17 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
   }
   ssh_event_remove_session(event.get(), s);
   if (!outcome.lost) {
-    const int status = ssh_channel_get_exit_status(channel.get());
-    if (status >= 0) {
-      outcome.exit_code = status;
+    if (!watch.exited && !outcome.output_held_open) {
+      // EOF came first; the status follows right behind it.
+      const int status = ssh_channel_get_exit_status(channel.get());
+      if (status >= 0) {
+        watch.status = status;
+      }
     }
+    outcome.exit_code = watch.status;
     ssh_channel_close(channel.get());
   }
+  ssh_remove_channel_callbacks(channel.get(), &callbacks);
   outcome.out = std::move(out).finish();
   outcome.err = std::move(err).finish();
   return outcome;

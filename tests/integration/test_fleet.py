@@ -1,0 +1,151 @@
+"""Fleet behaviour (issue 5), not timed: one SSH session per host for several jobs, at most
+-j sessions at once, per-host failures isolated, whole output blocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ferry_harness import run_ferry, write_job  # noqa: E402
+from sshd_fixture import SshServer  # noqa: E402
+
+HOSTS = 16
+SHELL = "bash"
+
+
+class Fleet(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.servers = []
+        try:
+            for i in range(HOSTS):
+                cls.servers.append(SshServer(listen=f"127.0.0.{i + 2}", reset_users=(i == 0)).start())
+        except Exception:
+            for srv in cls.servers:
+                srv.stop()
+            raise
+        cls.tmp = tempfile.mkdtemp(prefix="ferry-fleet-")
+        os.chmod(cls.tmp, 0o755)
+        cls.config = os.path.join(cls.tmp, "ssh_config")
+        blocks = []
+        for i, srv in enumerate(cls.servers):
+            blocks.append(f"Host fleet-{i + 1:02}\n    HostName {srv.listen}\n    Port {srv.port}\n"
+                          f"    User {srv.user(SHELL)}\n    IdentityFile {srv.client_key}\n"
+                          f"    UserKnownHostsFile {srv.known_hosts}\n")
+        with open(cls.config, "w") as f:
+            f.write("\n".join(blocks))
+        cls.hosts_file = os.path.join(cls.tmp, "hosts")
+        with open(cls.hosts_file, "w") as f:
+            f.write("# the fleet\n" + "".join(f"fleet-{i + 1:02}  # host {i + 1}\n" for i in range(HOSTS)))
+        cls.env = {"FERRY_ARCHIVE": os.path.join(cls.tmp, "archive.db")}
+
+    @classmethod
+    def tearDownClass(cls):
+        for srv in cls.servers:
+            srv.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def ferry(self, *args, **kw):
+        return run_ferry(*args, "--ssh-config", self.config, env=self.env, **kw)
+
+    def test_several_jobs_share_one_session(self):
+        jobs = [write_job(self.tmp, f"j{i}", f"print('job {i}')\n") for i in range(3)]
+        before = self.servers[0].count_accepted()
+        res = self.ferry("run", *jobs, "--host", "fleet-01", "--json")
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual([r["stdout"] for r in res.records], ["job 0\n", "job 1\n", "job 2\n"])
+        self.assertEqual(self.servers[0].count_accepted() - before, 1, "three jobs should use one session")
+        self.assertEqual(self.servers[0].run_dirs(self.servers[0].user(SHELL)), [])
+
+    def test_parallelism_is_bounded_by_j(self):
+        spans = tempfile.mkdtemp(dir=self.tmp)
+        os.chmod(spans, 0o1777)
+        job = write_job(self.tmp, "span", '''
+            import json, os, time
+            d = json.load(open(os.environ["FERRY_PARAMS"]))["dir"]
+            start = time.time(); time.sleep(0.6); end = time.time()
+            with open(os.path.join(d, os.path.basename(os.environ["FERRY_RUN_DIR"])), "w") as f:
+                json.dump([start, end], f)
+            ''', params='[params.dir]\ntype = "string"\nrequired = true\n')
+        res = self.ferry("run", job, "--hosts-file", self.hosts_file, "-j", "4", "-p", f"dir={spans}", "--json",
+                         timeout=120)
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(len(res.records), HOSTS)
+        self.assertEqual({r["status"] for r in res.records}, {"ok"})
+        events = []
+        for name in os.listdir(spans):
+            with open(os.path.join(spans, name)) as f:
+                start, end = json.load(f)
+            events += [(start, 1), (end, -1)]
+        self.assertEqual(len(events), 2 * HOSTS)
+        running = peak = 0
+        for _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+            running += delta
+            peak = max(peak, running)
+        self.assertLessEqual(peak, 4, "more than -j 4 hosts ran at once")
+        self.assertGreaterEqual(peak, 3, "hosts did not run in parallel")
+
+    def test_one_host_down_does_not_stop_the_others(self):
+        # A port nobody listens on (refused) and a listener that never speaks SSH (silent).
+        refused = socket.socket()
+        refused.bind(("127.0.0.1", 0))
+        refused_port = refused.getsockname()[1]
+        refused.close()
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        hosts = os.path.join(self.tmp, "hosts-down")
+        with open(hosts, "w") as f:
+            f.write("".join(f"fleet-{i + 1:02}\n" for i in range(HOSTS - 1)))
+            f.write(f"127.0.0.1:{refused_port}\n127.0.0.1:{silent.getsockname()[1]}\n")
+        try:
+            start = time.monotonic()
+            res = self.ferry("run", "host_facts", "--hosts-file", hosts, "-j", "16", "--connect-timeout", "2",
+                             "--json", timeout=60)
+            elapsed = time.monotonic() - start
+        finally:
+            silent.close()
+        self.assertEqual(res.code, 3, res)
+        statuses = [r["status"] for r in res.records]
+        self.assertEqual(statuses.count("ok"), HOSTS - 1, res)
+        self.assertEqual(statuses.count("error"), 2, res)
+        errors = " | ".join(r["error"] for r in res.records if r["status"] == "error")
+        self.assertIn("cannot connect", errors)
+        self.assertLess(elapsed, 2 * 2 + 5, "a dead host held the run past --connect-timeout")
+
+    def test_human_output_blocks_are_whole(self):
+        job = write_job(self.tmp, "chatty", '''
+            import os, sys, time
+            me = os.environ["FERRY_RUN_DIR"][-6:]
+            for i in range(200):
+                sys.stdout.write(f"{me} line {i:03}\\n")
+                if i % 50 == 0:
+                    sys.stdout.flush(); time.sleep(0.01)
+            ''')
+        res = self.ferry("run", job, "--hosts-file", self.hosts_file, "-j", "16", timeout=120)
+        self.assertEqual(res.code, 0, res)
+        text = res.stdout.decode()
+        blocks = re.split(r"^== chatty @ (fleet-\d\d) ==\n", text, flags=re.M)
+        self.assertEqual(len(blocks), 1 + 2 * HOSTS, text[:2000])
+        hosts_seen = set()
+        for host, body in zip(blocks[1::2], blocks[2::2]):
+            hosts_seen.add(host)
+            lines = body.splitlines()
+            me = lines[0].split()[0]
+            self.assertEqual(lines[:200], [f"{me} line {i:03}" for i in range(200)])
+            self.assertRegex(lines[200], rf"^chatty @ {host}: ok in [0-9.]+ s$")
+        self.assertEqual(len(hosts_seen), HOSTS)
+        self.assertIn("HOST", text.splitlines()[-HOSTS - 1])  # the summary table closes the output
+
+
+if __name__ == "__main__":
+    unittest.main()
