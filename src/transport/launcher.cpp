@@ -63,21 +63,22 @@ signal_job() {{
   if [ "$grouped" = 1 ]; then kill -"$1" -"$job" 2>/dev/null; fi
   kill -"$1" "$job" 2>/dev/null
 }}
-job_alive() {{
-  if [ "$grouped" = 1 ]; then kill -0 -"$job" 2>/dev/null && return 0; fi
-  kill -0 "$job" 2>/dev/null
-}}
 stop() {{
+  trap '' TERM INT HUP
   code=$1
   [ -e "$FERRY_RUN_DIR"/{marker} ] && code={timeout_exit}
   signal_job TERM
-  ticks=0
-  while job_alive && [ "$ticks" -lt {grace_ticks} ]; do
-    sleep 0.1 2>/dev/null || sleep 1
-    ticks=$((ticks + 1))
-  done
+  (
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    sleep {grace} &
+    nap=$!
+    wait "$nap" || exit 0
+    signal_job KILL
+  ) </dev/null >/dev/null 2>&1 &
+  killer=$!
+  wait "$job"
   signal_job KILL
-  kill "$watchdog" 2>/dev/null
+  kill "$killer" "$watchdog" 2>/dev/null
   exit "$code"
 }}
 trap 'stop 143' TERM
@@ -99,7 +100,7 @@ exit "$status"
     fmt::arg("timeout_exit", k_launcher_timeout_exit),
     fmt::arg("no_interp", k_launcher_no_interpreter_prefix),
     fmt::arg("no_interp_exit", k_launcher_no_interpreter_exit),
-    fmt::arg("grace_ticks", spec.grace_s * 10));
+    fmt::arg("grace", spec.grace_s));
 }
 
 } // namespace ferry
