@@ -19,7 +19,12 @@ struct RunOptions {
   int grace_s = 2;
   bool keep_remote = false;
   std::optional<std::string> replay_of;
+  bool verbose = false; // `-v`: each step with its time on stderr
 };
+
+// `-v` output: "ferry: gpu1 kv_calc: upload 0.004 s".
+void log_step(const RunOptions& options, std::string_view host, std::string_view job,
+              std::string_view step, double seconds);
 
 // A record for a run that never started (connect or key failure, interrupted before start).
 [[nodiscard]] RunRecord unstarted_run(const Job& job, const nlohmann::json& params,

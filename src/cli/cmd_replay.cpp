@@ -68,6 +68,7 @@ int replay(Context& ctx, const ReplayCommand& cmd)
     return to_int(ExitCode::usage);
   }
   RunOptions options;
+  options.verbose = ctx.global.verbose;
   options.replay_of = original->run_id;
   ReportOptions report;
   report.quiet_stdout = true;

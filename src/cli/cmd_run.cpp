@@ -96,6 +96,7 @@ int run(Context& ctx, const RunCommand& cmd)
     return to_int(ExitCode::usage);
   }
   RunOptions options;
+  options.verbose = ctx.global.verbose;
   options.timeout_s = cmd.timeout_s;
   options.keep_remote = cmd.keep_remote;
   options.output_cap = cmd.output_cap_mib << 20;

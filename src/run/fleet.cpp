@@ -48,6 +48,7 @@ void run_fleet(std::vector<std::unique_ptr<HostSession>>& sessions,
                          ? Expected<void>(fail(ErrorKind::failed, "interrupted before connecting"))
                          : session.connect();
       const double connect_s = seconds_since(start);
+      log_step(options, session.label(), "session", connected ? "connect" : "connect (failed)", connect_s);
       for (std::size_t r = 0; r < runs.size(); ++r) {
         const bool last = r + 1 == runs.size();
         RunRecord record;

@@ -45,6 +45,16 @@ std::string last_line(std::string_view text)
 
 } // namespace
 
+void log_step(const RunOptions& options, std::string_view host, std::string_view job,
+              std::string_view step, double seconds)
+{
+  if (options.verbose) {
+    // One write per line, so lines from parallel hosts never mix.
+    const std::string line = fmt::format("ferry: {} {}: {} {:.3f} s\n", host, job, step, seconds);
+    std::fwrite(line.data(), 1, line.size(), stderr);
+  }
+}
+
 std::string staged_job_file_name(const Job& job)
 {
   const std::string& name = job.file_name;
@@ -160,9 +170,11 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params, cons
       add_warning(record, "kept-remote", fmt::format("run directory kept on the host: {}", run_dir));
       return;
     }
+    const auto clean_start = Clock::now();
     if (auto removed = session.remove_run_dir(run_dir); !removed) {
       add_warning(record, "cleanup-failed", removed.error().message);
     }
+    log_step(options, session.label(), job.name, "clean", seconds_since(clean_start));
   };
   const std::string params_text = params.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   const std::string launcher_text = make_launcher(launcher);
@@ -175,6 +187,7 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params, cons
     }
   }
   record.timings.upload = seconds_since(phase);
+  log_step(options, session.label(), job.name, "upload", record.timings.upload);
 
   // Exec: the only command any shell sees.
   phase = Clock::now();
@@ -186,6 +199,7 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params, cons
   request.deadline = std::chrono::seconds(timeout_s + options.grace_s + 5);
   auto executed = session.exec(request);
   record.timings.exec = seconds_since(phase);
+  log_step(options, session.label(), job.name, "exec", record.timings.exec);
   if (!executed) {
     cleanup();
     return finish(RunStatus::error, executed.error().message);
@@ -257,6 +271,7 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params, cons
   }
   auto fetched = session.fetch_file(run_dir + "/result.json", options.result_cap);
   record.timings.fetch = seconds_since(phase);
+  log_step(options, session.label(), job.name, "fetch", record.timings.fetch);
   if (!fetched) {
     cleanup();
     return finish(RunStatus::error, fetched.error().message);
