@@ -1,6 +1,7 @@
 #pragma once
 // Every run kept in SQLite (SPEC "Archive"): WAL, one transaction per run, script bytes stored
 // once per sha256, safe for many ferry processes writing at once.
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -17,7 +18,9 @@ struct LogFilter {
   std::optional<std::string> host;   // matches the target's host or the name the user gave
   std::optional<std::string> status; // "ok", "failed", ...
   std::optional<std::string> since;  // ISO 8601 date or time; runs started at or after it
-  int limit = 20;
+  int limit = 20;                    // 0: no limit
+  // false: leave stdout, stderr and the result bytes out (a one-line-per-run listing).
+  bool with_output = true;
 };
 
 class Archive {
@@ -29,25 +32,42 @@ public:
   // from a newer ferry, a corrupt or unreadable file: an error naming the path and what to do.
   [[nodiscard]] static Expected<Archive> open(const std::filesystem::path& path);
 
+  // For `log`, `show`, `export`: never creates, migrates or changes anything, and works on a
+  // read-only file. A missing file reads as an archive with no runs (see exists()).
+  [[nodiscard]] static Expected<Archive> open_read_only(const std::filesystem::path& path);
+
   Archive(Archive&&) noexcept;
   Archive& operator=(Archive&&) noexcept;
   ~Archive();
 
   // Stores the run, its script bytes (once per sha256) and raw outputs in one transaction.
+  // Safe to call from several threads (calls on one Archive are serialized).
   [[nodiscard]] Expected<void> record(const RunRecord& run);
 
   // Newest first; records carry everything but the script bytes.
   [[nodiscard]] Expected<std::vector<RunRecord>> log(const LogFilter& filter);
 
   // A run by its id, a unique prefix of it, or "last"; with script and raw result bytes.
+  // No such run, or an ambiguous prefix: ErrorKind::usage.
   [[nodiscard]] Expected<RunRecord> load(std::string_view ref);
 
   [[nodiscard]] const std::filesystem::path& path() const;
+
+  // false when open_read_only found no archive file.
+  [[nodiscard]] bool exists() const;
 
 private:
   struct Impl;
   explicit Archive(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> m_impl;
 };
+
+// `--since`: an ISO 8601 UTC date or time ("2026-11-29", "2026-11-29T14:12",
+// "2026-11-29 14:12:15Z") or an age ("90m", "12h", "7d", "2w") before `now`, as the
+// "YYYY-MM-DDTHH:MM:SS.mmmZ" form that run records' started_at uses. Anything else:
+// ErrorKind::usage.
+[[nodiscard]] Expected<std::string>
+normalize_since(std::string_view text,
+                std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
 
 } // namespace ferry

@@ -1,0 +1,86 @@
+#pragma once
+// Thin RAII over the SQLite C API: a connection, a prepared statement, and errors that keep the
+// SQLite result code so the archive can tell "disk full" from "corrupt" from "read-only".
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <sqlite3.h>
+
+namespace ferry::archive {
+
+struct SqliteError {
+  int code = SQLITE_ERROR; // extended result code
+  std::string message;     // sqlite3_errmsg at the time
+
+  [[nodiscard]] int primary() const { return code & 0xff; }
+};
+
+// The result of one SQLite operation: nothing, or the error it gave.
+using SqliteStatus = std::optional<SqliteError>;
+
+class Statement;
+
+class Database {
+public:
+  // flags: SQLITE_OPEN_* (SQLITE_OPEN_EXRESCODE is always added).
+  [[nodiscard]] static SqliteStatus open(const std::string& path, int flags, Database& out);
+
+  Database() = default;
+
+  // One or more statements without results (sqlite3_exec).
+  [[nodiscard]] SqliteStatus exec(const std::string& sql);
+  [[nodiscard]] SqliteStatus prepare(std::string_view sql, Statement& out);
+  [[nodiscard]] SqliteError last_error() const;
+
+  [[nodiscard]] sqlite3* handle() const { return m_db.get(); }
+  [[nodiscard]] explicit operator bool() const { return m_db != nullptr; }
+
+private:
+  struct Closer {
+    void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+  };
+  std::unique_ptr<sqlite3, Closer> m_db;
+};
+
+class Statement {
+public:
+  Statement() = default;
+
+  // Binds by 1-based index; text and blobs are copied (SQLITE_TRANSIENT).
+  Statement& bind(int index, std::string_view text);
+  // The bytes must stay alive until the statement has run (bound without a copy).
+  Statement& bind_blob(int index, std::string_view bytes);
+  Statement& bind(int index, std::int64_t value);
+  Statement& bind(int index, double value);
+  Statement& bind_null(int index);
+  // NULL when empty.
+  Statement& bind_optional(int index, const std::optional<std::string>& text);
+  Statement& bind_optional(int index, const std::optional<int>& value);
+
+  // true: a row is ready; false: done. An error ends the statement.
+  [[nodiscard]] SqliteStatus step(bool& has_row);
+  // Runs a statement that returns no rows.
+  [[nodiscard]] SqliteStatus run();
+  void reset();
+
+  [[nodiscard]] bool is_null(int column) const;
+  [[nodiscard]] std::int64_t column_int(int column) const;
+  [[nodiscard]] double column_double(int column) const;
+  // Text or blob bytes exactly as stored.
+  [[nodiscard]] std::string column_bytes(int column) const;
+  [[nodiscard]] std::optional<std::string> column_optional(int column) const;
+
+private:
+  friend class Database;
+  struct Finalizer {
+    void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
+  };
+  std::unique_ptr<sqlite3_stmt, Finalizer> m_stmt;
+  sqlite3* m_db = nullptr;
+  SqliteStatus m_bind_error;
+};
+
+} // namespace ferry::archive

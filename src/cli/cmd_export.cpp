@@ -1,0 +1,145 @@
+// `ferry export RUN DIR`: an archived run as the files SPEC lists, byte for byte.
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/archive_view.hpp"
+
+namespace ferry::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct ExportCommand {
+  std::string run;
+  std::string dir;
+};
+
+using ExportFile = std::pair<std::string, std::string>; // name, bytes
+
+std::vector<ExportFile> export_files(const RunRecord& run)
+{
+  // params.json as the runner wrote it for the job; result.json as it came back (when the
+  // result came from stdout instead, or there was none, its JSON).
+  std::string params = run.params.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  std::string result = !run.result_bytes.empty()
+                           ? run.result_bytes
+                           : run.result.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  std::string record = to_json(run).dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  return {{"script", run.script},
+          {"params.json", std::move(params)},
+          {"result.json", std::move(result)},
+          {"stdout", run.stdout_text},
+          {"stderr", run.stderr_text},
+          {"run.json", std::move(record)}};
+}
+
+// O_EXCL: never replaces a file, even one that appears while we write.
+Expected<void> write_new_file(const fs::path& path, std::string_view bytes)
+{
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    return fail(ErrorKind::failed, "cannot create {}: {}", path.string(), std::strerror(errno));
+  }
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(path.c_str());
+      return fail(ErrorKind::failed, "cannot write {}: {}", path.string(), std::strerror(err));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(path.c_str());
+    return fail(ErrorKind::failed, "cannot write {}: {}", path.string(), std::strerror(err));
+  }
+  return {};
+}
+
+Expected<void> prepare_directory(const fs::path& dir, const std::vector<ExportFile>& files)
+{
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec) {
+      return fail(ErrorKind::failed, "cannot create directory {}: {}", dir.string(), ec.message());
+    }
+    return {};
+  }
+  if (!fs::is_directory(dir, ec)) {
+    return fail(ErrorKind::usage, "{} exists and is not a directory", dir.string());
+  }
+  std::string clashes;
+  for (const auto& [name, bytes] : files) {
+    if (fs::exists(fs::symlink_status(dir / name, ec))) {
+      clashes += (clashes.empty() ? "" : ", ") + name;
+    }
+  }
+  if (!clashes.empty()) {
+    return fail(ErrorKind::usage,
+                "{} already holds {}; ferry export does not overwrite files — give a new or "
+                "empty directory",
+                dir.string(), clashes);
+  }
+  return {};
+}
+
+int run_export(Context& ctx, const ExportCommand& cmd)
+{
+  auto archive = Archive::open_read_only(ctx.archive_path());
+  if (!archive) {
+    return report_error(archive.error());
+  }
+  auto run = archive->load(cmd.run);
+  if (!run) {
+    return report_error(run.error());
+  }
+  const fs::path dir(cmd.dir);
+  const auto files = export_files(*run);
+  if (auto ready = prepare_directory(dir, files); !ready) {
+    return report_error(ready.error());
+  }
+  for (const auto& [name, bytes] : files) {
+    if (auto written = write_new_file(dir / name, bytes); !written) {
+      return report_error(written.error());
+    }
+  }
+  fmt::print("exported run {} to {}: script, params.json, result.json, stdout, stderr, "
+             "run.json\n",
+             run->run_id, dir.string());
+  return to_int(ExitCode::ok);
+}
+
+} // namespace
+
+void add_export_command(CLI::App& app, Context& ctx)
+{
+  auto cmd = std::make_shared<ExportCommand>();
+  CLI::App* sub = app.add_subcommand(
+      "export", "Write one archived run as files: script, params.json, result.json, stdout, "
+                "stderr, run.json");
+  sub->add_option("RUN", cmd->run, "a run id, a unique prefix of one, or 'last'")->required();
+  sub->add_option("DIR", cmd->dir, "directory to write into (created if missing)")->required();
+  sub->footer(R"(Examples:
+  ferry export last ./run-files
+  ferry export 20261129T141215Z-3f9a1c0b /tmp/kv-bf16)");
+  sub->callback([&ctx, cmd] { ctx.exit_code = run_export(ctx, *cmd); });
+}
+
+} // namespace ferry::cli

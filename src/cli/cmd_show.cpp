@@ -1,0 +1,237 @@
+// `ferry show RUN`: one archived run as a readable page, or one part of it exactly.
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "cli/archive_view.hpp"
+
+namespace ferry::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct ShowCommand {
+  std::string run;
+  bool json = false;
+  bool script = false;
+  bool params = false;
+  bool result = false;
+  bool stdout_only = false;
+  bool stderr_only = false;
+};
+
+constexpr std::size_t stream_head_lines = 10;
+constexpr std::size_t stream_tail_lines = 10;
+constexpr std::size_t line_width = 400; // longer lines are cut: a job may print megabytes on one
+
+int write_raw(std::string_view bytes)
+{
+  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size()) {
+    print_error("cannot write to standard output");
+    return to_int(ExitCode::run_failed);
+  }
+  std::fflush(stdout);
+  return to_int(ExitCode::ok);
+}
+
+std::string pretty_json(const json& value)
+{
+  return value.dump(2, ' ', false, json::error_handler_t::replace);
+}
+
+std::string indented(std::string_view text)
+{
+  std::string out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto end = text.find('\n', start);
+    const auto line = text.substr(start, end == std::string_view::npos ? end : end - start);
+    out += "  ";
+    out += line;
+    out += '\n';
+    if (end == std::string_view::npos) {
+      break;
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+std::vector<std::string_view> split_lines(std::string_view text)
+{
+  std::vector<std::string_view> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string_view::npos) {
+      end = text.size();
+    }
+    auto line = text.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') {
+      line.remove_suffix(1);
+    }
+    lines.push_back(line);
+    start = end + 1;
+  }
+  return lines;
+}
+
+std::string display_line(std::string_view line)
+{
+  if (line.size() <= line_width) {
+    return printable(line);
+  }
+  return fmt::format("{}… ({} more bytes)", printable(line.substr(0, line_width)),
+                     line.size() - line_width);
+}
+
+std::string stream_section(std::string_view name, std::string_view bytes, bool truncated)
+{
+  const auto lines = split_lines(bytes);
+  if (lines.empty()) {
+    return fmt::format("{} (empty)\n", name);
+  }
+  std::string out =
+      fmt::format("{} ({} line{}, {} bytes{})\n", name, lines.size(), lines.size() == 1 ? "" : "s",
+                  bytes.size(), truncated ? ", cut at the capture cap" : "");
+  const std::size_t shown = stream_head_lines + stream_tail_lines;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (lines.size() > shown && i == stream_head_lines) {
+      out +=
+          fmt::format("  … {} lines omitted (ferry show RUN --{}) …\n", lines.size() - shown, name);
+      i = lines.size() - stream_tail_lines;
+    }
+    out += "  " + display_line(lines[i]) + "\n";
+  }
+  return out;
+}
+
+std::string target_section(const RunRecord& run)
+{
+  if (run.target.value("local", false)) {
+    return "local";
+  }
+  std::string where = run.target.value("host", "");
+  if (const std::string user = run.target.value("user", ""); !user.empty()) {
+    where = user + "@" + where;
+  }
+  if (const auto port = run.target.find("port"); port != run.target.end() && port->is_number()) {
+    where += fmt::format(":{}", port->get<long long>());
+  }
+  std::string text = target_label(run);
+  if (!where.empty() && where != text) {
+    text += " (" + where + ")";
+  }
+  if (const std::string key = run.target.value("host_key_sha256", ""); !key.empty()) {
+    text += ", host key " + key;
+  }
+  return printable(text);
+}
+
+void print_page(const RunRecord& run)
+{
+  std::string page;
+  const auto field = [&](std::string_view name, std::string_view value) {
+    page += fmt::format("{:<10} {}\n", name, value);
+  };
+  field("run", run.run_id);
+  std::string job = printable(run.job);
+  if (!run.script_name.empty() && run.script_name != run.job) {
+    job += " (" + printable(run.script_name) + ")";
+  }
+  field("job", job);
+  field("sha256", run.job_sha256);
+  field("target", target_section(run));
+  std::string status(to_string(run.status));
+  if (run.exit_code) {
+    status += fmt::format(", exit code {}", *run.exit_code);
+  }
+  field("status", status);
+  if (run.error) {
+    field("error", printable(*run.error));
+  }
+  field("started", run.started_at);
+  field("duration",
+        fmt::format("{:.3f} s (connect {:.3f}, upload {:.3f}, exec {:.3f}, fetch {:.3f})",
+                    run.duration_s, run.timings.connect, run.timings.upload, run.timings.exec,
+                    run.timings.fetch));
+  if (run.replay_of) {
+    field("replay of", *run.replay_of);
+  }
+  field("ferry", run.ferry_version);
+  for (const auto& warning : run.warnings) {
+    field("warning",
+          printable(warning.is_object() ? fmt::format("{}: {}", warning.value("code", ""),
+                                                      warning.value("message", ""))
+                                        : to_json_line(warning)));
+  }
+  page += "\nparams\n" + indented(pretty_json(run.params));
+  page += "\nresult\n" + indented(pretty_json(run.result));
+  page += "\n" + stream_section("stdout", run.stdout_text, run.stdout_truncated);
+  page += "\n" + stream_section("stderr", run.stderr_text, run.stderr_truncated);
+  fmt::print("{}", page);
+}
+
+int run_show(Context& ctx, const ShowCommand& cmd)
+{
+  auto archive = Archive::open_read_only(ctx.archive_path());
+  if (!archive) {
+    return report_error(archive.error());
+  }
+  auto run = archive->load(cmd.run);
+  if (!run) {
+    return report_error(run.error());
+  }
+  if (cmd.script) {
+    return write_raw(run->script);
+  }
+  if (cmd.stdout_only) {
+    return write_raw(run->stdout_text);
+  }
+  if (cmd.stderr_only) {
+    return write_raw(run->stderr_text);
+  }
+  if (cmd.params) {
+    return write_raw(pretty_json(run->params) + "\n");
+  }
+  if (cmd.result) {
+    return write_raw(pretty_json(run->result) + "\n");
+  }
+  if (cmd.json) {
+    return write_raw(pretty_json(to_json(*run)) + "\n");
+  }
+  print_page(*run);
+  return to_int(ExitCode::ok);
+}
+
+} // namespace
+
+void add_show_command(CLI::App& app, Context& ctx)
+{
+  auto cmd = std::make_shared<ShowCommand>();
+  CLI::App* sub = app.add_subcommand("show", "Show one archived run");
+  sub->add_option("RUN", cmd->run, "a run id, a unique prefix of one, or 'last'")->required();
+  std::vector<CLI::Option*> parts = {
+      sub->add_flag("--json", cmd->json, "the full run record as one JSON object"),
+      sub->add_flag("--script", cmd->script, "the exact script bytes that ran"),
+      sub->add_flag("--params", cmd->params, "the parameters, as JSON"),
+      sub->add_flag("--result", cmd->result, "the result, as JSON"),
+      sub->add_flag("--stdout", cmd->stdout_only, "the job's standard output, byte for byte"),
+      sub->add_flag("--stderr", cmd->stderr_only, "the job's standard error, byte for byte"),
+  };
+  for (auto* part : parts) {
+    for (auto* other : parts) {
+      if (part != other) {
+        part->excludes(other);
+      }
+    }
+  }
+  sub->footer(R"(Examples:
+  ferry show last
+  ferry show 20261129T1412 --result
+  ferry show last --script | sha256sum)");
+  sub->callback([&ctx, cmd] { ctx.exit_code = run_show(ctx, *cmd); });
+}
+
+} // namespace ferry::cli
