@@ -233,14 +233,25 @@ VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?1
         .bind_optional(13, run.replay_of)
         .bind(14, run.ferry_version)
         .bind(15, to_json_line(record))
-        .bind_blob(17, run.stdout_text)
-        .bind_blob(18, run.stderr_text);
+        .bind_zeroblob(17, run.stdout_text.size())
+        .bind_zeroblob(18, run.stderr_text.size());
     if (run.result_bytes.empty()) {
       stmt.bind_null(16);
     } else {
-      stmt.bind_blob(16, run.result_bytes);
+      stmt.bind_zeroblob(16, run.result_bytes.size());
     }
     error = stmt.run();
+  }
+  // The large columns are filled in place, chunk by chunk, inside the same transaction.
+  const std::int64_t rowid = sqlite3_last_insert_rowid(db.handle());
+  if (!error) {
+    error = write_blob(db, "runs", "result_bytes", rowid, run.result_bytes);
+  }
+  if (!error) {
+    error = write_blob(db, "runs", "stdout", rowid, run.stdout_text);
+  }
+  if (!error) {
+    error = write_blob(db, "runs", "stderr", rowid, run.stderr_text);
   }
   if (error && error->code == SQLITE_CONSTRAINT_PRIMARYKEY) {
     return fail(ErrorKind::failed,
@@ -332,7 +343,9 @@ Expected<Archive> Archive::open(const fs::path& path)
   FERRY_TRY_ASSIGN(info, read_schema_info(impl->db, path));
   FERRY_TRY(check_schema(info, path));
 
-  if (auto error = impl->db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL")) {
+  // A small page cache: runs carry blobs of up to 16 MiB each, and the cache need not hold them.
+  if (auto error = impl->db.exec(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -1024")) {
     return archive_error(path, "open archive", *error, &impl->db);
   }
   if (info.version < archive::schema_version()) {

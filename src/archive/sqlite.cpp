@@ -88,6 +88,33 @@ Statement& Statement::bind_blob(int index, std::string_view bytes)
   return *this;
 }
 
+Statement& Statement::bind_zeroblob(int index, std::uint64_t size)
+{
+  keep_first_error(m_bind_error, m_db, sqlite3_bind_zeroblob64(m_stmt.get(), index, size));
+  return *this;
+}
+
+SqliteStatus write_blob(Database& db, const char* table, const char* column, std::int64_t rowid,
+                        std::string_view bytes)
+{
+  if (bytes.empty()) {
+    return std::nullopt;
+  }
+  sqlite3_blob* blob = nullptr;
+  int rc = sqlite3_blob_open(db.handle(), "main", table, column, rowid, 1, &blob);
+  constexpr std::size_t chunk = 1 << 20;
+  for (std::size_t done = 0; rc == SQLITE_OK && done < bytes.size(); done += chunk) {
+    const std::size_t n = std::min(chunk, bytes.size() - done);
+    rc = sqlite3_blob_write(blob, bytes.data() + done, static_cast<int>(n), static_cast<int>(done));
+  }
+  SqliteStatus status;
+  if (rc != SQLITE_OK) {
+    status = db.last_error();
+  }
+  sqlite3_blob_close(blob);
+  return status;
+}
+
 Statement& Statement::bind(int index, std::int64_t value)
 {
   keep_first_error(m_bind_error, m_db, sqlite3_bind_int64(m_stmt.get(), index, value));

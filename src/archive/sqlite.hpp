@@ -22,6 +22,12 @@ struct SqliteError {
 using SqliteStatus = std::optional<SqliteError>;
 
 class Statement;
+class Database;
+
+// Writes `bytes` into the (zeroblob-sized) column of row `rowid` in chunks, so a large blob is
+// never copied whole into a row record in memory (SQLite's INSERT would build one).
+[[nodiscard]] SqliteStatus write_blob(Database& db, const char* table, const char* column,
+                                      std::int64_t rowid, std::string_view bytes);
 
 class Database {
 public:
@@ -53,6 +59,8 @@ public:
   Statement& bind(int index, std::string_view text);
   // The bytes must stay alive until the statement has run (bound without a copy).
   Statement& bind_blob(int index, std::string_view bytes);
+  // A blob of `size` zero bytes, to be filled afterwards with write_blob.
+  Statement& bind_zeroblob(int index, std::uint64_t size);
   Statement& bind(int index, std::int64_t value);
   Statement& bind(int index, double value);
   Statement& bind_null(int index);

@@ -93,8 +93,10 @@ public:
 
   nlohmann::json target() const override
   {
-    return {{"host", m_host}, {"user", m_user}, {"port", m_port},
-            {"host_key_sha256", m_host_key_sha256}};
+    // "host" is the name the user gave (an alias, say); "address" what it resolved to.
+    auto spec = parse_host_spec(m_target.spec);
+    return {{"host", spec ? spec->host : m_target.spec}, {"address", m_host}, {"user", m_user},
+            {"port", m_port}, {"host_key_sha256", m_host_key_sha256}};
   }
   std::string label() const override { return m_target.spec; }
 

@@ -1,0 +1,216 @@
+"""Faults, hostile results and security properties (issue 6), against a real sshd."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ferry_harness import ECHO_JOB, ECHO_PARAMS, ferry_bin, run_ferry, write_job  # noqa: E402
+from sshd_fixture import SshServer  # noqa: E402
+
+SHELLS4 = ("bash", "zsh", "fish", "tcsh")
+
+
+class Faults(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = SshServer().start()
+        cls.tmp = tempfile.mkdtemp(prefix="ferry-faults-")
+        cls.archive = os.path.join(cls.tmp, "archive.db")
+        cls.env = {"FERRY_ARCHIVE": cls.archive}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def ferry(self, *args, shell="bash", env=None, **kw):
+        return run_ferry(*args, "--host", self.srv.alias(shell), "--ssh-config", self.srv.ssh_config,
+                         env={**self.env, **(env or {})}, **kw)
+
+    def start_ferry(self, *args):
+        env = dict(os.environ, **self.env)
+        return subprocess.Popen([ferry_bin(), *args, "--ssh-config", self.srv.ssh_config],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+    def wait_for(self, predicate, timeout=15.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def job_started(self, user):
+        return any("sleep 4321" in self.cmdline(pid) for pid in self.srv.processes_of(user))
+
+    @staticmethod
+    def cmdline(pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return ""
+
+    def test_interrupt_kills_every_remote_job_and_cleans_up(self):
+        job = write_job(self.tmp, "long", "echo started\nsleep 4321\n", interpreter="sh", timeout=600)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with self.subTest(signal=sig.name):
+                hosts = ",".join(self.srv.alias(s) for s in SHELLS4)
+                proc = self.start_ferry("run", job, "--host", hosts, "--json")
+                users = [self.srv.user(s) for s in SHELLS4]
+                self.assertTrue(self.wait_for(lambda: all(self.job_started(u) for u in users)),
+                                "the jobs never started")
+                proc.send_signal(sig)
+                out, err = proc.communicate(timeout=30)
+                self.assertEqual(proc.returncode, 130, err)
+                records = [json.loads(line) for line in out.decode().splitlines()]
+                self.assertEqual(sorted(r["status"] for r in records), ["interrupted"] * 4, records)
+                for user in users:
+                    self.assertEqual(self.srv.wait_no_processes(user, timeout_s=5), [],
+                                     self.srv.describe_processes(user))
+                    self.assertEqual(self.srv.run_dirs(user), [])
+                log = run_ferry("log", "--status", "interrupted", "--json", "--limit", "100", env=self.env)
+                self.assertGreaterEqual(len(log.records), 4, log)
+
+    def test_connection_lost_mid_job(self):
+        job = write_job(self.tmp, "sleepy", "echo started\nsleep 4321\n", interpreter="sh", timeout=4)
+        user = self.srv.user("bash")
+        proc = self.start_ferry("run", job, "--host", self.srv.alias("bash"), "--json", "--connect-timeout", "3")
+        self.assertTrue(self.wait_for(lambda: self.job_started(user)), "the job never started")
+        started = time.monotonic()
+        self.srv.kill_connections(user)
+        out, err = proc.communicate(timeout=30)
+        self.assertLess(time.monotonic() - started, 3 + 5, "ferry did not notice the lost connection")
+        self.assertEqual(proc.returncode, 1, err)
+        rec = json.loads(out)
+        self.assertEqual(rec["status"], "error")
+        self.assertIn("connection lost", rec["error"])
+        # The launcher's own deadline (4 s) ends the job on the host, with nobody connected.
+        time.sleep(4 + 2 + 1)
+        self.assertFalse(self.job_started(user), self.srv.describe_processes(user))
+
+    def test_params_never_appear_in_a_remote_command_line(self):
+        secret = "s3cr3t-" + os.urandom(6).hex()
+        job = write_job(self.tmp, "peek", '''
+            import json, os
+            cmds = []
+            for pid in os.listdir("/proc"):
+                try:
+                    cmds.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode())
+                except OSError:
+                    pass
+            json.dump(cmds, open(os.environ["FERRY_RESULT"], "w"))
+            ''', params='[params.token]\ntype = "string"\n')
+        for shell in SHELLS4 + ("dash",):
+            with self.subTest(shell=shell):
+                rec = self.ferry("run", job, "-p", f"token={secret}", "--json", shell=shell).record
+                self.assertEqual(rec["status"], "ok", rec)
+                mine = [c for c in rec["result"] if "ferry-" in c]
+                self.assertTrue(any(c.strip().endswith("/launch.sh") and c.startswith("/bin/sh ") for c in mine), mine)
+                self.assertFalse([c for c in rec["result"] if secret in c])
+
+    def test_unsafe_remote_base_is_refused(self):
+        user = self.srv.user("bash")
+        home = self.srv.home(user)
+        uid = int(subprocess.check_output(["id", "-u", user]))
+        echo = write_job(self.tmp, "echo_base", ECHO_JOB, params=ECHO_PARAMS)
+        target = os.path.join(home, "elsewhere")
+        os.makedirs(target, exist_ok=True)
+        os.chown(target, uid, -1)
+        link = os.path.join(home, "runs-link")
+        if os.path.lexists(link):
+            os.unlink(link)
+        os.symlink(target, link)
+        rec = self.ferry("run", echo, "-p", "text=x", "--remote-base", link, "--json").record
+        self.assertEqual(rec["status"], "error")
+        self.assertIn("symbolic link", rec["error"])
+        self.assertEqual(os.listdir(target), [], "ferry wrote through a symlink")
+        shared = os.path.join(home, "shared-runs")
+        os.makedirs(shared, exist_ok=True)
+        os.chown(shared, uid, -1)
+        os.chmod(shared, 0o777)
+        rec = self.ferry("run", echo, "-p", "text=x", "--remote-base", shared, "--json").record
+        self.assertEqual(rec["status"], "error")
+        self.assertIn("writable by group or others", rec["error"])
+        self.assertEqual(os.listdir(shared), [])
+        foreign = "/var/lib/ferry-test/foreign-runs"
+        os.makedirs(foreign, exist_ok=True)
+        os.chmod(foreign, 0o755)
+        rec = self.ferry("run", echo, "-p", "text=x", "--remote-base", foreign, "--json").record
+        self.assertEqual(rec["status"], "error")
+        self.assertIn(foreign, rec["error"])
+
+    def test_full_disk_during_upload(self):
+        base = "/var/lib/ferry-test/tiny"
+        os.makedirs(base, exist_ok=True)
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", base],
+                                 capture_output=True, text=True)
+        self.assertEqual(mounted.returncode, 0, f"cannot mount a tmpfs for the test: {mounted.stderr}")
+        try:
+            user = self.srv.user("bash")
+            os.chown(base, int(subprocess.check_output(["id", "-u", user])), -1)
+            marker = os.path.join(self.tmp, "ran")
+            big = write_job(self.tmp, "big", f"open({marker!r}, 'w').write('ran')\n" + "#" * 200_000 + "\n")
+            rec = self.ferry("run", big, "--remote-base", base, "--json").record
+            self.assertEqual(rec["status"], "error")
+            self.assertRegex(rec["error"], "cannot (write|finish writing|create)")
+            self.assertFalse(os.path.exists(marker), "the job ran after a failed upload")
+            self.assertEqual(os.listdir(base), [], "partial files were left behind")
+        finally:
+            subprocess.run(["umount", base])
+
+    def test_hostile_results_are_bounded(self):
+        cases = {
+            "huge": ("import os\nwith open(os.environ['FERRY_RESULT'], 'w') as f:\n"
+                     "    f.write('[' + '1,' * 10)\n    for _ in range(1024): f.write('1,' * (512 * 1024))\n"
+                     "    f.write('1]')\n", "larger than"),
+            "invalid_utf8": ("import os\nopen(os.environ['FERRY_RESULT'], 'wb').write(b'{\"a\": \"\\xff\\xfe\"}')\n",
+                             "not valid JSON"),
+            "deep": ("import os\nopen(os.environ['FERRY_RESULT'], 'w').write('[' * 100000 + ']' * 100000)\n",
+                     "nests"),
+        }
+        for name, (body, expect) in cases.items():
+            with self.subTest(case=name):
+                job = write_job(self.tmp, "hostile_" + name, body, timeout=120)
+                res = self.ferry("run", job, "--json", timeout=300)
+                rec = res.record
+                self.assertEqual(rec["status"], "bad-result", rec["error"])
+                self.assertIn(expect, rec["error"])
+                self.assertLess(res.max_rss_kib, 256 * 1024, f"peak RSS {res.max_rss_kib} KiB")
+        self.assertEqual(self.srv.run_dirs(self.srv.user("bash")), [])
+
+    def test_archive_failure_still_prints_the_result(self):
+        ro = os.path.join(self.tmp, "ro")
+        os.makedirs(ro, exist_ok=True)
+        archive = os.path.join(ro, "archive.db")
+        job = write_job(self.tmp, "answer", 'print("{\\"answer\\": 42}")\n')
+        good = self.ferry("run", job, "--json", env={"FERRY_ARCHIVE": archive}).record
+        self.assertEqual(good["status"], "ok")
+        os.chmod(archive, 0o400)
+        os.chmod(ro, 0o500)
+        try:
+            # root ignores modes: make it read-only for real with a read-only bind mount.
+            subprocess.run(["mount", "--bind", ro, ro], check=True)
+            subprocess.run(["mount", "-o", "remount,bind,ro", ro], check=True)
+            res = self.ferry("run", job, "--json", env={"FERRY_ARCHIVE": archive})
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual(res.record["result"], {"answer": 42})
+            self.assertIn(archive, res.stderr.decode())
+        finally:
+            subprocess.run(["umount", ro])
+            os.chmod(ro, 0o700)
+        log = run_ferry("log", "--json", env={"FERRY_ARCHIVE": archive})
+        self.assertEqual([r["run_id"] for r in log.records], [good["run_id"]], "the stored run was lost")
+
+
+if __name__ == "__main__":
+    unittest.main()
