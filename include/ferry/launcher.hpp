@@ -15,6 +15,9 @@ struct LauncherSpec {
   int timeout_s = 300;
   int grace_s = 2;         // between TERM and KILL
   std::string sentinel;    // printed first on stdout and stderr; what precedes it is not the job's
+  // Printed last on stdout. When that write fails, nobody is reading any more (the connection
+  // was lost), so the launcher removes the run directory itself.
+  std::string end_marker;
 };
 
 // Exit statuses the launcher itself uses.

@@ -29,12 +29,13 @@ struct CapturedStream {
 // bytes of what follows. Memory stays bounded however much arrives.
 class OutputCapture {
 public:
-  OutputCapture(std::string sentinel, std::size_t cap);
+  OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker = {});
   void feed(std::string_view data);
   [[nodiscard]] CapturedStream finish() &&;
 
 private:
   std::string m_marker; // sentinel + "\n"
+  std::string m_end;    // end_marker + "\n": the launcher's last line, not the job's
   std::size_t m_cap;
   CapturedStream m_out;
   std::string m_pending; // bytes before the sentinel, not yet known to be noise
@@ -43,6 +44,7 @@ private:
 struct ExecRequest {
   std::vector<std::string> argv; // shell-neutral tokens
   std::string sentinel;
+  std::string end_marker; // the launcher's last stdout line
   std::size_t output_cap = 16u << 20;
   // ferry's own backstop: past it, the job is signalled (the launcher's deadline comes first).
   std::chrono::steady_clock::duration deadline = std::chrono::seconds(300);

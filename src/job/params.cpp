@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "ferry/params.hpp"
+#include "ferry/util.hpp"
 
 namespace ferry {
 namespace {
@@ -19,7 +20,7 @@ std::string describe(const ParamSpec& spec)
   case ParamType::integer: return "an int";
   case ParamType::floating: return "a float";
   case ParamType::boolean: return "a bool (true/false/1/0/yes/no)";
-  case ParamType::string: return "a string";
+  case ParamType::string: return "a string (UTF-8 text)";
   case ParamType::json: return "a JSON value";
   default: return "?";
   }
@@ -61,7 +62,11 @@ std::optional<json> parse_scalar(ParamType type, std::string_view text)
     if (lower == "false" || lower == "0" || lower == "no") return json(false);
     return std::nullopt;
   }
-  case ParamType::string: return json(std::string(text));
+  case ParamType::string:
+    if (!is_valid_utf8(text)) {
+      return std::nullopt; // parameters travel as JSON, which carries UTF-8 text only
+    }
+    return json(std::string(text));
   default: return std::nullopt;
   }
 }
@@ -93,7 +98,7 @@ Expected<void> check_choices(const ParamSpec& spec, const json& value)
                     : allowed(value);
   if (!ok) {
     return fail(ErrorKind::usage, "parameter '{}': {} is not one of the choices {}", spec.name,
-                shorten(value.dump()), spec.choices->dump());
+                shorten(value.dump(-1, ' ', false, json::error_handler_t::replace)), spec.choices->dump(-1, ' ', false, json::error_handler_t::replace));
   }
   return {};
 }
@@ -104,7 +109,7 @@ Expected<json> check_param_value(const ParamSpec& spec, const json& value, std::
 {
   if (!has_type(spec.type, value)) {
     return fail(ErrorKind::usage, "parameter '{}' expects {}, but {} gives {} ({})", spec.name,
-                describe(spec), origin, value.type_name(), shorten(value.dump()));
+                describe(spec), origin, value.type_name(), shorten(value.dump(-1, ' ', false, json::error_handler_t::replace)));
   }
   json typed = value;
   if (spec.type == ParamType::floating) {
@@ -115,7 +120,7 @@ Expected<json> check_param_value(const ParamSpec& spec, const json& value, std::
       if (!has_type(spec.items, element)) {
         return fail(ErrorKind::usage,
                     "parameter '{}' expects {}, but {} gives an element {} ({})", spec.name,
-                    describe(spec), origin, element.type_name(), shorten(element.dump()));
+                    describe(spec), origin, element.type_name(), shorten(element.dump(-1, ' ', false, json::error_handler_t::replace)));
       }
       if (spec.items == ParamType::floating) {
         element = element.get<double>();
@@ -149,7 +154,8 @@ Expected<json> parse_param_text(const ParamSpec& spec, std::string_view text)
         if (!element) {
           return fail(ErrorKind::usage,
                       "parameter '{}' expects {}, but element '{}' is not {}", spec.name,
-                      describe(spec), shorten(item), to_string(spec.items));
+                      describe(spec), shorten(item),
+                      spec.items == ParamType::string ? "UTF-8 text" : to_string(spec.items));
         }
         value.push_back(std::move(*element));
         if (comma == std::string_view::npos) {

@@ -3,6 +3,7 @@
 #include <array>
 
 #include "ferry/run_record.hpp"
+#include "ferry/util.hpp"
 
 namespace ferry {
 
@@ -113,6 +114,22 @@ void write_escaped(ChunkWriter& w, std::string_view text)
 }
 
 } // namespace
+
+bool is_valid_utf8(std::string_view text)
+{
+  for (std::size_t i = 0; i < text.size();) {
+    if (static_cast<unsigned char>(text[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const std::size_t length = utf8_sequence(text, i);
+    if (length == 0) {
+      return false;
+    }
+    i += length;
+  }
+  return true;
+}
 
 void write_json_string(std::FILE* out, std::string_view text)
 {

@@ -164,7 +164,9 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params, cons
   launcher.interpreter = job.meta.interpreter;
   launcher.timeout_s = timeout_s;
   launcher.grace_s = options.grace_s;
-  launcher.sentinel = "ferry-start-" + random_hex(12);
+  const std::string nonce = random_hex(12);
+  launcher.sentinel = "ferry-start-" + nonce;
+  launcher.end_marker = "ferry-end-" + nonce;
   auto cleanup = [&] {
     if (options.keep_remote) {
       add_warning(record, "kept-remote", fmt::format("run directory kept on the host: {}", run_dir));
@@ -194,6 +196,7 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params, cons
   ExecRequest request;
   request.argv = {"/bin/sh", run_dir + "/launch.sh"};
   request.sentinel = launcher.sentinel;
+  request.end_marker = launcher.end_marker;
   request.output_cap = options.output_cap;
   request.grace = std::chrono::seconds(options.grace_s);
   request.deadline = std::chrono::seconds(timeout_s + options.grace_s + 5);

@@ -63,6 +63,11 @@ signal_job() {{
   if [ "$grouped" = 1 ]; then kill -"$1" -"$job" 2>/dev/null; fi
   kill -"$1" "$job" 2>/dev/null
 }}
+finish() {{
+  trap '' PIPE
+  printf '%s\n' {end_marker} 2>/dev/null || rm -rf "$FERRY_RUN_DIR"
+  exit "$1"
+}}
 stop() {{
   trap '' TERM INT HUP
   code=$1
@@ -79,7 +84,7 @@ stop() {{
   wait "$job"
   signal_job KILL
   kill "$killer" "$watchdog" 2>/dev/null
-  exit "$code"
+  finish "$code"
 }}
 trap 'stop 143' TERM
 trap 'stop 130' INT
@@ -90,10 +95,10 @@ trap '' TERM INT HUP
 if [ "$grouped" = 1 ]; then kill -KILL -"$job" 2>/dev/null; fi
 kill "$watchdog" 2>/dev/null
 [ -e "$FERRY_RUN_DIR"/{marker} ] && status={timeout_exit}
-exit "$status"
+finish "$status"
 )",
     fmt::arg("run_dir", sh_quote(spec.run_dir)), fmt::arg("job_name", sh_quote(spec.job_name)),
-    fmt::arg("sentinel", sh_quote(spec.sentinel)),
+    fmt::arg("sentinel", sh_quote(spec.sentinel)), fmt::arg("end_marker", sh_quote(spec.end_marker)),
     fmt::arg("interpreter", sh_quote(spec.interpreter)),
     fmt::arg("job_file", sh_quote(spec.job_file)), fmt::arg("timeout", spec.timeout_s),
     fmt::arg("marker", k_launcher_timeout_marker),

@@ -114,7 +114,7 @@ Expected<ExecOutcome> LocalSession::exec(const ExecRequest& request)
     return fail(ErrorKind::failed, "cannot start {}: {}", request.argv.front(),
                 spawn_error.message());
   }
-  OutputCapture out(request.sentinel, request.output_cap);
+  OutputCapture out(request.sentinel, request.output_cap, request.end_marker);
   OutputCapture err(request.sentinel, request.output_cap);
   pollfd fds[2] = {{out_pipe.native_source(), POLLIN, 0}, {err_pipe.native_source(), POLLIN, 0}};
   OutputCapture* captures[2] = {&out, &err};

@@ -13,8 +13,9 @@ constexpr std::size_t k_noise_cap = 64 * 1024;
 bool interrupt_requested() { return g_interrupted.load(std::memory_order_relaxed); }
 void request_interrupt() { g_interrupted.store(true, std::memory_order_relaxed); }
 
-OutputCapture::OutputCapture(std::string sentinel, std::size_t cap)
-  : m_marker(sentinel.empty() ? std::string() : sentinel + "\n"), m_cap(cap)
+OutputCapture::OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker)
+  : m_marker(sentinel.empty() ? std::string() : sentinel + "\n"),
+    m_end(end_marker.empty() ? std::string() : end_marker + "\n"), m_cap(cap + m_end.size())
 {
   m_out.saw_sentinel = m_marker.empty();
 }
@@ -65,11 +66,16 @@ CapturedStream OutputCapture::finish() &&
     // The launcher never ran (or its marker was lost): keep what came, as it came.
     m_out.bytes = m_out.before_sentinel + m_pending;
     m_out.before_sentinel.clear();
-    if (m_out.bytes.size() > m_cap) {
-      m_out.dropped += m_out.bytes.size() - m_cap;
-      m_out.bytes.resize(m_cap);
-      m_out.truncated = true;
-    }
+  }
+  if (!m_end.empty() && m_out.bytes.size() >= m_end.size() &&
+      m_out.bytes.compare(m_out.bytes.size() - m_end.size(), m_end.size(), m_end) == 0) {
+    m_out.bytes.resize(m_out.bytes.size() - m_end.size());
+  }
+  const std::size_t cap = m_cap - m_end.size();
+  if (m_out.bytes.size() > cap) {
+    m_out.dropped += m_out.bytes.size() - cap;
+    m_out.bytes.resize(cap);
+    m_out.truncated = true;
   }
   return std::move(m_out);
 }

@@ -516,7 +516,7 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
   ssh_event_add_session(event.get(), s);
 
   ExecOutcome outcome;
-  OutputCapture out(request.sentinel, request.output_cap);
+  OutputCapture out(request.sentinel, request.output_cap, request.end_marker);
   OutputCapture err(request.sentinel, request.output_cap);
   std::vector<char> buffer(64 * 1024);
   const auto start = std::chrono::steady_clock::now();

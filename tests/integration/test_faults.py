@@ -105,6 +105,8 @@ class Faults(unittest.TestCase):
             cmds = []
             for pid in os.listdir("/proc"):
                 try:
+                    if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+                        continue  # the remote user's processes only (ferry's own runs here too)
                     cmds.append(open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode())
                 except OSError:
                     pass

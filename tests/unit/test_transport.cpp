@@ -96,3 +96,13 @@ TEST_CASE("memory stays bounded however much arrives", "[capture]")
   CHECK(out.before_sentinel.size() <= 64 * 1024);
   CHECK(out.dropped == 64u * (1u << 16) - 1000);
 }
+
+TEST_CASE("the launcher's last line is not the job's", "[capture]")
+{
+  OutputCapture capture("ferry-start-1", 10, "ferry-end-1");
+  capture.feed("ferry-start-1\nno newline");
+  capture.feed("ferry-end-1\n");
+  const CapturedStream out = std::move(capture).finish();
+  CHECK(out.bytes == "no newline");
+  CHECK_FALSE(out.truncated);
+}
