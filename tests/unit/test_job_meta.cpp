@@ -149,7 +149,7 @@ TEST_CASE("broken metadata blocks are refused with file and line", "[meta]")
   }
 }
 
-TEST_CASE("-p values are typed by the declaration", "[params]")
+TEST_CASE("parameter text from -p is typed by the declaration", "[params]")
 {
   const Job job = good_job();
   auto params = resolve_params(job,
@@ -224,7 +224,7 @@ TEST_CASE("every refusal names the parameter and the expected type", "[params]")
   CHECK_THAT(refused({"name=x"}, json::array({1})), Catch::Contains("must hold a JSON object"));
 }
 
-TEST_CASE("-p wins over --params, and --params values keep their JSON types", "[params]")
+TEST_CASE("a -p value wins over --params and --params values keep their JSON types", "[params]")
 {
   auto params = resolve_params(good_job(), {"tp=4"}, json{{"tp", 2}, {"name", "n"}, {"ratio", 1}});
   REQUIRE(params);

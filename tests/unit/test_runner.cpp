@@ -157,7 +157,7 @@ TEST_CASE("outcomes become statuses", "[runner]")
   }
 }
 
-TEST_CASE("results: file, stdout-only JSON, or null", "[runner]")
+TEST_CASE("results: file stdout-only JSON or null", "[runner]")
 {
   CHECK(parse_result(std::nullopt, "hello\n", 100).value.is_null());
   CHECK(parse_result(std::nullopt, " {\"a\": 1}\n", 100).value == json{{"a", 1}});
@@ -180,7 +180,7 @@ TEST_CASE("the job file travels under its own name unless that is unsafe", "[run
   CHECK(staged_job_file_name(odd) == "job");
 }
 
-TEST_CASE("json_diff names changes by JSON Pointer; numbers exact, order matters", "[diff]")
+TEST_CASE("json_diff names changes by JSON Pointer and numbers exact order matters", "[diff]")
 {
   const json a = json::parse(R"({"kv": {"bf16": {"max_tokens": 1216348}}, "l": [1, 2], "x/y": 1, "f": 0.5})");
   CHECK(json_diff(a, a).empty());

@@ -57,7 +57,7 @@ TEST_CASE("the launcher sets the contract's variables and never executes the job
   CHECK(text.find("\n\"$FERRY_RUN_DIR\"/'kv_calc.py'") == std::string::npos);
 }
 
-TEST_CASE("output before the sentinel is set aside; after it, kept up to the cap", "[capture]")
+TEST_CASE("output before the sentinel is set aside and after it kept up to the cap", "[capture]")
 {
   OutputCapture capture("ferry-start-1", 10);
   capture.feed("hello from zshenv\nferry-st");
