@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine (as root) to build, test and run ferry.
-#   ./setup.sh            install packages, configure and build into ./build
-#   ./setup.sh --deps     install packages only
+#   ./setup.sh             install packages, configure and build into ./build
+#   ./setup.sh --deps      install packages only
+#   ./setup.sh --sanitize  also build ./build-asan with AddressSanitizer + UBSan
 # Every dependency is a Debian 12 package; nothing is downloaded from anywhere else.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -30,5 +31,9 @@ fi
 
 [ "${1:-}" = "--deps" ] && exit 0
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo "${FERRY_CMAKE_ARGS[@]:-}" >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)"
+if [ "${1:-}" = "--sanitize" ]; then
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFERRY_SANITIZE=ON >/dev/null
+  cmake --build build-asan -j "$(nproc)"
+fi

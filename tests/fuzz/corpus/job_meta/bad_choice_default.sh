@@ -1,0 +1,7 @@
+# /// ferry
+# interpreter = "sh"
+# [params.a]
+# type = "string"
+# default = "c"
+# choices = ["a", "b"]
+# ///

@@ -1,0 +1,3 @@
+# /// ferry
+# interpreter = "$(id) -u"
+# ///

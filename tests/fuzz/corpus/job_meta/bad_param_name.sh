@@ -1,0 +1,5 @@
+# /// ferry
+# interpreter = "sh"
+# [params."a b"]
+# type = "int"
+# ///

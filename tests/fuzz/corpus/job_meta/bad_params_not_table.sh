@@ -1,0 +1,4 @@
+# /// ferry
+# interpreter = "sh"
+# params = [1, 2]
+# ///

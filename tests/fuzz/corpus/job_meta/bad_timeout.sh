@@ -1,0 +1,4 @@
+# /// ferry
+# interpreter = "sh"
+# timeout = 604801
+# ///

@@ -1,0 +1,5 @@
+#!/bin/sh
+# /// ferry
+# interpreter = "sh"
+# timeout = = 3
+# ///

@@ -1,0 +1,2 @@
+# /// ferry
+# interpreter = "sh"

@@ -1,0 +1,6 @@
+# /// ferry
+# interpreter = "sh"
+# [params.a]
+# type = "int"
+# defualt = 1
+# ///
