@@ -275,7 +275,7 @@ Expected<JobMeta> parse_job_meta(std::string_view bytes, std::string_view label)
       }
       meta.interpreter = *interpreter;
     } else if (key == "timeout") {
-      const auto timeout = value.value<std::int64_t>();
+      const auto timeout = value.value_exact<std::int64_t>(); // exact: no float-to-int conversion
       if (!timeout || *timeout <= 0 || *timeout > 7 * 24 * 3600) {
         return fail(ErrorKind::usage,
                     "{}:{}: timeout must be a whole number of seconds between 1 and 604800",

@@ -103,7 +103,7 @@ void write_escaped(ChunkWriter& w, std::string_view text)
     }
     const std::size_t length = utf8_sequence(text, i);
     if (length == 0) {
-      w.put("\\ufffd"); // as nlohmann's error_handler_t::replace does
+      w.put("\\ufffd"); // one per invalid byte (nlohmann's replace gives one per broken sequence)
       ++i;
     } else {
       w.put(text.substr(i, length));
