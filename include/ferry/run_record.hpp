@@ -68,6 +68,9 @@ struct RunRecord {
 void write_json_line(std::FILE* out, const RunRecord& record,
                      const nlohmann::json& extra = nlohmann::json::object());
 
+// The bytes of params.json as the job receives it (and as `export` writes it back).
+[[nodiscard]] std::string params_file_bytes(const nlohmann::json& params);
+
 // `text` as a JSON string literal written to `out` in chunks.
 void write_json_string(std::FILE* out, std::string_view text);
 

@@ -20,6 +20,9 @@ namespace ferry {
 [[nodiscard]] std::string utc_iso(std::chrono::system_clock::time_point t);
 
 [[nodiscard]] Expected<std::string> read_file(const std::filesystem::path& path);
+// Writes all of `bytes` to `fd` (retrying short writes and EINTR); 0 or the errno.
+[[nodiscard]] int write_all(int fd, std::string_view bytes);
+
 // Writes through a temporary name and renames it into place.
 [[nodiscard]] Expected<void> write_file_atomic(const std::filesystem::path& path,
                                                std::string_view bytes, unsigned mode = 0644);

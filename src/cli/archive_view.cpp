@@ -105,4 +105,10 @@ std::string shorten(std::string_view text, std::size_t width)
   return std::string(text.substr(0, cut)) + "…";
 }
 
+Expected<RunRecord> load_archived_run(const Context& ctx, std::string_view ref)
+{
+  FERRY_TRY_ASSIGN(archive, Archive::open_read_only(ctx.archive_path()));
+  return archive.load(ref);
+}
+
 } // namespace ferry::cli

@@ -11,6 +11,9 @@ namespace ferry::cli {
 // Prints the error and returns its exit code: 2 for usage (no such run, bad filter), else 1.
 [[nodiscard]] int report_error(const Error& error);
 
+// The archived run RUN names (an id, a unique prefix, or "last"), read-only.
+[[nodiscard]] Expected<RunRecord> load_archived_run(const Context& ctx, std::string_view ref);
+
 // What the user called the target, else its host, else "local".
 [[nodiscard]] std::string target_label(const RunRecord& run);
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/archive_view.hpp"
+#include "ferry/util.hpp"
 
 namespace ferry::cli {
 
@@ -30,7 +31,7 @@ std::vector<ExportFile> export_files(const RunRecord& run)
 {
   // params.json as the runner wrote it for the job; result.json as it came back (when the
   // result came from stdout instead, or there was none, its JSON).
-  std::string params = run.params.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  std::string params = params_file_bytes(run.params);
   std::string result = !run.result_bytes.empty()
                            ? run.result_bytes
                            : run.result.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
@@ -50,19 +51,10 @@ Expected<void> write_new_file(const fs::path& path, std::string_view bytes)
   if (fd < 0) {
     return fail(ErrorKind::failed, "cannot create {}: {}", path.string(), std::strerror(errno));
   }
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(path.c_str());
-      return fail(ErrorKind::failed, "cannot write {}: {}", path.string(), std::strerror(err));
-    }
-    done += static_cast<std::size_t>(n);
+  if (const int err = write_all(fd, bytes); err != 0) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    return fail(ErrorKind::failed, "cannot write {}: {}", path.string(), std::strerror(err));
   }
   if (::close(fd) != 0) {
     const int err = errno;
@@ -102,11 +94,7 @@ Expected<void> prepare_directory(const fs::path& dir, const std::vector<ExportFi
 
 int run_export(Context& ctx, const ExportCommand& cmd)
 {
-  auto archive = Archive::open_read_only(ctx.archive_path());
-  if (!archive) {
-    return report_error(archive.error());
-  }
-  auto run = archive->load(cmd.run);
+  auto run = load_archived_run(ctx, cmd.run);
   if (!run) {
     return report_error(run.error());
   }

@@ -175,11 +175,7 @@ void print_page(const RunRecord& run)
 
 int run_show(Context& ctx, const ShowCommand& cmd)
 {
-  auto archive = Archive::open_read_only(ctx.archive_path());
-  if (!archive) {
-    return report_error(archive.error());
-  }
-  auto run = archive->load(cmd.run);
+  auto run = load_archived_run(ctx, cmd.run);
   if (!run) {
     return report_error(run.error());
   }

@@ -114,6 +114,11 @@ Expected<RunRecord> run_record_from_json(const json& j)
   return r;
 }
 
+std::string params_file_bytes(const json& params)
+{
+  return to_json_line(params) + "\n";
+}
+
 std::string to_json_line(const json& j)
 {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);

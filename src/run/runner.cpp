@@ -178,7 +178,7 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params, cons
     }
     log_step(options, session.label(), job.name, "clean", seconds_since(clean_start));
   };
-  const std::string params_text = params.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  const std::string params_text = params_file_bytes(params);
   const std::string launcher_text = make_launcher(launcher);
   const std::pair<std::string, std::string_view> staged[] = {
     {launcher.job_file, job.bytes}, {"params.json", params_text}, {"launch.sh", launcher_text}};

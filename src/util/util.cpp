@@ -76,6 +76,22 @@ Expected<std::string> read_file(const std::filesystem::path& path)
   return buffer.str();
 }
 
+int write_all(int fd, std::string_view bytes)
+{
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return errno;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
 Expected<void> write_file_atomic(const std::filesystem::path& path, std::string_view bytes,
                                  unsigned mode)
 {
@@ -84,19 +100,10 @@ Expected<void> write_file_atomic(const std::filesystem::path& path, std::string_
   if (fd < 0) {
     return fail(ErrorKind::failed, "cannot create {}: {}", tmp, std::strerror(errno));
   }
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return fail(ErrorKind::failed, "cannot write {}: {}", tmp, std::strerror(err));
-    }
-    done += static_cast<std::size_t>(n);
+  if (const int err = write_all(fd, bytes); err != 0) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return fail(ErrorKind::failed, "cannot write {}: {}", tmp, std::strerror(err));
   }
   ::fchmod(fd, mode);
   if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -97,6 +97,11 @@ class Faults(unittest.TestCase):
         # The launcher's own deadline (4 s) ends the job on the host, with nobody connected.
         time.sleep(4 + 2 + 1)
         self.assertFalse(self.job_started(user), self.srv.describe_processes(user))
+        # The launcher then finds nobody reading and removes its run dir; the other tests must
+        # not inherit one if that cleanup is late, so wait for it, then clear what is left.
+        self.wait_for(lambda: not self.srv.run_dirs(user), timeout=10)
+        for leftover in self.srv.run_dirs(user):
+            shutil.rmtree(leftover, ignore_errors=True)
 
     def test_params_never_appear_in_a_remote_command_line(self):
         secret = "s3cr3t-" + os.urandom(6).hex()
