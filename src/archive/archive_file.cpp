@@ -1,3 +1,4 @@
+#include <optional>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -112,6 +113,27 @@ void strip_group_other_bits(const fs::path& path)
   }
 }
 
+// The archive file's stat when it exists (nullopt when it does not): a regular file that
+// starts like an SQLite database, or an error that names it.
+Expected<std::optional<struct stat>> stat_existing_archive(const fs::path& path)
+{
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      return std::optional<struct stat>();
+    }
+    return fail(ErrorKind::failed, "cannot open archive {}: {}", path.string(),
+                std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return fail(ErrorKind::failed,
+                "archive {} is not a regular file; pass --archive PATH to use another file",
+                path.string());
+  }
+  FERRY_TRY(check_sqlite_magic(path, st));
+  return std::optional<struct stat>(st);
+}
+
 } // namespace
 
 Expected<void> prepare_for_writing(const fs::path& path)
@@ -134,17 +156,12 @@ Expected<void> prepare_for_writing(const fs::path& path)
                 path.string(), std::strerror(errno));
   }
 
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
+  FERRY_TRY_ASSIGN(found, stat_existing_archive(path));
+  if (!found) {
     return fail(ErrorKind::failed, "cannot open archive {}: {}", path.string(),
-                std::strerror(errno));
+                std::strerror(ENOENT));
   }
-  if (!S_ISREG(st.st_mode)) {
-    return fail(ErrorKind::failed,
-                "archive {} is not a regular file; pass --archive PATH to use another file",
-                path.string());
-  }
-  FERRY_TRY(check_sqlite_magic(path, st));
+  const struct stat st = *found;
   if (!writable(path, st)) {
     return fail(ErrorKind::failed,
                 "archive {} is read-only ({}): ferry cannot record runs in it; make it "
@@ -168,21 +185,8 @@ Expected<void> prepare_for_writing(const fs::path& path)
 
 Expected<bool> check_for_reading(const fs::path& path)
 {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) {
-      return false;
-    }
-    return fail(ErrorKind::failed, "cannot open archive {}: {}", path.string(),
-                std::strerror(errno));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return fail(ErrorKind::failed,
-                "archive {} is not a regular file; pass --archive PATH to use another file",
-                path.string());
-  }
-  FERRY_TRY(check_sqlite_magic(path, st));
-  return true;
+  FERRY_TRY_ASSIGN(found, stat_existing_archive(path));
+  return found.has_value();
 }
 
 } // namespace ferry::archive
