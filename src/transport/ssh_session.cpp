@@ -12,6 +12,7 @@
 #include "ferry/sessions.hpp"
 #include "ferry/shell_neutral.hpp"
 #include "ferry/util.hpp"
+#include "transport/known_hosts.hpp"
 #include "transport/ssh_handles.hpp"
 
 #include <libssh/callbacks.h>
@@ -42,38 +43,49 @@ std::string expand_home(const std::string& path)
   return path;
 }
 
-// The key known_hosts records for host:port (plain host patterns; hashed lines are left to
-// libssh), with its line number, so a "changed" message can show both fingerprints.
+// The first plain entry of `entries` for host:port (hashed names included), with its file and
+// line, so a "changed" message can show both fingerprints and where the old one is.
 struct RecordedKey {
   std::string fingerprint;
+  std::string file;
   int line = 0;
 };
-std::optional<RecordedKey> recorded_key(const std::string& file, const std::string& host, unsigned port)
+std::optional<RecordedKey> recorded_key(const std::vector<known_hosts::Entry>& entries,
+                                        const std::string& host, unsigned port)
 {
-  const std::string wanted = port == 22 ? host : fmt::format("[{}]:{}", host, port);
-  std::ifstream in(file);
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    std::istringstream fields(line);
-    std::string hosts, type, base64;
-    if (!(fields >> hosts >> type >> base64) || hosts.empty() || hosts[0] == '#' || hosts[0] == '@') {
-      continue;
-    }
-    bool match = false;
-    std::istringstream patterns(hosts);
-    for (std::string pattern; std::getline(patterns, pattern, ',');) {
-      match |= pattern == wanted;
-    }
-    if (!match) {
+  for (const auto& entry : entries) {
+    if (entry.marker != known_hosts::Marker::none || !known_hosts::host_matches(entry.hosts, host, port)) {
       continue;
     }
     ssh_key raw = nullptr;
-    if (ssh_pki_import_pubkey_base64(base64.c_str(), ssh_key_type_from_name(type.c_str()), &raw) == SSH_OK) {
+    if (ssh_pki_import_pubkey_base64(entry.key_base64.c_str(), ssh_key_type_from_name(entry.key_type.c_str()),
+                                     &raw) == SSH_OK) {
       ssh::Key key(raw);
-      return RecordedKey{fingerprint(key.get()), number};
+      return RecordedKey{fingerprint(key.get()), entry.file, entry.line};
     }
   }
   return std::nullopt;
+}
+
+// The entry that revokes `key` for host:port (OpenSSH's `@revoked`), if any.
+const known_hosts::Entry* revoking_entry(const std::vector<known_hosts::Entry>& entries, ssh_key key,
+                                         const std::string& host, unsigned port)
+{
+  for (const auto& entry : entries) {
+    if (entry.marker != known_hosts::Marker::revoked || !known_hosts::host_matches(entry.hosts, host, port)) {
+      continue;
+    }
+    ssh_key raw = nullptr;
+    if (ssh_pki_import_pubkey_base64(entry.key_base64.c_str(), ssh_key_type_from_name(entry.key_type.c_str()),
+                                     &raw) != SSH_OK) {
+      continue;
+    }
+    ssh::Key revoked(raw);
+    if (ssh_key_cmp(revoked.get(), key, SSH_KEY_CMP_PUBLIC) == 0) {
+      return &entry;
+    }
+  }
+  return nullptr;
 }
 
 bool is_transient_connect_error(std::string_view message)
@@ -126,6 +138,7 @@ private:
   unsigned m_port = 22;
   std::string m_host_key_sha256;
   std::string m_known_hosts;
+  std::string m_global_known_hosts;
   std::string m_base; // the run base, checked once per session
 };
 
@@ -215,6 +228,11 @@ Expected<void> SshSession::connect_once()
     m_known_hosts = value;
     ssh_string_free_char(value);
   }
+  m_global_known_hosts = "/etc/ssh/ssh_known_hosts";
+  if (ssh_options_get(s, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, &value) == SSH_OK) {
+    m_global_known_hosts = value;
+    ssh_string_free_char(value);
+  }
 
   if (ssh_connect(s) != SSH_OK) {
     return fail(ErrorKind::unreachable,
@@ -236,24 +254,35 @@ Expected<void> SshSession::check_host_key()
   }
   ssh::Key key(raw_key);
   m_host_key_sha256 = fingerprint(key.get());
+  const std::string name = known_hosts::lookup_name(m_host, m_port);
+  const auto entries = known_hosts::read_files({m_known_hosts, m_global_known_hosts});
+
+  // libssh 0.10 does not read @revoked lines: a revoked key is refused here first, whatever
+  // else the files say and with --accept-new-host-key too, as ssh(1) refuses it.
+  if (const auto* revoked = revoking_entry(entries, key.get(), m_host, m_port)) {
+    return fail(ErrorKind::unreachable,
+                "{}: the server's host key {} is REVOKED ({} line {}: @revoked); refusing to "
+                "connect. The key may be compromised: ask the host's owner for its new key",
+                m_target.spec, m_host_key_sha256, revoked->file, revoked->line);
+  }
+
   const auto state = ssh_session_is_known_server(s);
   switch (state) {
   case SSH_KNOWN_HOSTS_OK: return {};
   case SSH_KNOWN_HOSTS_CHANGED:
   case SSH_KNOWN_HOSTS_OTHER: {
-    const auto recorded = recorded_key(m_known_hosts, m_host, m_port);
-    const std::string known = recorded ? recorded->fingerprint : "another key";
-    const int line = recorded ? recorded->line : 0;
+    const auto recorded = recorded_key(entries, m_host, m_port);
     return fail(ErrorKind::unreachable,
                 "{}: host key changed: the server offers {} but {}{} records {}; refusing to "
                 "connect (this could be an attack). If the host was really re-keyed, remove the "
                 "old entry (ssh-keygen -R '{}' -f {}) and connect again",
-                m_target.spec, m_host_key_sha256, m_known_hosts,
-                line > 0 ? fmt::format(" line {}", line) : "", known,
-                m_port == 22 ? m_host : fmt::format("[{}]:{}", m_host, m_port), m_known_hosts);
+                m_target.spec, m_host_key_sha256, recorded ? recorded->file : m_known_hosts,
+                recorded ? fmt::format(" line {}", recorded->line) : "",
+                recorded ? recorded->fingerprint : "another key", name,
+                recorded ? recorded->file : m_known_hosts);
   }
   case SSH_KNOWN_HOSTS_UNKNOWN:
-  case SSH_KNOWN_HOSTS_NOT_FOUND:
+  case SSH_KNOWN_HOSTS_NOT_FOUND: {
     if (m_target.accept_new_host_key) {
       std::error_code ec;
       std::filesystem::create_directories(std::filesystem::path(m_known_hosts).parent_path(), ec);
@@ -263,10 +292,25 @@ Expected<void> SshSession::check_host_key()
       }
       return {};
     }
+    // A @cert-authority line vouches only for certificates; libssh 0.10 negotiates plain host
+    // keys, so such a line cannot admit this server (ssh(1) with no certificate says the same).
+    std::string ca_note;
+    for (const auto& entry : entries) {
+      if (entry.marker == known_hosts::Marker::cert_authority &&
+          known_hosts::host_matches(entry.hosts, m_host, m_port)) {
+        ca_note = fmt::format(". {} line {} trusts a certificate authority for this host, but "
+                              "ferry checks plain host keys only (no host certificates): record "
+                              "the host's own key",
+                              entry.file, entry.line);
+        break;
+      }
+    }
     return fail(ErrorKind::unreachable,
-                "{}: host key unknown ({}; not in {}); refusing to connect. Check the fingerprint "
-                "with the host's owner, then run again with --accept-new-host-key to record it",
-                m_target.spec, m_host_key_sha256, m_known_hosts);
+                "{}: host key unknown ({}; not in {}); refusing to connect{}. Check the "
+                "fingerprint with the host's owner, then run again with --accept-new-host-key to "
+                "record it",
+                m_target.spec, m_host_key_sha256, m_known_hosts, ca_note);
+  }
   case SSH_KNOWN_HOSTS_ERROR:
   default:
     return fail(ErrorKind::unreachable, "{}: cannot check the host key against {}: {}",

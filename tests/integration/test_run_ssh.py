@@ -314,6 +314,106 @@ class HostKeys(SshRunBase):
         finally:
             self.srv.refresh_known_hosts()
 
+    # --- known_hosts as OpenSSH reads it: hashed names, @revoked, @cert-authority -------------
+
+    def key_fields(self):
+        host, keytype, blob = self.srv.known_hosts_line().split()
+        return host, keytype, blob
+
+    def other_key(self):
+        path = os.path.join(self.tmp, f"other-{time.monotonic_ns()}")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", path], check=True)
+        with open(path + ".pub") as f:
+            return f.read().split()[:2]
+
+    def hashed(self, content):
+        path = self.known_hosts(content)
+        subprocess.run(["ssh-keygen", "-q", "-H", "-f", path], check=True, capture_output=True)
+        os.unlink(path + ".old")
+        with open(path) as f:
+            self.assertTrue(f.read().startswith("|1|"), "ssh-keygen -H did not hash the name")
+        return path
+
+    def openssh_accepts(self, known_hosts):
+        """What OpenSSH's own client decides for the same file: ferry must agree."""
+        res = subprocess.run(["ssh", "-F", self.srv.ssh_config, "-o", f"UserKnownHostsFile={known_hosts}",
+                              self.srv.alias("bash"), "true"], capture_output=True, text=True, timeout=60)
+        return res.returncode == 0
+
+    def test_hashed_known_hosts_accepted_and_changed_key_located(self):
+        host, keytype, blob = self.key_fields()
+        good = self.hashed(f"{host} {keytype} {blob}\n")
+        self.assertTrue(self.openssh_accepts(good))
+        rec = self.assertRun(self.ferry("run", self.echo, "-p", "text=x", "--known-hosts", good, "--json"))
+        self.assertEqual(rec["result"]["params"]["text"], "x")
+        other_type, other_blob = self.other_key()
+        bad = self.hashed(f"{host} {other_type} {other_blob}\n")
+        self.assertFalse(self.openssh_accepts(bad))
+        rec = self.assertRun(self.ferry("run", self.echo, "-p", "text=x", "--known-hosts", bad, "--json",
+                                        "--accept-new-host-key"), status="error", code=3)
+        self.assertIn("host key changed", rec["error"])
+        self.assertIn(f"{bad} line 1", rec["error"])
+
+    def test_revoked_key_refused_whatever_else_the_file_says(self):
+        host, keytype, blob = self.key_fields()
+        plain = f"{host} {keytype} {blob}\n"
+        cases = {
+            "revoked then plain": f"@revoked {host} {keytype} {blob}\n{plain}",
+            "plain then revoked": f"{plain}@revoked {host} {keytype} {blob}\n",
+            "revoked for every host": f"@revoked * {keytype} {blob}\n{plain}",
+            "revoked only": f"@revoked {host} {keytype} {blob}\n",
+        }
+        for name, content in cases.items():
+            for extra in ([], ["--accept-new-host-key"]):
+                with self.subTest(case=name, extra=extra):
+                    path = self.known_hosts(content)
+                    self.assertFalse(self.openssh_accepts(path), "OpenSSH accepted it: the case is wrong")
+                    rec = self.assertRun(self.ferry("run", self.echo, "-p", "text=x", "--known-hosts", path,
+                                                    "--json", *extra), status="error", code=3)
+                    self.assertIn("REVOKED", rec["error"])
+                    self.assertIn(self.srv.host_key_sha256, rec["error"])
+                    self.assertIn(path, rec["error"])
+                    with open(path) as f:
+                        self.assertEqual(f.read(), content, "known_hosts was changed")
+        self.assertEqual(self.srv.run_dirs(self.srv.user("bash")), [], "something ran")
+
+    def test_revoked_line_for_another_host_or_key_does_not_block(self):
+        host, keytype, blob = self.key_fields()
+        other_type, other_blob = self.other_key()
+        content = (f"@revoked {host} {other_type} {other_blob}\n"
+                   f"@revoked gpu-elsewhere {keytype} {blob}\n"
+                   f"@revoked *,!{host} {keytype} {blob}\n"
+                   f"{host} {keytype} {blob}\n")
+        path = self.known_hosts(content)
+        self.assertTrue(self.openssh_accepts(path))
+        self.assertRun(self.ferry("run", self.echo, "-p", "text=x", "--known-hosts", path, "--json"))
+
+    def test_revoked_in_the_global_known_hosts_from_ssh_config(self):
+        host, keytype, blob = self.key_fields()
+        with open(self.srv.global_known_hosts, "w") as f:
+            f.write(f"@revoked * {keytype} {blob}\n")
+        try:
+            rec = self.assertRun(self.ferry("run", self.echo, "-p", "text=x", "--json"), status="error", code=3)
+            self.assertIn("REVOKED", rec["error"])
+            self.assertIn(self.srv.global_known_hosts, rec["error"])
+        finally:
+            open(self.srv.global_known_hosts, "w").close()
+        self.assertRun(self.ferry("run", self.echo, "-p", "text=x", "--json"))
+
+    def test_cert_authority_line_does_not_admit_a_plain_key(self):
+        host, keytype, blob = self.key_fields()
+        ca_type, ca_blob = self.other_key()
+        only_ca = self.known_hosts(f"@cert-authority * {ca_type} {ca_blob}\n")
+        self.assertFalse(self.openssh_accepts(only_ca))
+        rec = self.assertRun(self.ferry("run", self.echo, "-p", "text=x", "--known-hosts", only_ca, "--json"),
+                             status="error", code=3)
+        self.assertIn("host key unknown", rec["error"])
+        self.assertIn(f"{only_ca} line 1 trusts a certificate authority", rec["error"])
+        # The CA's own key is not the host's: listing it as @cert-authority is not a "change".
+        both = self.known_hosts(f"@cert-authority * {ca_type} {ca_blob}\n{host} {keytype} {blob}\n")
+        self.assertTrue(self.openssh_accepts(both))
+        self.assertRun(self.ferry("run", self.echo, "-p", "text=x", "--known-hosts", both, "--json"))
+
 
 if __name__ == "__main__":
     unittest.main()
