@@ -218,6 +218,117 @@ class Faults(unittest.TestCase):
         log = run_ferry("log", "--json", env={"FERRY_ARCHIVE": archive})
         self.assertEqual([r["run_id"] for r in log.records], [good["run_id"]], "the stored run was lost")
 
+    def test_archive_on_a_full_filesystem(self):
+        base = os.path.join(self.tmp, "full")
+        os.makedirs(base, exist_ok=True)
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", base],
+                                 capture_output=True, text=True)
+        self.assertEqual(mounted.returncode, 0, f"cannot mount a tmpfs for the test: {mounted.stderr}")
+        try:
+            archive = os.path.join(base, "archive.db")
+            small = write_job(self.tmp, "answer", 'print("{\\"answer\\": 42}")\n')
+            good = self.ferry("run", small, "--json", env={"FERRY_ARCHIVE": archive}).record
+            self.assertEqual(good["status"], "ok", good)
+            # Fill what is left, then run a job whose output the archive cannot take.
+            with open(os.path.join(base, "filler"), "wb") as f:
+                with self.assertRaises(OSError):
+                    for _ in range(64):
+                        f.write(b"\0" * (64 * 1024))
+                        f.flush()
+            loud = write_job(self.tmp, "loud", 'import sys\nsys.stderr.write("y" * 300000 + "\\n")\n'
+                                               'print("{\\"answer\\": 43}")\n')
+            res = self.ferry("run", loud, "--json", env={"FERRY_ARCHIVE": archive})
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual(res.record["status"], "ok")
+            self.assertEqual(res.record["result"], {"answer": 43})
+            err = res.stderr.decode()
+            self.assertIn(archive, err)
+            self.assertRegex(err, "(?i)full|space", err)
+            os.unlink(os.path.join(base, "filler"))
+            log = run_ferry("log", "--json", env={"FERRY_ARCHIVE": archive})
+            self.assertEqual(log.code, 0, log)
+            self.assertEqual([r["run_id"] for r in log.records], [good["run_id"]], "the stored run was lost")
+            # Space again: the archive takes runs again, nothing was corrupted.
+            again = self.ferry("run", small, "--json", env={"FERRY_ARCHIVE": archive}).record
+            self.assertEqual(again["status"], "ok")
+            log = run_ferry("log", "--json", env={"FERRY_ARCHIVE": archive})
+            self.assertEqual(sorted(r["run_id"] for r in log.records), sorted([good["run_id"], again["run_id"]]))
+        finally:
+            subprocess.run(["umount", base])
+
+    def test_passphrase_and_agent_data_never_logged(self):
+        user = self.srv.user("bash")
+        passphrase = "ferry-passphrase-" + os.urandom(8).hex()
+        key = os.path.join(self.tmp, "agent_key")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", "agent-test", "-f", key],
+                       check=True)
+        with open(key) as f:
+            private_body = [line for line in f.read().splitlines() if not line.startswith("-----")]
+        with open(key + ".pub") as f:
+            public = f.read()
+        fp = subprocess.run(["ssh-keygen", "-l", "-f", key + ".pub"], capture_output=True, text=True,
+                            check=True).stdout.split()[1]
+        authorized = os.path.join(self.srv.dir, "keys", user)
+        with open(authorized) as f:
+            saved = f.read()
+        agent_dir = tempfile.mkdtemp(prefix="agent-", dir=self.tmp)
+        sock = os.path.join(agent_dir, "sock")
+        agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL)
+        try:
+            with open(authorized, "a") as f:
+                f.write(public)
+            self.assertTrue(self.wait_for(lambda: os.path.exists(sock), 10), "ssh-agent did not start")
+            askpass = os.path.join(self.tmp, "askpass")
+            with open(askpass, "w") as f:
+                f.write(f"#!/bin/sh\necho '{passphrase}'\n")
+            os.chmod(askpass, 0o700)
+            added = subprocess.run(["ssh-add", key], env=dict(os.environ, SSH_AUTH_SOCK=sock, SSH_ASKPASS=askpass,
+                                                              SSH_ASKPASS_REQUIRE="force", DISPLAY=":0"),
+                                   stdin=subprocess.DEVNULL, capture_output=True, text=True)
+            self.assertEqual(added.returncode, 0, added.stderr)
+            # No ssh config: libssh offers what the agent holds (root has no keys of its own here).
+            empty_config = os.path.join(self.tmp, "empty_ssh_config")
+            open(empty_config, "w").close()
+            archive = os.path.join(self.tmp, "agent-archive.db")
+            job = write_job(self.tmp, "answer", 'print("{\\"answer\\": 42}")\n')
+            accepted_before = self.srv.log_text().count(f"Accepted publickey for {user}")
+            res = run_ferry("-v", "run", job, "--json", "--host", f"{user}@127.0.0.1:{self.srv.port}",
+                            "--ssh-config", empty_config, "--known-hosts", self.srv.known_hosts,
+                            env={"FERRY_ARCHIVE": archive, "SSH_AUTH_SOCK": sock})
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual(res.record["result"], {"answer": 42})
+            log = self.srv.log_text()
+            self.assertEqual(log.count(f"Accepted publickey for {user}"), accepted_before + 1)
+            self.assertIn(fp, log.split(f"Accepted publickey for {user}")[-1].splitlines()[0],
+                          "the agent's key was not the one used")
+            err = res.stderr.decode()
+            self.assertIn("connect", err, "-v printed nothing: the check would be empty")
+            shown = run_ferry("show", "last", "--json", env={"FERRY_ARCHIVE": archive})
+            self.assertEqual(shown.code, 0, shown)
+            with open(archive, "rb") as f:
+                archived = f.read()
+            places = {"stdout": res.stdout, "stderr": res.stderr, "show": shown.stdout, "archive": archived}
+            secrets = {"passphrase": passphrase, **{f"private key line {i}": line
+                                                    for i, line in enumerate(private_body) if line}}
+            for place, data in places.items():
+                for what, secret in secrets.items():
+                    self.assertNotIn(secret.encode(), data, f"{what} appears in {place}")
+                self.assertNotIn(sock.encode(), data, f"the agent socket appears in {place}")
+            # The encrypted key alone (no agent, no prompt): refused with a message, nothing leaked.
+            res = run_ferry("-v", "run", job, "--json", "--host", f"{user}@127.0.0.1:{self.srv.port}",
+                            "--ssh-config", empty_config, "--known-hosts", self.srv.known_hosts,
+                            "--identity", key, env={"FERRY_ARCHIVE": archive, "SSH_AUTH_SOCK": ""})
+            self.assertEqual(res.code, 3, res)
+            self.assertIn("authentication failed", res.record["error"])
+            self.assertIn("ssh-agent", res.record["error"])
+            for data in (res.stdout, res.stderr):
+                self.assertNotIn(passphrase.encode(), data)
+        finally:
+            agent.terminate()
+            agent.wait(timeout=10)
+            with open(authorized, "w") as f:
+                f.write(saved)
+
 
 if __name__ == "__main__":
     unittest.main()
