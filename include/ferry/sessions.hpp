@@ -13,7 +13,7 @@ struct SshTarget {
   std::string known_hosts; // --known-hosts (default: the config's, else ~/.ssh/known_hosts)
   std::string ssh_config;  // --ssh-config (default ~/.ssh/config)
   bool accept_new_host_key = false;
-  double connect_timeout_s = 10;
+  double connect_timeout_s = 0; // --connect-timeout; 0: the ssh config's ConnectTimeout, else 10 s
   int retries = 1;          // extra connect attempts after a refused/timed-out/DNS failure
   std::string remote_base;  // default $HOME/.cache/ferry/runs on the host
 };

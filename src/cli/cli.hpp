@@ -28,7 +28,7 @@ struct TargetOptions {
   std::string known_hosts;
   std::string ssh_config;
   bool accept_new_host_key = false;
-  double connect_timeout_s = 10;
+  double connect_timeout_s = 0; // 0: ConnectTimeout from the ssh config, else 10 s
   std::string remote_base; // default: $HOME/.cache/ferry/runs on the host
   int retries = 1;
 };

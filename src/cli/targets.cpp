@@ -50,8 +50,8 @@ void add_target_options(CLI::App& command, TargetOptions& target)
   command.add_flag("--accept-new-host-key", target.accept_new_host_key,
                    "trust an unknown host key once and record it (a changed key is always refused)")
     ->group("SSH");
-  command.add_option("--connect-timeout", target.connect_timeout_s, "seconds to wait for a host")
-    ->capture_default_str()
+  command.add_option("--connect-timeout", target.connect_timeout_s,
+                     "seconds to wait for a host (default: ConnectTimeout from the ssh config, else 10)")
     ->check(CLI::PositiveNumber)
     ->group("SSH");
   command.add_option("--retries", target.retries, "extra connect attempts on refused/timeout/DNS")

@@ -1,5 +1,6 @@
 // The `/// ferry` block: TOML in comment lines, like PEP 723's inline script metadata.
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -100,6 +101,21 @@ Expected<Block> find_block(std::string_view bytes, std::string_view label)
               k_block_example);
 }
 
+// TOML has inf and nan; JSON (and so params.json) does not.
+bool has_non_finite(const toml::node& node)
+{
+  if (const auto* f = node.as_floating_point()) {
+    return !std::isfinite(f->get());
+  }
+  if (const auto* a = node.as_array()) {
+    return std::any_of(a->begin(), a->end(), [](const toml::node& n) { return has_non_finite(n); });
+  }
+  if (const auto* t = node.as_table()) {
+    return std::any_of(t->begin(), t->end(), [](const auto& kv) { return has_non_finite(kv.second); });
+  }
+  return false;
+}
+
 nlohmann::json to_json(const toml::node& node)
 {
   if (const auto* t = node.as_table()) {
@@ -182,8 +198,18 @@ Expected<ParamSpec> parse_param(const std::string& name, const toml::node& node,
                                   : "\"int\", \"float\", \"string\"");
       }
       (key == "type" ? spec.type : spec.items) = *type;
-    } else if (key == "default") {
-      spec.default_value = to_json(value);
+    } else if (key == "default" || key == "choices") {
+      if (key == "choices" && !value.is_array()) {
+        return fail(ErrorKind::usage, "{}:{}: params.{}.choices must be an array", label, vline,
+                    name);
+      }
+      if (has_non_finite(value)) {
+        return fail(ErrorKind::usage,
+                    "{}:{}: params.{}.{} holds inf or nan, which JSON cannot carry; use a finite "
+                    "number",
+                    label, vline, name, key);
+      }
+      (key == "default" ? spec.default_value : spec.choices) = to_json(value);
     } else if (key == "required") {
       const auto flag = value.value<bool>();
       if (!flag) {
@@ -191,12 +217,6 @@ Expected<ParamSpec> parse_param(const std::string& name, const toml::node& node,
                     vline, name);
       }
       spec.required = *flag;
-    } else if (key == "choices") {
-      if (!value.is_array()) {
-        return fail(ErrorKind::usage, "{}:{}: params.{}.choices must be an array", label, vline,
-                    name);
-      }
-      spec.choices = to_json(value);
     } else if (key == "help") {
       const auto help = value.value<std::string>();
       if (!help) {

@@ -1,6 +1,7 @@
 // The SSH transport: libssh for the connection, SFTP for every file, one exec channel per job
 // whose command is only `/bin/sh RUN_DIR/launch.sh`.
 #include <charconv>
+#include <cmath>
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -183,6 +184,9 @@ Expected<void> SshSession::connect_once()
       return fail(ErrorKind::usage, "ssh config {} does not exist (--ssh-config)", config);
     }
   }
+  // ferry's default wait, before the config so that its ConnectTimeout wins over it.
+  const long default_timeout_s = 10;
+  ssh_options_set(s, SSH_OPTIONS_TIMEOUT, &default_timeout_s);
   if (ssh_options_parse_config(s, config.empty() ? nullptr : config.c_str()) != SSH_OK) {
     return fail(ErrorKind::usage, "{}: cannot parse the ssh config {}: {}", m_target.spec,
                 config.empty() ? "~/.ssh/config" : config, ssh_get_error(s));
@@ -196,8 +200,10 @@ Expected<void> SshSession::connect_once()
   }
   const int nodelay = 1;
   ssh_options_set(s, SSH_OPTIONS_NODELAY, &nodelay);
-  const long timeout_s = std::max(1L, static_cast<long>(m_target.connect_timeout_s));
-  ssh_options_set(s, SSH_OPTIONS_TIMEOUT, &timeout_s);
+  if (m_target.connect_timeout_s > 0) {
+    const long timeout_s = std::max(1L, static_cast<long>(std::ceil(m_target.connect_timeout_s)));
+    ssh_options_set(s, SSH_OPTIONS_TIMEOUT, &timeout_s);
+  }
   if (!m_target.known_hosts.empty()) {
     const std::string file = expand_home(m_target.known_hosts);
     ssh_options_set(s, SSH_OPTIONS_KNOWNHOSTS, file.c_str());
@@ -237,8 +243,11 @@ Expected<void> SshSession::connect_once()
   if (ssh_connect(s) != SSH_OK) {
     return fail(ErrorKind::unreachable,
                 "{}: cannot connect to {}:{}: {}; check the host name, that sshd listens on that "
-                "port, and the network (timeout {} s, --connect-timeout)",
-                m_target.spec, m_host, m_port, ssh_get_error(s), timeout_s);
+                "port, and the network ({})",
+                m_target.spec, m_host, m_port, ssh_get_error(s),
+                m_target.connect_timeout_s > 0
+                    ? fmt::format("timeout {} s, --connect-timeout", m_target.connect_timeout_s)
+                    : "timeout: ConnectTimeout in the ssh config, else 10 s; --connect-timeout");
   }
   FERRY_TRY(check_host_key());
   FERRY_TRY(authenticate());

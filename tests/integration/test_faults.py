@@ -329,6 +329,30 @@ class Faults(unittest.TestCase):
             with open(authorized, "w") as f:
                 f.write(saved)
 
+    def test_connect_timeout_from_ssh_config_unless_given(self):
+        import socket
+        # A listener that never accepts: TCP connects, the SSH banner never comes.
+        mute = socket.socket()
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(1)
+        port = mute.getsockname()[1]
+        config = os.path.join(self.tmp, "mute_config")
+        with open(config, "w") as f:
+            f.write(f"Host mute\n    HostName 127.0.0.1\n    Port {port}\n    ConnectTimeout 1\n")
+        job = write_job(self.tmp, "answer", 'print("{\\"answer\\": 42}")\n')
+        try:
+            for extra, low, high in (([], 0.5, 4.5), (["--connect-timeout", "5"], 4.5, 9.5)):
+                with self.subTest(extra=extra):
+                    start = time.monotonic()
+                    res = run_ferry("run", job, "--json", "--host", "mute", "--ssh-config", config,
+                                    "--retries", "0", *extra, env=self.env)
+                    took = time.monotonic() - start
+                    self.assertEqual(res.code, 3, res)
+                    self.assertIn("cannot connect", res.record["error"])
+                    self.assertTrue(low <= took <= high, f"gave up after {took:.1f} s, expected {low}-{high} s")
+        finally:
+            mute.close()
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -147,6 +147,15 @@ TEST_CASE("broken metadata blocks are refused with file and line", "[meta]")
     CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"string\"\n# default = \"c\"\n# choices = [\"a\", \"b\"]\n# ///\n"),
                Catch::Contains("not one of the choices"));
   }
+  SECTION("inf and nan have no JSON form")
+  {
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"float\"\n# default = inf\n# ///\n"),
+               Catch::Contains("job.py:5: params.a.default holds inf or nan"));
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"float\"\n# choices = [1.0, nan]\n# ///\n"),
+               Catch::Contains("params.a.choices holds inf or nan"));
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"json\"\n# default = {x = [-inf]}\n# ///\n"),
+               Catch::Contains("params.a.default holds inf or nan"));
+  }
 }
 
 TEST_CASE("parameter text from -p is typed by the declaration", "[params]")
