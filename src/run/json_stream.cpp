@@ -74,6 +74,28 @@ std::size_t utf8_sequence(std::string_view text, std::size_t i)
   return overlong || surrogate || code > 0x10FFFF ? 0 : length;
 }
 
+// How many bytes at `i` (where no valid sequence starts) one U+FFFD stands for: the longest
+// prefix of a well-formed sequence, at least one byte (Unicode's "maximal subpart" practice,
+// which is also what nlohmann::json's error_handler_t::replace does).
+std::size_t broken_prefix(std::string_view text, std::size_t i)
+{
+  const auto c = static_cast<unsigned char>(text[i]);
+  if (c < 0xC2 || c > 0xF4) {
+    return 1;
+  }
+  const std::size_t length = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  const unsigned char low = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+  const unsigned char high = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+  std::size_t k = 1;
+  for (; k < length && i + k < text.size(); ++k) {
+    const auto b = static_cast<unsigned char>(text[i + k]);
+    if (k == 1 ? (b < low || b > high) : (b < 0x80 || b > 0xBF)) {
+      break;
+    }
+  }
+  return k;
+}
+
 void write_escaped(ChunkWriter& w, std::string_view text)
 {
   static constexpr char hex[] = "0123456789abcdef";
@@ -103,8 +125,8 @@ void write_escaped(ChunkWriter& w, std::string_view text)
     }
     const std::size_t length = utf8_sequence(text, i);
     if (length == 0) {
-      w.put("\\ufffd"); // one per invalid byte (nlohmann's replace gives one per broken sequence)
-      ++i;
+      w.put("\\ufffd"); // one per maximal broken subpart, as nlohmann's replace handler does
+      i += broken_prefix(text, i);
     } else {
       w.put(text.substr(i, length));
       i += length;

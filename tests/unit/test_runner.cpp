@@ -1,11 +1,14 @@
 // The runner against a fake session: what it stages, what it executes, and how each outcome
 // becomes a run record. The real transports are tested for real in tests/integration.
+#include <cstdio>
 #include <map>
+#include <random>
 
 #include <catch2/catch.hpp>
 
 #include "ferry/json_diff.hpp"
 #include "ferry/launcher.hpp"
+#include "ferry/run_record.hpp"
 #include "ferry/runner.hpp"
 #include "ferry/shell_neutral.hpp"
 
@@ -195,4 +198,41 @@ TEST_CASE("json_diff names changes by JSON Pointer and numbers exact order matte
   CHECK(changes[1].new_value == 1216000);
   CHECK(changes[4].old_missing);
   CHECK(json_diff(json{{"a~b", 1}}, json{{"a~b", 2}})[0].path == "/a~0b");
+}
+
+TEST_CASE("streamed JSON strings replace broken UTF-8 exactly as the archive's JSON does", "[record]")
+{
+  // `run --json` streams stdout/stderr with its own escaper; `show --json` goes through
+  // nlohmann::json's replace handler. The same bytes must read back as the same text.
+  const auto streamed = [](const std::string& bytes) {
+    char* buffer = nullptr;
+    std::size_t size = 0;
+    std::FILE* out = open_memstream(&buffer, &size);
+    REQUIRE(out != nullptr);
+    ferry::write_json_string(out, bytes);
+    std::fclose(out);
+    std::string text(buffer, size);
+    std::free(buffer);
+    return nlohmann::json::parse(text).get<std::string>();
+  };
+  const auto archived = [](const std::string& bytes) {
+    return nlohmann::json::parse(nlohmann::json(bytes).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+        .get<std::string>();
+  };
+  for (const std::string& bytes : {std::string("ok \xc3\xa9"), std::string("\xe2\x82" "A"), std::string("\xe0\x80\x80"),
+                                  std::string("\xed\xa0\x80"), std::string("\xf4\x90\x80\x80"), std::string("\xff\xfe"),
+                                  std::string("tail \xf0\x9f\x98"), std::string("\xc0\xaf"), std::string("\x80\x80 x")}) {
+    CHECK(streamed(bytes) == archived(bytes));
+  }
+  std::mt19937 random(20261129);
+  std::uniform_int_distribution<int> pick(0, 11);
+  const unsigned char interesting[] = {0x41, 0x80, 0xBF, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0xF0, 0xF4, 0xA0, 0x90};
+  for (int round = 0; round < 2000; ++round) {
+    std::string bytes;
+    for (int n = 0; n < 12; ++n) {
+      bytes.push_back(static_cast<char>(interesting[pick(random)]));
+    }
+    INFO("round " << round);
+    REQUIRE(streamed(bytes) == archived(bytes));
+  }
 }
