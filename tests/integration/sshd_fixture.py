@@ -18,6 +18,10 @@ killed, their homes emptied). sshd reads each instance's authorized key from
 or ports) can run at once; pass reset_users=False to every instance after the first so one
 does not wipe the homes another is using.
 
+netns="NAME" starts sshd inside an existing network namespace (`ip netns exec NAME`, so
+`ip` from iproute2 is needed then) and checks its readiness from inside it; the namespace's
+`lo` must be up. Clients must then run inside the namespace too.
+
 Why the things below are the way they are:
 - UsePAM no: a '!'-locked password field makes sshd refuse the account, so users get '*'.
 - StrictModes checks every directory from the key file up to '/': each must be owned by
@@ -262,6 +266,35 @@ def _answers_ssh(listen: str, port: int) -> bool:
         return False
 
 
+# Runs as `ip netns exec NAME python3 -c PROBE HOST PORT TIMEOUT`: exit 0 when an SSH banner
+# comes back from HOST:PORT inside that namespace within TIMEOUT seconds.
+_PROBE = r"""
+import socket, sys
+host, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+try:
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        data = b""
+        while b"\n" not in data and len(data) < 256:
+            chunk = s.recv(256)
+            if not chunk:
+                break
+            data += chunk
+except OSError:
+    sys.exit(1)
+sys.exit(0 if data.startswith(b"SSH-2.0-") else 1)
+"""
+
+
+def _answers_ssh_in_netns(netns: str, listen: str, port: int, timeout_s: float) -> bool:
+    try:
+        probe = subprocess.run([_tool("ip") or "ip", "netns", "exec", netns, sys.executable, "-c", _PROBE,
+                                listen, str(port), f"{timeout_s:.3f}"],
+                               capture_output=True, timeout=timeout_s + 10)
+    except subprocess.TimeoutExpired:
+        return False
+    return probe.returncode == 0
+
+
 def _fingerprint(pub_path: str) -> str:
     # "256 SHA256:abc... comment (ED25519)"
     out = _run(["ssh-keygen", "-l", "-E", "sha256", "-f", pub_path]).stdout.split()
@@ -278,11 +311,12 @@ class SshServer:
     shells = list(SHELLS)
 
     def __init__(self, sftp: str = "internal", extra_config: str = "", listen: str = "127.0.0.1",
-                 reset_users: bool = True, port: int | None = None):
+                 reset_users: bool = True, port: int | None = None, netns: str | None = None):
         """sftp: "internal" (internal-sftp), "external" (/usr/lib/openssh/sftp-server) or an
         absolute path of an sftp server.  extra_config: sshd_config text; its keywords win over
         the fixture's (sshd keeps the first value it reads), its Match blocks go at the end.
-        port: a fixed port instead of a free one."""
+        port: a fixed port instead of a free one.  netns: the name of an existing network
+        namespace (`ip netns add NAME`, its lo up) to run sshd in; None: this process's."""
         if sftp == "internal":
             self.sftp_subsystem = "internal-sftp"
         elif sftp == "external":
@@ -297,6 +331,7 @@ class SshServer:
         self.listen = listen
         self.reset_users = reset_users
         self.port = port or 0
+        self.netns = netns
         self.dir = ""
         self.host_key = self.host_key_pub = ""
         self.client_key = self.client_key_pub = ""
@@ -318,6 +353,9 @@ class SshServer:
 
     def start(self) -> "SshServer":
         require_root_and_tools()
+        if self.netns is not None and not _tool("ip"):
+            raise AssertionError(f"sshd fixture: netns={self.netns!r} needs `ip` (package iproute2); "
+                                 f"to fix: {SETUP_HINT}")
         if self._reaper is not None:
             raise RuntimeError("sshd fixture: start() called twice")
         try:
@@ -603,8 +641,11 @@ class SshServer:
                                f"{(test.stderr + test.stdout).strip()}")
         log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         self._stderr_file = open(self.stderr_path, "ab")
+        # `ip netns exec` switches namespace and execs the reaper in the same process, so the
+        # reaper's parent is still this process.
+        prefix = [_tool("ip") or "ip", "netns", "exec", self.netns] if self.netns is not None else []
         self._reaper = subprocess.Popen(
-            [sys.executable, "-c", _REAPER, SSHD, "-D", "-E", self.log_path, "-f", self.sshd_config],
+            [*prefix, sys.executable, "-c", _REAPER, SSHD, "-D", "-E", self.log_path, "-f", self.sshd_config],
             stdin=subprocess.DEVNULL, stdout=self._stderr_file, stderr=subprocess.STDOUT,
             start_new_session=True, env={**os.environ, "FERRY_FIXTURE_PARENT": str(os.getpid())})
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -616,7 +657,11 @@ class SshServer:
                     raise _PortTaken(text)
                 raise RuntimeError(f"sshd fixture: sshd exited at start on {self.listen}:{self.port}; "
                                    f"log:\n{text}")
-            if _answers_ssh(self.listen, self.port):
+            if self.netns is None:
+                if _answers_ssh(self.listen, self.port):
+                    return
+            elif _answers_ssh_in_netns(self.netns, self.listen, self.port,
+                                       max(1.0, deadline - time.monotonic())):
                 return
             if time.monotonic() >= deadline:
                 text = self._log_since(log_offset)
