@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 import textwrap
@@ -44,6 +45,30 @@ class Result:
                 f"\n--- stderr ---\n{self.stderr[-3000:].decode(errors='replace')}")
 
 
+# A build with -DFERRY_SANITIZE=ON sets FERRY_SANITIZED=1 for its tests. AddressSanitizer keeps
+# freed memory in a quarantine (256 MB by default) and adds shadow memory and redzones, so a
+# peak RSS there is not ferry's own: memory bounds are checked with the quarantine off and on
+# top of the RSS of a small run through the same path (see memory_limit_kib).
+SANITIZED = os.environ.get("FERRY_SANITIZED") == "1"
+
+
+def memory_env() -> dict:
+    """Extra environment for a run whose peak RSS is asserted."""
+    if not SANITIZED:
+        return {}
+    return {"ASAN_OPTIONS": ":".join(filter(None, [os.environ.get("ASAN_OPTIONS", ""), "quarantine_size_mb=0"]))}
+
+
+def memory_limit_kib(limit_kib: int, small_run) -> int:
+    """`limit_kib`, or under the sanitizers `limit_kib` above the peak RSS of `small_run()`."""
+    if not SANITIZED:
+        return limit_kib
+    baseline = small_run()
+    if baseline.max_rss_kib <= 0:
+        raise AssertionError(f"no peak RSS measured for the baseline run\n{baseline}")
+    return baseline.max_rss_kib + limit_kib
+
+
 def run_ferry(*args: str, env: dict | None = None, timeout: float = 120, cwd: str | None = None) -> Result:
     """Runs ferry and measures its peak RSS (wait4), without a shell in between."""
     full_env = dict(os.environ)
@@ -69,6 +94,12 @@ def run_ferry(*args: str, env: dict | None = None, timeout: float = 120, cwd: st
         err.seek(0)
         completed = subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read())
         text = rss.read().strip().splitlines()
+        if SANITIZED:
+            report = re.search(rb"ERROR: (AddressSanitizer|LeakSanitizer)|SUMMARY: UndefinedBehaviorSanitizer",
+                               completed.stderr)
+            if report or completed.returncode == 86:
+                raise AssertionError("sanitizer report from ferry " + " ".join(args) + "\n"
+                                     + completed.stderr[-6000:].decode(errors="replace"))
         return Result(completed, int(text[-1]) if text and text[-1].isdigit() else 0)
 
 

@@ -13,7 +13,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ferry_harness import ECHO_JOB, ECHO_PARAMS, ferry_bin, run_ferry, write_job  # noqa: E402
+from ferry_harness import ECHO_JOB, ECHO_PARAMS, ferry_bin, memory_env, memory_limit_kib, run_ferry, write_job  # noqa: E402
 from sshd_fixture import SshServer  # noqa: E402
 
 SHELLS4 = ("bash", "zsh", "fish", "tcsh")
@@ -185,14 +185,16 @@ class Faults(unittest.TestCase):
             "deep": ("import os\nopen(os.environ['FERRY_RESULT'], 'w').write('[' * 100000 + ']' * 100000)\n",
                      "nests"),
         }
+        small = write_job(self.tmp, "small_result", 'print("[1]")\n')
+        limit = memory_limit_kib(256 * 1024, lambda: self.ferry("run", small, "--json", env=memory_env()))
         for name, (body, expect) in cases.items():
             with self.subTest(case=name):
                 job = write_job(self.tmp, "hostile_" + name, body, timeout=120)
-                res = self.ferry("run", job, "--json", timeout=300)
+                res = self.ferry("run", job, "--json", timeout=300, env=memory_env())
                 rec = res.record
                 self.assertEqual(rec["status"], "bad-result", rec["error"])
                 self.assertIn(expect, rec["error"])
-                self.assertLess(res.max_rss_kib, 256 * 1024, f"peak RSS {res.max_rss_kib} KiB")
+                self.assertLess(res.max_rss_kib, limit, f"peak RSS {res.max_rss_kib} KiB")
         self.assertEqual(self.srv.run_dirs(self.srv.user("bash")), [])
 
     def test_archive_failure_still_prints_the_result(self):

@@ -14,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ferry_harness import ECHO_JOB, ECHO_PARAMS, HOSTILE, run_ferry, write_job  # noqa: E402
+from ferry_harness import ECHO_JOB, ECHO_PARAMS, HOSTILE, memory_env, memory_limit_kib, run_ferry, write_job  # noqa: E402
 from sshd_fixture import SshServer  # noqa: E402
 
 SEED_LINE = "1,216,348 tokens (FP8):"
@@ -37,9 +37,9 @@ class SshRunBase(unittest.TestCase):
         cls.srv.stop()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def ferry(self, *args, shell="bash", **kw):
+    def ferry(self, *args, shell="bash", env=None, **kw):
         return run_ferry(*args, "--host", self.srv.alias(shell), "--ssh-config", self.srv.ssh_config,
-                         env={"FERRY_ARCHIVE": self.archive}, **kw)
+                         env={"FERRY_ARCHIVE": self.archive, **(env or {})}, **kw)
 
     def assertNoRunDirs(self, shell):
         self.assertEqual(self.srv.run_dirs(self.srv.user(shell)), [],
@@ -188,20 +188,22 @@ class InternalSftp(SshRunBase):
         self.assertNoRunDirs("bash")
 
     def test_huge_output_is_capped_with_bounded_memory(self):
-        job = write_job(self.tmp, "flood", '''
-            (yes 'out out out out out out out' | head -c 200000000) &
-            (yes 'err err err err err err err' | head -c 200000000 >&2) &
-            wait
-            echo '{"done": true}' > "$FERRY_RESULT"
-            ''', interpreter="sh", timeout=120)
-        res = self.ferry("run", job, "--json", timeout=180)
+        def flood(size):
+            return write_job(self.tmp, f"flood{size}", f'''
+                (yes 'out out out out out out out' | head -c {size}) &
+                (yes 'err err err err err err err' | head -c {size} >&2) &
+                wait
+                echo '{{"done": true}}' > "$FERRY_RESULT"
+                ''', interpreter="sh", timeout=120)
+        limit = memory_limit_kib(64 * 1024, lambda: self.ferry("run", flood(1000000), "--json", env=memory_env()))
+        res = self.ferry("run", flood(200000000), "--json", timeout=180, env=memory_env())
         rec = self.assertRun(res)
         self.assertTrue(rec["stdout_truncated"])
         self.assertTrue(rec["stderr_truncated"])
         self.assertEqual(len(rec["stdout"]), 16 << 20)
         self.assertEqual(len(rec["stderr"]), 16 << 20)
         self.assertEqual(rec["result"], {"done": True})
-        self.assertLess(res.max_rss_kib, 64 * 1024, f"peak RSS {res.max_rss_kib} KiB")
+        self.assertLess(res.max_rss_kib, limit, f"peak RSS {res.max_rss_kib} KiB")
         self.assertNoRunDirs("bash")
 
     def test_login_shell_noise_does_not_corrupt_the_result(self):
