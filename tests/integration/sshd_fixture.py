@@ -251,10 +251,10 @@ def _free_port(listen: str) -> int:
         return s.getsockname()[1]
 
 
-def _answers_ssh(listen: str, port: int) -> bool:
+def _answers_ssh(listen: str, port: int, timeout_s: float = 1.0) -> bool:
     try:
-        with socket.create_connection((listen, port), timeout=1.0) as s:
-            s.settimeout(1.0)
+        with socket.create_connection((listen, port), timeout=timeout_s) as s:
+            s.settimeout(timeout_s)
             data = b""
             while b"\n" not in data and len(data) < 256:
                 chunk = s.recv(256)
@@ -266,33 +266,17 @@ def _answers_ssh(listen: str, port: int) -> bool:
         return False
 
 
-# Runs as `ip netns exec NAME python3 -c PROBE HOST PORT TIMEOUT`: exit 0 when an SSH banner
-# comes back from HOST:PORT inside that namespace within TIMEOUT seconds.
-_PROBE = r"""
-import socket, sys
-host, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-try:
-    with socket.create_connection((host, port), timeout=timeout) as s:
-        data = b""
-        while b"\n" not in data and len(data) < 256:
-            chunk = s.recv(256)
-            if not chunk:
-                break
-            data += chunk
-except OSError:
-    sys.exit(1)
-sys.exit(0 if data.startswith(b"SSH-2.0-") else 1)
-"""
-
-
 def _answers_ssh_in_netns(netns: str, listen: str, port: int, timeout_s: float) -> bool:
+    """_answers_ssh, run by a Python inside the namespace (`ip netns exec`)."""
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import sshd_fixture; "
+             "sys.exit(0 if sshd_fixture._answers_ssh(sys.argv[2], int(sys.argv[3]), float(sys.argv[4])) else 1)")
     try:
-        probe = subprocess.run([_tool("ip") or "ip", "netns", "exec", netns, sys.executable, "-c", _PROBE,
-                                listen, str(port), f"{timeout_s:.3f}"],
-                               capture_output=True, timeout=timeout_s + 10)
+        result = subprocess.run([_tool("ip") or "ip", "netns", "exec", netns, sys.executable, "-c", probe,
+                                 os.path.dirname(os.path.abspath(__file__)), listen, str(port), f"{timeout_s:.3f}"],
+                                capture_output=True, timeout=timeout_s + 10)
     except subprocess.TimeoutExpired:
         return False
-    return probe.returncode == 0
+    return result.returncode == 0
 
 
 def _fingerprint(pub_path: str) -> str:
