@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <random>
 #include <thread>
@@ -141,6 +142,7 @@ private:
   std::string m_known_hosts;
   std::string m_global_known_hosts;
   std::string m_base; // the run base, checked once per session
+  std::map<std::string, std::vector<std::string>> m_uploaded; // run dir -> files put there
 };
 
 Expected<HostSpec> parse_spec_or_fail(const std::string& spec)
@@ -330,12 +332,10 @@ Expected<void> SshSession::check_host_key()
 Expected<void> SshSession::authenticate()
 {
   ssh_session s = m_session.get();
-  int rc = ssh_userauth_none(s, nullptr);
-  if (rc == SSH_AUTH_SUCCESS) {
-    return {};
-  }
-  rc = ssh_userauth_publickey_auto(s, nullptr, nullptr);
-  if (rc == SSH_AUTH_SUCCESS) {
+  // Public keys first (agent, then key files): asking for "none" first, as ssh(1) does, costs
+  // a round trip that almost never succeeds; it is still tried when the keys are refused.
+  if (ssh_userauth_publickey_auto(s, nullptr, nullptr) == SSH_AUTH_SUCCESS ||
+      ssh_userauth_none(s, nullptr) == SSH_AUTH_SUCCESS) {
     return {};
   }
   return fail(ErrorKind::unreachable,
@@ -515,6 +515,7 @@ Expected<void> SshSession::put_file(const std::string& path, std::string_view by
     sftp_unlink(sftp, path.c_str());
     return fail(ErrorKind::failed, "{}", message);
   }
+  m_uploaded[path.substr(0, path.rfind('/'))].push_back(path);
   return {};
 }
 
@@ -708,6 +709,19 @@ Expected<void> SshSession::remove_tree(const std::string& path, int depth)
 Expected<void> SshSession::remove_run_dir(const std::string& path)
 {
   FERRY_TRY(start_sftp());
+  // The usual run directory holds what ferry put there and result.json: remove those by name,
+  // then the directory (half the round trips of listing it). Anything else there, a job's own
+  // files or the timeout marker, makes rmdir fail, and the listing walk removes the rest.
+  sftp_session sftp = m_sftp.get();
+  auto known = std::move(m_uploaded[path]);
+  m_uploaded.erase(path);
+  known.push_back(path + "/result.json");
+  for (const auto& file : known) {
+    sftp_unlink(sftp, file.c_str()); // a name already gone is fine; the walk below has the last word
+  }
+  if (sftp_rmdir(sftp, path.c_str()) == SSH_OK) {
+    return {};
+  }
   return remove_tree(path, 0);
 }
 
