@@ -45,6 +45,17 @@ std::string expand_home(const std::string& path)
   return path;
 }
 
+// The public key a known_hosts line carries; null when libssh cannot read it.
+ssh::Key entry_key(const known_hosts::Entry& entry)
+{
+  ssh_key raw = nullptr;
+  if (ssh_pki_import_pubkey_base64(entry.key_base64.c_str(), ssh_key_type_from_name(entry.key_type.c_str()),
+                                   &raw) != SSH_OK) {
+    return ssh::Key();
+  }
+  return ssh::Key(raw);
+}
+
 // The first plain entry of `entries` for host:port (hashed names included), with its file and
 // line, so a "changed" message can show both fingerprints and where the old one is.
 struct RecordedKey {
@@ -59,10 +70,7 @@ std::optional<RecordedKey> recorded_key(const std::vector<known_hosts::Entry>& e
     if (entry.marker != known_hosts::Marker::none || !known_hosts::host_matches(entry.hosts, host, port)) {
       continue;
     }
-    ssh_key raw = nullptr;
-    if (ssh_pki_import_pubkey_base64(entry.key_base64.c_str(), ssh_key_type_from_name(entry.key_type.c_str()),
-                                     &raw) == SSH_OK) {
-      ssh::Key key(raw);
+    if (const ssh::Key key = entry_key(entry)) {
       return RecordedKey{fingerprint(key.get()), entry.file, entry.line};
     }
   }
@@ -77,13 +85,8 @@ const known_hosts::Entry* revoking_entry(const std::vector<known_hosts::Entry>& 
     if (entry.marker != known_hosts::Marker::revoked || !known_hosts::host_matches(entry.hosts, host, port)) {
       continue;
     }
-    ssh_key raw = nullptr;
-    if (ssh_pki_import_pubkey_base64(entry.key_base64.c_str(), ssh_key_type_from_name(entry.key_type.c_str()),
-                                     &raw) != SSH_OK) {
-      continue;
-    }
-    ssh::Key revoked(raw);
-    if (ssh_key_cmp(revoked.get(), key, SSH_KEY_CMP_PUBLIC) == 0) {
+    const ssh::Key revoked = entry_key(entry);
+    if (revoked && ssh_key_cmp(revoked.get(), key, SSH_KEY_CMP_PUBLIC) == 0) {
       return &entry;
     }
   }
