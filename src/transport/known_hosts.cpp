@@ -2,10 +2,11 @@
 
 #include <array>
 #include <cstdint>
-#include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
+
+#include "ferry/util.hpp"
 
 namespace ferry::known_hosts {
 namespace {
@@ -221,14 +222,10 @@ std::vector<Entry> read_files(const std::vector<std::string>& files)
 {
   std::vector<Entry> entries;
   for (const auto& file : files) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) {
-      continue;
+    if (const auto text = read_file(file)) { // a file that is missing or unreadable has none
+      auto more = parse(*text, file);
+      entries.insert(entries.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
     }
-    std::ostringstream text;
-    text << in.rdbuf();
-    auto more = parse(text.str(), file);
-    entries.insert(entries.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
   }
   return entries;
 }

@@ -7,9 +7,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import textwrap
+import unittest
+
+from sshd_fixture import SshServer
 
 TIME = "/usr/bin/time"
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -101,6 +105,31 @@ def run_ferry(*args: str, env: dict | None = None, timeout: float = 120, cwd: st
                 raise AssertionError("sanitizer report from ferry " + " ".join(args) + "\n"
                                      + completed.stderr[-6000:].decode(errors="replace"))
         return Result(completed, int(text[-1]) if text and text[-1].isdigit() else 0)
+
+
+class SshTestCase(unittest.TestCase):
+    """One real sshd for the class (`sftp`: "internal" or "external"), a temp dir holding the
+    archive; self.ferry(...) runs ferry against the test user of `shell` through the fixture's
+    ssh config."""
+
+    sftp = "internal"
+    srv: SshServer
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = SshServer(sftp=cls.sftp).start()
+        cls.tmp = tempfile.mkdtemp(prefix="ferry-it-")
+        cls.archive = os.path.join(cls.tmp, "archive.db")
+        cls.env = {"FERRY_ARCHIVE": cls.archive}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def ferry(self, *args, shell="bash", env=None, **kw):
+        return run_ferry(*args, "--host", self.srv.alias(shell), "--ssh-config", self.srv.ssh_config,
+                         env={**self.env, **(env or {})}, **kw)
 
 
 def write_job(directory: str, name: str, body: str, interpreter: str = "python3", timeout: int = 60,

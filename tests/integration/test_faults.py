@@ -13,29 +13,13 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ferry_harness import ECHO_JOB, ECHO_PARAMS, ferry_bin, memory_env, memory_limit_kib, run_ferry, write_job  # noqa: E402
-from sshd_fixture import SshServer  # noqa: E402
+from ferry_harness import (ECHO_JOB, ECHO_PARAMS, SshTestCase, ferry_bin, memory_env, memory_limit_kib,  # noqa: E402
+                           run_ferry, write_job)
 
 SHELLS4 = ("bash", "zsh", "fish", "tcsh")
 
 
-class Faults(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = SshServer().start()
-        cls.tmp = tempfile.mkdtemp(prefix="ferry-faults-")
-        cls.archive = os.path.join(cls.tmp, "archive.db")
-        cls.env = {"FERRY_ARCHIVE": cls.archive}
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def ferry(self, *args, shell="bash", env=None, **kw):
-        return run_ferry(*args, "--host", self.srv.alias(shell), "--ssh-config", self.srv.ssh_config,
-                         env={**self.env, **(env or {})}, **kw)
-
+class Faults(SshTestCase):
     def start_ferry(self, *args):
         env = dict(os.environ, **self.env)
         return subprocess.Popen([ferry_bin(), *args, "--ssh-config", self.srv.ssh_config],

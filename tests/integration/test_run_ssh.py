@@ -9,37 +9,22 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ferry_harness import ECHO_JOB, ECHO_PARAMS, HOSTILE, memory_env, memory_limit_kib, run_ferry, write_job  # noqa: E402
-from sshd_fixture import SshServer  # noqa: E402
+from ferry_harness import (ECHO_JOB, ECHO_PARAMS, HOSTILE, SshTestCase, memory_env, memory_limit_kib,  # noqa: E402
+                           run_ferry, write_job)  # noqa: E402
 
 SEED_LINE = "1,216,348 tokens (FP8):"
 SEED_EXPR = 'print(f"{1216348:,.0f} tokens (FP8):")'
 
 
-class SshRunBase(unittest.TestCase):
-    sftp = "internal"
-    srv: SshServer
-
+class SshRunBase(SshTestCase):
     @classmethod
     def setUpClass(cls):
-        cls.srv = SshServer(sftp=cls.sftp).start()
-        cls.tmp = tempfile.mkdtemp(prefix="ferry-it-")
-        cls.archive = os.path.join(cls.tmp, "archive.db")
+        super().setUpClass()
         cls.echo = write_job(cls.tmp, "echo_params", ECHO_JOB, params=ECHO_PARAMS)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def ferry(self, *args, shell="bash", env=None, **kw):
-        return run_ferry(*args, "--host", self.srv.alias(shell), "--ssh-config", self.srv.ssh_config,
-                         env={"FERRY_ARCHIVE": self.archive, **(env or {})}, **kw)
 
     def assertNoRunDirs(self, shell):
         self.assertEqual(self.srv.run_dirs(self.srv.user(shell)), [],

@@ -47,11 +47,10 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ferry_harness import ECHO_JOB, ECHO_PARAMS, Result, ferry_bin, run_ferry, write_job  # noqa: E402
-from sshd_fixture import SshServer, require_root_and_tools  # noqa: E402
+from sshd_fixture import SshServer, _tool, require_root_and_tools  # noqa: E402
 
 DELAY_S = 1.0                      # per direction; a round trip gains 2 * DELAY_S
 CLIENT_ADDR, SERVER_ADDR = "127.0.0.1", "127.0.0.2"
-TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SETUP_HINT = "run `./setup.sh --deps` as root (Debian package iproute2) on a kernel with TUN and network namespaces"
 
 # Runs as `python3 -c RELAY FD_A FD_B DELAY`: a delay line between two TUN devices. Every packet
@@ -85,10 +84,6 @@ while True:
 
 TUNSETIFF = 0x400454CA
 IFF_TUN, IFF_NO_PI = 0x0001, 0x1000
-
-
-def _tool(name: str) -> str | None:
-    return shutil.which(name, path=TOOL_PATH)
 
 
 def _run(*argv: str) -> None:
