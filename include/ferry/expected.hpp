@@ -80,9 +80,15 @@ private:
       return ::ferry::Unexpected{std::move(ferry_try_result_).error()};                       \
   } while (false)
 
-// Declares VAR initialised with the value of EXPR, or returns its error.
-#define FERRY_TRY_ASSIGN(var, expr)                                                             \
-  auto var##_expected_ = (expr);                                                                \
-  if (!var##_expected_)                                                                         \
-    return ::ferry::Unexpected{std::move(var##_expected_).error()};                            \
-  auto var = std::move(var##_expected_).value()
+#define FERRY_CONCAT_INNER_(a, b) a##b
+#define FERRY_CONCAT_(a, b) FERRY_CONCAT_INNER_(a, b)
+
+// Assigns the value of EXPR to LHS, or returns its error. LHS is a declaration
+// (`FERRY_TRY_ASSIGN(auto x, f())`) or any existing lvalue (`FERRY_TRY_ASSIGN(m_port, g())`).
+#define FERRY_TRY_ASSIGN(lhs, expr)                                                             \
+  FERRY_TRY_ASSIGN_IMPL_(FERRY_CONCAT_(ferry_try_assign_, __COUNTER__), lhs, expr)
+#define FERRY_TRY_ASSIGN_IMPL_(tmp, lhs, expr)                                                  \
+  auto&& tmp = (expr);                                                                          \
+  if (!tmp)                                                                                     \
+    return ::ferry::Unexpected{std::move(tmp).error()};                                         \
+  lhs = std::move(tmp).value()

@@ -99,7 +99,7 @@ Expected<void> migrate(Database& db, const fs::path& path)
     return result;
   };
   return rollback_on_error([&]() -> Expected<void> {
-    FERRY_TRY_ASSIGN(info, read_schema_info(db, path));
+    FERRY_TRY_ASSIGN(auto info, read_schema_info(db, path));
     FERRY_TRY(check_schema(info, path));
     for (const auto& step : archive::migrations()) {
       if (step.to_version <= info.version) {
@@ -336,11 +336,11 @@ Expected<Archive> Archive::open(const fs::path& path)
   FERRY_TRY(archive::prepare_for_writing(path));
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  FERRY_TRY_ASSIGN(db, open_database(path, SQLITE_OPEN_READWRITE));
+  FERRY_TRY_ASSIGN(auto db, open_database(path, SQLITE_OPEN_READWRITE));
   impl->db = std::move(db);
 
   // Read before anything writes: a newer or foreign database is refused unchanged.
-  FERRY_TRY_ASSIGN(info, read_schema_info(impl->db, path));
+  FERRY_TRY_ASSIGN(auto info, read_schema_info(impl->db, path));
   FERRY_TRY(check_schema(info, path));
 
   // A small page cache: runs carry blobs of up to 16 MiB each, and the cache need not hold them.
@@ -359,19 +359,19 @@ Expected<Archive> Archive::open_read_only(const fs::path& path)
 {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  FERRY_TRY_ASSIGN(exists, archive::check_for_reading(path));
+  FERRY_TRY_ASSIGN(auto exists, archive::check_for_reading(path));
   if (!exists) {
     return Archive(std::move(impl));
   }
-  FERRY_TRY_ASSIGN(db, open_database(path, SQLITE_OPEN_READONLY));
+  FERRY_TRY_ASSIGN(auto db, open_database(path, SQLITE_OPEN_READONLY));
   impl->db = std::move(db);
   if (const auto error = probe(impl->db);
       error && needs_shared_memory(*error) && !has_unmerged_wal(path)) {
-    FERRY_TRY_ASSIGN(immutable, open_database(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
+    FERRY_TRY_ASSIGN(auto immutable, open_database(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
                                               immutable_uri(path)));
     impl->db = std::move(immutable);
   }
-  FERRY_TRY_ASSIGN(info, read_schema_info(impl->db, path));
+  FERRY_TRY_ASSIGN(auto info, read_schema_info(impl->db, path));
   FERRY_TRY(check_schema(info, path));
   if (info.version != 0 && info.version < archive::schema_version()) {
     return fail(ErrorKind::failed,
@@ -424,7 +424,7 @@ Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
   const fs::path& path = m_impl->path;
   std::optional<std::string> since;
   if (filter.since) {
-    FERRY_TRY_ASSIGN(normalized, normalize_since(*filter.since));
+    FERRY_TRY_ASSIGN(auto normalized, normalize_since(*filter.since));
     since = std::move(normalized);
   }
   if (filter.status && !run_status_from(*filter.status)) {
@@ -491,7 +491,7 @@ Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
     if (!row) {
       break;
     }
-    FERRY_TRY_ASSIGN(run, record_from_row(stmt, path));
+    FERRY_TRY_ASSIGN(auto run, record_from_row(stmt, path));
     runs.push_back(std::move(run));
   }
   return runs;
@@ -546,7 +546,7 @@ Expected<RunRecord> Archive::load(std::string_view ref)
     }
     candidates.push_back(stmt.column_bytes(0));
     if (!found) {
-      FERRY_TRY_ASSIGN(run, record_from_row(stmt, path));
+      FERRY_TRY_ASSIGN(auto run, record_from_row(stmt, path));
       found = std::move(run);
       script_sha256 = stmt.column_optional(8);
     }

@@ -156,7 +156,7 @@ Expected<void> prepare_for_writing(const fs::path& path)
                 path.string(), std::strerror(errno));
   }
 
-  FERRY_TRY_ASSIGN(found, stat_existing_archive(path));
+  FERRY_TRY_ASSIGN(auto found, stat_existing_archive(path));
   if (!found) {
     return fail(ErrorKind::failed, "cannot open archive {}: {}", path.string(),
                 std::strerror(ENOENT));
@@ -185,7 +185,7 @@ Expected<void> prepare_for_writing(const fs::path& path)
 
 Expected<bool> check_for_reading(const fs::path& path)
 {
-  FERRY_TRY_ASSIGN(found, stat_existing_archive(path));
+  FERRY_TRY_ASSIGN(auto found, stat_existing_archive(path));
   return found.has_value();
 }
 

@@ -107,7 +107,7 @@ std::string shorten(std::string_view text, std::size_t width)
 
 Expected<RunRecord> load_archived_run(const Context& ctx, std::string_view ref)
 {
-  FERRY_TRY_ASSIGN(archive, Archive::open_read_only(ctx.archive_path()));
+  FERRY_TRY_ASSIGN(auto archive, Archive::open_read_only(ctx.archive_path()));
   return archive.load(ref);
 }
 

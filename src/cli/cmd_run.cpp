@@ -25,7 +25,7 @@ Expected<std::optional<nlohmann::json>> read_params_file(const std::string& path
   if (path.empty()) {
     return std::optional<nlohmann::json>();
   }
-  FERRY_TRY_ASSIGN(text, read_file(path));
+  FERRY_TRY_ASSIGN(auto text, read_file(path));
   auto value = nlohmann::json::parse(text, nullptr, false);
   if (value.is_discarded()) {
     return fail(ErrorKind::usage, "--params {}: not valid JSON; give a JSON object like {{\"tp\": 8}}", path);

@@ -96,7 +96,7 @@ Expected<std::vector<std::string>> target_hosts(const TargetOptions& target)
 
 Expected<std::vector<std::unique_ptr<HostSession>>> make_sessions(const TargetOptions& target)
 {
-  FERRY_TRY_ASSIGN(hosts, target_hosts(target));
+  FERRY_TRY_ASSIGN(auto hosts, target_hosts(target));
   std::vector<std::unique_ptr<HostSession>> sessions;
   if (hosts.empty()) {
     sessions.push_back(make_local_session(LocalTarget{}));

@@ -49,7 +49,7 @@ std::optional<fs::path> find_in_dir(const fs::path& dir, const std::string& name
 
 Expected<Job> load_job_file(const fs::path& path)
 {
-  FERRY_TRY_ASSIGN(bytes, read_file(path));
+  FERRY_TRY_ASSIGN(auto bytes, read_file(path));
   return parse_job(path.stem().string(), path.filename().string(), path.string(), std::move(bytes));
 }
 

@@ -270,7 +270,7 @@ std::string_view to_string(ParamType type)
 
 Expected<JobMeta> parse_job_meta(std::string_view bytes, std::string_view label)
 {
-  FERRY_TRY_ASSIGN(block, find_block(bytes, label));
+  FERRY_TRY_ASSIGN(auto block, find_block(bytes, label));
   toml::table table;
   try {
     table = toml::parse(block.toml, std::string(label));
@@ -309,7 +309,7 @@ Expected<JobMeta> parse_job_meta(std::string_view bytes, std::string_view label)
                     label, line);
       }
       for (const auto& [name_node, param_node] : *params) {
-        FERRY_TRY_ASSIGN(spec, parse_param(std::string(name_node.str()), param_node, block, label));
+        FERRY_TRY_ASSIGN(auto spec, parse_param(std::string(name_node.str()), param_node, block, label));
         meta.params.push_back(std::move(spec));
       }
       std::sort(meta.params.begin(), meta.params.end(), [&](const ParamSpec& a, const ParamSpec& b) {
@@ -345,7 +345,7 @@ Expected<Job> parse_job(std::string name, std::string file_name, std::string sou
                         std::string bytes)
 {
   const std::string label = source == "built-in" ? "built-in job " + file_name : source;
-  FERRY_TRY_ASSIGN(meta, parse_job_meta(bytes, label));
+  FERRY_TRY_ASSIGN(auto meta, parse_job_meta(bytes, label));
   return Job{std::move(name), std::move(source), std::move(file_name), std::move(bytes),
              std::move(meta)};
 }

@@ -198,7 +198,7 @@ Expected<json> resolve_params(const Job& job, const std::vector<std::string>& as
         return fail(ErrorKind::usage, "{}: job {} has no parameter '{}' ({})", file_label,
                     job.name, key, known_names());
       }
-      FERRY_TRY_ASSIGN(typed, check_param_value(*spec, value, file_label));
+      FERRY_TRY_ASSIGN(auto typed, check_param_value(*spec, value, file_label));
       given[key] = std::move(typed);
     }
   }
@@ -213,7 +213,7 @@ Expected<json> resolve_params(const Job& job, const std::vector<std::string>& as
       return fail(ErrorKind::usage, "-p {}: job {} has no parameter '{}' ({})", key, job.name, key,
                   known_names());
     }
-    FERRY_TRY_ASSIGN(typed, parse_param_text(*spec, std::string_view(assignment).substr(eq + 1)));
+    FERRY_TRY_ASSIGN(auto typed, parse_param_text(*spec, std::string_view(assignment).substr(eq + 1)));
     given[key] = std::move(typed);
   }
   json params = json::object();

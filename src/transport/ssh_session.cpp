@@ -177,7 +177,7 @@ Expected<void> SshSession::connect_once()
     return fail(ErrorKind::failed, "{}: cannot allocate an SSH session", m_target.spec);
   }
   ssh_session s = m_session.get();
-  FERRY_TRY_ASSIGN(spec, parse_spec_or_fail(m_target.spec));
+  FERRY_TRY_ASSIGN(auto spec, parse_spec_or_fail(m_target.spec));
   ssh_options_set(s, SSH_OPTIONS_HOST, spec.host.c_str());
   if (!spec.user.empty()) {
     ssh_options_set(s, SSH_OPTIONS_USER, spec.user.c_str());
@@ -547,7 +547,7 @@ void on_exit_signal(ssh_session, ssh_channel, const char*, int, const char*, con
 
 Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
 {
-  FERRY_TRY_ASSIGN(command, shell_neutral_command(request.argv));
+  FERRY_TRY_ASSIGN(auto command, shell_neutral_command(request.argv));
   ssh_session s = m_session.get();
   ssh::Channel channel(ssh_channel_new(s));
   if (!channel || ssh_channel_open_session(channel.get()) != SSH_OK) {
