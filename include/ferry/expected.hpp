@@ -1,5 +1,5 @@
 #pragma once
-// A small expected<T, Error>: fallible functions return it, callers pass errors up with
+// A small expected<T, E = Error>: fallible functions return it, callers pass errors up with
 // FERRY_TRY. Exceptions are kept for "cannot go on" and caught once in main.
 #include <cassert>
 #include <string>
@@ -22,20 +22,25 @@ struct Error {
   std::string message;
 };
 
-struct Unexpected {
-  Error error;
+// The error half of an Expected<T, E>; `Unexpected{error}` deduces E.
+template <typename E = Error> struct Unexpected {
+  E error;
 };
+template <typename E> Unexpected(E) -> Unexpected<E>;
 
 template <typename... Args>
-[[nodiscard]] Unexpected fail(ErrorKind kind, fmt::format_string<Args...> format, Args&&... args)
+[[nodiscard]] Unexpected<Error> fail(ErrorKind kind, fmt::format_string<Args...> format,
+                                     Args&&... args)
 {
-  return Unexpected{Error{kind, fmt::format(format, std::forward<Args>(args)...)}};
+  return Unexpected<Error>{Error{kind, fmt::format(format, std::forward<Args>(args)...)}};
 }
 
-template <typename T> class [[nodiscard]] Expected {
+// A value of type T, or the error E that stopped it. E is ferry::Error everywhere but in thin
+// wrappers of C libraries, which keep the library's own code (archive/sqlite.hpp).
+template <typename T, typename E = Error> class [[nodiscard]] Expected {
 public:
   Expected(T value) : m_state(std::in_place_index<0>, std::move(value)) {}
-  Expected(Unexpected u) : m_state(std::in_place_index<1>, std::move(u.error)) {}
+  Expected(Unexpected<E> u) : m_state(std::in_place_index<1>, std::move(u.error)) {}
 
   explicit operator bool() const { return m_state.index() == 0; }
   [[nodiscard]] bool has_value() const { return m_state.index() == 0; }
@@ -48,25 +53,25 @@ public:
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
-  const Error& error() const& { assert(!has_value()); return std::get<1>(m_state); }
-  Error&& error() && { assert(!has_value()); return std::get<1>(std::move(m_state)); }
+  const E& error() const& { assert(!has_value()); return std::get<1>(m_state); }
+  E&& error() && { assert(!has_value()); return std::get<1>(std::move(m_state)); }
 
 private:
-  std::variant<T, Error> m_state;
+  std::variant<T, E> m_state;
 };
 
-template <> class [[nodiscard]] Expected<void> {
+template <typename E> class [[nodiscard]] Expected<void, E> {
 public:
   Expected() = default;
-  Expected(Unexpected u) : m_error(std::move(u.error)), m_ok(false) {}
+  Expected(Unexpected<E> u) : m_error(std::move(u.error)), m_ok(false) {}
 
   explicit operator bool() const { return m_ok; }
   [[nodiscard]] bool has_value() const { return m_ok; }
-  const Error& error() const& { assert(!m_ok); return m_error; }
-  Error&& error() && { assert(!m_ok); return std::move(m_error); }
+  const E& error() const& { assert(!m_ok); return m_error; }
+  E&& error() && { assert(!m_ok); return std::move(m_error); }
 
 private:
-  Error m_error;
+  E m_error{};
   bool m_ok = true;
 };
 

@@ -32,7 +32,7 @@ std::string system_error(const Database* db)
 
 } // namespace
 
-Unexpected archive_error(const std::filesystem::path& path, std::string_view doing,
+Unexpected<Error> archive_error(const std::filesystem::path& path, std::string_view doing,
                          const SqliteError& error, Database* db)
 {
   const std::string p = path.string();

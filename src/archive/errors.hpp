@@ -11,7 +11,7 @@ namespace ferry::archive {
 // `doing` completes "cannot ...": "record run X", "read archive", ... For a corrupt database
 // runs `PRAGMA quick_check` on `db` (when it is open) to say what is damaged; that check is
 // only paid for once something already went wrong.
-[[nodiscard]] Unexpected archive_error(const std::filesystem::path& path, std::string_view doing,
+[[nodiscard]] Unexpected<Error> archive_error(const std::filesystem::path& path, std::string_view doing,
                                        const SqliteError& error, Database* db = nullptr);
 
 } // namespace ferry::archive
