@@ -31,8 +31,6 @@ namespace ferry {
 // $NAME when set and non-empty, else `fallback`.
 [[nodiscard]] std::string env_or(const char* name, std::string_view fallback);
 
-[[nodiscard]] bool is_valid_utf8(std::string_view text);
-
 [[nodiscard]] double seconds_since(std::chrono::steady_clock::time_point start);
 
 } // namespace ferry

@@ -1,28 +1,20 @@
 #include <fstream>
 
 #include "cli/targets.hpp"
+#include "ferry/host_spec.hpp"
 #include "ferry/sessions.hpp"
+#include "ferry/text.hpp"
 
 namespace ferry::cli {
 
 namespace {
-
-std::string trim(std::string text)
-{
-  const auto first = text.find_first_not_of(" \t\r");
-  if (first == std::string::npos) {
-    return {};
-  }
-  const auto last = text.find_last_not_of(" \t\r");
-  return text.substr(first, last - first + 1);
-}
 
 void add_hosts(std::vector<std::string>& hosts, const std::string& list)
 {
   std::size_t start = 0;
   while (start <= list.size()) {
     const auto comma = std::min(list.find(',', start), list.size());
-    std::string host = trim(list.substr(start, comma - start));
+    std::string host(trim(std::string_view(list).substr(start, comma - start)));
     if (!host.empty()) {
       hosts.push_back(std::move(host));
     }

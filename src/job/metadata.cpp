@@ -7,7 +7,8 @@
 
 #include "ferry/job.hpp"
 #include "ferry/params.hpp"
-#include "ferry/shell_neutral.hpp"
+#include "ferry/remote/shell_neutral.hpp"
+#include "ferry/text.hpp"
 
 namespace ferry {
 namespace {
@@ -22,39 +23,6 @@ struct Block {
   std::string toml;
   int first_line = 0; // 1-based line of the file where the TOML text starts
 };
-
-std::vector<std::string_view> split_lines(std::string_view text)
-{
-  std::vector<std::string_view> lines;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) {
-      if (start < text.size()) {
-        lines.push_back(text.substr(start));
-      }
-      break;
-    }
-    std::string_view line = text.substr(start, end - start);
-    if (!line.empty() && line.back() == '\r') {
-      line.remove_suffix(1);
-    }
-    lines.push_back(line);
-    start = end + 1;
-  }
-  return lines;
-}
-
-std::string_view trim(std::string_view s)
-{
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
 
 // "# /// ferry" → "/// ferry"; nullopt when the line is not a comment.
 std::optional<std::string_view> comment_body(std::string_view line)

@@ -4,12 +4,15 @@
 #include <cstdlib>
 
 #include "ferry/params.hpp"
-#include "ferry/util.hpp"
+#include "ferry/text.hpp"
 
 namespace ferry {
 namespace {
 
 using nlohmann::json;
+
+// How much of a refused value an error message quotes.
+constexpr std::size_t k_shown = 60;
 
 std::string describe(const ParamSpec& spec)
 {
@@ -24,12 +27,6 @@ std::string describe(const ParamSpec& spec)
   case ParamType::json: return "a JSON value";
   default: return "?";
   }
-}
-
-std::string shorten(std::string_view text)
-{
-  constexpr std::size_t limit = 60;
-  return text.size() <= limit ? std::string(text) : std::string(text.substr(0, limit)) + "…";
 }
 
 std::optional<json> parse_scalar(ParamType type, std::string_view text)
@@ -98,7 +95,7 @@ Expected<void> check_choices(const ParamSpec& spec, const json& value)
                     : allowed(value);
   if (!ok) {
     return fail(ErrorKind::usage, "parameter '{}': {} is not one of the choices {}", spec.name,
-                shorten(value.dump(-1, ' ', false, json::error_handler_t::replace)), spec.choices->dump(-1, ' ', false, json::error_handler_t::replace));
+                shorten(value.dump(-1, ' ', false, json::error_handler_t::replace), k_shown), spec.choices->dump(-1, ' ', false, json::error_handler_t::replace));
   }
   return {};
 }
@@ -109,7 +106,7 @@ Expected<json> check_param_value(const ParamSpec& spec, const json& value, std::
 {
   if (!has_type(spec.type, value)) {
     return fail(ErrorKind::usage, "parameter '{}' expects {}, but {} gives {} ({})", spec.name,
-                describe(spec), origin, value.type_name(), shorten(value.dump(-1, ' ', false, json::error_handler_t::replace)));
+                describe(spec), origin, value.type_name(), shorten(value.dump(-1, ' ', false, json::error_handler_t::replace), k_shown));
   }
   json typed = value;
   if (spec.type == ParamType::floating) {
@@ -120,7 +117,7 @@ Expected<json> check_param_value(const ParamSpec& spec, const json& value, std::
       if (!has_type(spec.items, element)) {
         return fail(ErrorKind::usage,
                     "parameter '{}' expects {}, but {} gives an element {} ({})", spec.name,
-                    describe(spec), origin, element.type_name(), shorten(element.dump(-1, ' ', false, json::error_handler_t::replace)));
+                    describe(spec), origin, element.type_name(), shorten(element.dump(-1, ' ', false, json::error_handler_t::replace), k_shown));
       }
       if (spec.items == ParamType::floating) {
         element = element.get<double>();
@@ -140,7 +137,7 @@ Expected<json> parse_param_text(const ParamSpec& spec, std::string_view text)
       return fail(ErrorKind::usage,
                   "parameter '{}' expects a JSON value, but '{}' is not valid JSON (quote strings: "
                   "-p {}='\"text\"')",
-                  spec.name, shorten(text), spec.name);
+                  spec.name, shorten(text, k_shown), spec.name);
     }
   } else if (spec.type == ParamType::list) {
     value = json::array();
@@ -154,7 +151,7 @@ Expected<json> parse_param_text(const ParamSpec& spec, std::string_view text)
         if (!element) {
           return fail(ErrorKind::usage,
                       "parameter '{}' expects {}, but element '{}' is not {}", spec.name,
-                      describe(spec), shorten(item),
+                      describe(spec), shorten(item, k_shown),
                       spec.items == ParamType::string ? "UTF-8 text" : to_string(spec.items));
         }
         value.push_back(std::move(*element));
@@ -168,7 +165,7 @@ Expected<json> parse_param_text(const ParamSpec& spec, std::string_view text)
     auto scalar = parse_scalar(spec.type, text);
     if (!scalar) {
       return fail(ErrorKind::usage, "parameter '{}' expects {}, got '{}'", spec.name,
-                  describe(spec), shorten(text));
+                  describe(spec), shorten(text, k_shown));
     }
     value = std::move(*scalar);
   }
@@ -205,7 +202,7 @@ Expected<json> resolve_params(const Job& job, const std::vector<std::string>& as
   for (const auto& assignment : assignments) {
     const auto eq = assignment.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return fail(ErrorKind::usage, "-p '{}': expected KEY=VALUE", shorten(assignment));
+      return fail(ErrorKind::usage, "-p '{}': expected KEY=VALUE", shorten(assignment, k_shown));
     }
     const std::string key = assignment.substr(0, eq);
     const ParamSpec* spec = job.param(key);
