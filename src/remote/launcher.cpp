@@ -1,6 +1,10 @@
+#include "ferry/remote/launcher.hpp"
+
+#include <stdexcept>
+
 #include <fmt/format.h>
 
-#include "ferry/launcher.hpp"
+#include "remote/remote_scripts.hpp"
 
 namespace ferry {
 
@@ -17,95 +21,60 @@ std::string sh_quote(std::string_view text)
   return quoted + "'";
 }
 
+std::string fill_template(std::string_view script, const std::map<std::string, std::string>& fields)
+{
+  std::string out;
+  out.reserve(script.size() + 512);
+  std::size_t pos = 0;
+  while (pos < script.size()) {
+    const std::size_t at = script.find('@', pos);
+    if (at == std::string_view::npos) {
+      break;
+    }
+    const std::size_t close = script.find('@', at + 1);
+    const auto field = close == std::string_view::npos
+                           ? fields.end()
+                           : fields.find(std::string(script.substr(at + 1, close - at - 1)));
+    if (field == fields.end()) {
+      out.append(script.substr(pos, at + 1 - pos));
+      pos = at + 1;
+      continue;
+    }
+    out.append(script.substr(pos, at - pos));
+    out.append(field->second);
+    pos = close + 1;
+  }
+  out.append(script.substr(pos));
+  return out;
+}
+
+std::string_view remote_script(std::string_view file_name)
+{
+  for (const auto& file : remote_script_files()) {
+    if (file.file_name == file_name) {
+      return file.bytes;
+    }
+  }
+  throw std::logic_error(fmt::format("no remote script {} was embedded", file_name));
+}
+
 std::string make_launcher(const LauncherSpec& spec)
 {
-  // Notes on the design:
-  // - The job runs under setsid so it leads a process group of its own: on timeout or
-  //   interrupt the whole group is killed, children included. Job control (`set -m`) is not an
-  //   option: dash turns it off without a tty, and exec channels have none.
-  // - sshd's `signal` request kills the launcher's group (not the job's): the trap forwards it.
-  // - The watchdog's streams go to /dev/null, or its sleep would hold the channel open.
-  // - Anything the job leaves in its group after it exits is killed too: no stray process
-  //   keeps the channel (and the user's session) open.
-  return fmt::format(
-    R"(# ferry launcher (generated; runs under /bin/sh)
-FERRY_RUN_DIR={run_dir}
-FERRY_PARAMS={run_dir}/params.json
-FERRY_RESULT={run_dir}/result.json
-FERRY_JOB={job_name}
-export FERRY_RUN_DIR FERRY_PARAMS FERRY_RESULT FERRY_JOB
-printf '%s\n' {sentinel}
-printf '%s\n' {sentinel} >&2
-cd "$FERRY_RUN_DIR" || exit 125
-interpreter={interpreter}
-if ! command -v "$interpreter" >/dev/null 2>&1; then
-  printf '{no_interp}%s not found on this host (PATH=%s); install it or set an absolute path in the job'"'"'s interpreter\n' "$interpreter" "$PATH" >&2
-  exit {no_interp_exit}
-fi
-grouped=0
-if command -v setsid >/dev/null 2>&1; then
-  grouped=1
-  setsid "$interpreter" "$FERRY_RUN_DIR"/{job_file} </dev/null &
-else
-  "$interpreter" "$FERRY_RUN_DIR"/{job_file} </dev/null &
-fi
-job=$!
-(
-  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
-  sleep {timeout} &
-  nap=$!
-  wait "$nap" || exit 0
-  : >"$FERRY_RUN_DIR"/{marker}
-  kill -TERM $$ 2>/dev/null
-) </dev/null >/dev/null 2>&1 &
-watchdog=$!
-signal_job() {{
-  if [ "$grouped" = 1 ]; then kill -"$1" -"$job" 2>/dev/null; fi
-  kill -"$1" "$job" 2>/dev/null
-}}
-finish() {{
-  trap '' PIPE
-  printf '%s\n' {end_marker} 2>/dev/null || rm -rf "$FERRY_RUN_DIR"
-  exit "$1"
-}}
-stop() {{
-  trap '' TERM INT HUP
-  code=$1
-  [ -e "$FERRY_RUN_DIR"/{marker} ] && code={timeout_exit}
-  signal_job TERM
-  (
-    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
-    sleep {grace} &
-    nap=$!
-    wait "$nap" || exit 0
-    signal_job KILL
-  ) </dev/null >/dev/null 2>&1 &
-  killer=$!
-  wait "$job"
-  signal_job KILL
-  kill "$killer" "$watchdog" 2>/dev/null
-  finish "$code"
-}}
-trap 'stop 143' TERM
-trap 'stop 130' INT
-trap 'stop 129' HUP
-wait "$job"
-status=$?
-trap '' TERM INT HUP
-if [ "$grouped" = 1 ]; then kill -KILL -"$job" 2>/dev/null; fi
-kill "$watchdog" 2>/dev/null
-[ -e "$FERRY_RUN_DIR"/{marker} ] && status={timeout_exit}
-finish "$status"
-)",
-    fmt::arg("run_dir", sh_quote(spec.run_dir)), fmt::arg("job_name", sh_quote(spec.job_name)),
-    fmt::arg("sentinel", sh_quote(spec.sentinel)), fmt::arg("end_marker", sh_quote(spec.end_marker)),
-    fmt::arg("interpreter", sh_quote(spec.interpreter)),
-    fmt::arg("job_file", sh_quote(spec.job_file)), fmt::arg("timeout", spec.timeout_s),
-    fmt::arg("marker", k_launcher_timeout_marker),
-    fmt::arg("timeout_exit", k_launcher_timeout_exit),
-    fmt::arg("no_interp", k_launcher_no_interpreter_prefix),
-    fmt::arg("no_interp_exit", k_launcher_no_interpreter_exit),
-    fmt::arg("grace", spec.grace_s));
+  return fill_template(remote_script("launch.sh"),
+                       {
+                           {"run_dir", sh_quote(spec.run_dir)},
+                           {"job_name", sh_quote(spec.job_name)},
+                           {"sentinel", sh_quote(spec.sentinel)},
+                           {"end_marker", sh_quote(spec.end_marker)},
+                           {"interpreter", sh_quote(spec.interpreter)},
+                           {"job_file", sh_quote(spec.job_file)},
+                           {"timeout", std::to_string(spec.timeout_s)},
+                           {"grace", std::to_string(spec.grace_s)},
+                           {"timeout_marker", k_launcher_timeout_marker},
+                           {"timeout_exit", std::to_string(k_launcher_timeout_exit)},
+                           {"no_interp_prefix", k_launcher_no_interpreter_prefix},
+                           {"no_interp_exit", std::to_string(k_launcher_no_interpreter_exit)},
+                       });
 }
 
 } // namespace ferry

@@ -1,4 +1,4 @@
-#include "ferry/shell_neutral.hpp"
+#include "ferry/remote/shell_neutral.hpp"
 
 namespace ferry {
 

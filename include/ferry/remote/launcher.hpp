@@ -1,9 +1,12 @@
 #pragma once
-// The POSIX-sh launcher that runs a job on the host: sets FERRY_* variables, runs the
-// interpreter on the job file (never executes the job file itself, so noexec mounts work) in a
-// process group of its own, and enforces the job's timeout on the host, so a dropped
-// connection cannot leave the job running.
+// The remote side of the run protocol: the POSIX-sh launcher that runs a job on the host. It
+// sets the FERRY_* variables, runs the interpreter on the job file (never executes the job file
+// itself, so noexec mounts work) in a process group of its own, and enforces the job's timeout
+// on the host, so a dropped connection cannot leave the job running. Its text is
+// src/remote/launch.sh, embedded at build time (docs/run-protocol.md describes it).
+#include <map>
 #include <string>
+#include <string_view>
 
 namespace ferry {
 
@@ -13,8 +16,8 @@ struct LauncherSpec {
   std::string job_name;    // FERRY_JOB (quoted, may hold anything)
   std::string interpreter; // shell-neutral name or absolute path
   int timeout_s = 300;
-  int grace_s = 2;         // between TERM and KILL
-  std::string sentinel;    // printed first on stdout and stderr; what precedes it is not the job's
+  int grace_s = 2; // between TERM and KILL
+  std::string sentinel; // printed first on stdout and stderr; what precedes it is not the job's
   // Printed last on stdout. When that write fails, nobody is reading any more (the connection
   // was lost), so the launcher removes the run directory itself.
   std::string end_marker;
@@ -30,5 +33,13 @@ inline constexpr const char* k_launcher_no_interpreter_prefix = "ferry-launcher:
 
 // 'text' quoted for POSIX sh (single quotes; ' becomes '\'').
 [[nodiscard]] std::string sh_quote(std::string_view text);
+
+// `script` with every @name@ replaced by fields.at(name) in one pass (a value is never scanned
+// again). An @ that starts no known field is kept as it is.
+[[nodiscard]] std::string fill_template(std::string_view script,
+                                        const std::map<std::string, std::string>& fields);
+
+// A script of src/remote/ by file name ("launch.sh"), as embedded at build time.
+[[nodiscard]] std::string_view remote_script(std::string_view file_name);
 
 } // namespace ferry
