@@ -26,12 +26,4 @@ struct LocalTarget {
 
 [[nodiscard]] std::unique_ptr<HostSession> make_local_session(const LocalTarget& target);
 
-// Splits "[user@]host[:port]" (IPv6 literals in brackets); port 0 when not given.
-struct HostSpec {
-  std::string user;
-  std::string host;
-  unsigned port = 0;
-};
-[[nodiscard]] Expected<HostSpec> parse_host_spec(std::string_view spec);
-
 } // namespace ferry

@@ -51,13 +51,20 @@ struct ExecRequest {
   std::chrono::steady_clock::duration grace = std::chrono::seconds(2);
 };
 
+// How an exec ended.
+enum class ExecEnd {
+  exited,      // the launcher exited (its status in exit_code, none when a signal killed it)
+  interrupted, // ferry was interrupted (SIGINT/SIGTERM) and stopped the job
+  deadline,    // ferry's backstop deadline passed and it stopped the job
+  lost,        // the connection was lost mid-run (why in lost_reason)
+};
+
 struct ExecOutcome {
+  ExecEnd end = ExecEnd::exited;
   std::optional<int> exit_code; // nullopt: no exit status (killed by a signal, connection lost)
   CapturedStream out;
   CapturedStream err;
-  bool interrupted = false;     // ferry was interrupted (SIGINT/SIGTERM) and stopped the job
-  bool deadline_passed = false; // ferry's backstop fired
-  std::optional<std::string> lost; // why the connection was lost mid-run
+  std::string lost_reason;
   // The launcher exited but something it left behind (a daemon that escaped the job's process
   // group) kept the output streams open; ferry stopped waiting for them.
   bool output_held_open = false;

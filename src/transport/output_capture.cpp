@@ -1,17 +1,11 @@
-#include <atomic>
-
 #include "ferry/transport.hpp"
 
 namespace ferry {
 
 namespace {
-std::atomic<bool> g_interrupted{false};
 // The login shell's startup noise is kept for diagnosis only, up to this much.
 constexpr std::size_t k_noise_cap = 64 * 1024;
 } // namespace
-
-bool interrupt_requested() { return g_interrupted.load(std::memory_order_relaxed); }
-void request_interrupt() { g_interrupted.store(true, std::memory_order_relaxed); }
 
 OutputCapture::OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker)
   : m_marker(sentinel.empty() ? std::string() : sentinel + "\n"),

@@ -7,10 +7,10 @@
 #include <catch2/catch.hpp>
 
 #include "ferry/json_diff.hpp"
-#include "ferry/launcher.hpp"
+#include "ferry/remote/launcher.hpp"
 #include "ferry/run_record.hpp"
 #include "ferry/runner.hpp"
-#include "ferry/shell_neutral.hpp"
+#include "ferry/remote/shell_neutral.hpp"
 
 using namespace ferry;
 using nlohmann::json;
@@ -129,14 +129,15 @@ TEST_CASE("outcomes become statuses", "[runner]")
   }
   SECTION("connection lost keeps the run dir for the launcher's deadline and says so")
   {
-    session.outcome.lost = "EOF";
+    session.outcome.end = ExecEnd::lost;
+    session.outcome.lost_reason = "EOF";
     const auto record = run_job(session, test_job(), json::object(), RunOptions{});
     CHECK(record.status == RunStatus::error);
     CHECK_THAT(*record.error, Catch::Contains("connection lost"));
   }
   SECTION("interrupted")
   {
-    session.outcome.interrupted = true;
+    session.outcome.end = ExecEnd::interrupted;
     CHECK(run_job(session, test_job(), json::object(), RunOptions{}).status == RunStatus::interrupted);
     CHECK(session.removed.size() == 1);
   }

@@ -13,8 +13,10 @@
 
 #include <boost/process.hpp>
 
+#include "ferry/fd.hpp"
 #include "ferry/sessions.hpp"
 #include "ferry/util.hpp"
+#include "transport/stop_schedule.hpp"
 
 namespace ferry {
 namespace {
@@ -61,14 +63,14 @@ public:
     if (!fs::exists(path, ec)) {
       return std::optional<std::string>();
     }
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
+    const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd) {
       return fail(ErrorKind::failed, "cannot read {}: {}", path, std::strerror(errno));
     }
     std::string bytes;
     char buffer[65536];
     while (bytes.size() <= cap) {
-      const ssize_t n = ::read(fd, buffer, sizeof buffer);
+      const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
       if (n < 0 && errno == EINTR) {
         continue;
       }
@@ -77,7 +79,6 @@ public:
       }
       bytes.append(buffer, static_cast<std::size_t>(n));
     }
-    ::close(fd);
     return std::optional<std::string>(std::move(bytes));
   }
 
@@ -101,6 +102,35 @@ private:
   LocalTarget m_target;
 };
 
+// Reads what is ready on the job's two pipes into their captures; a closed pipe is dropped.
+void drain(pollfd (&fds)[2], OutputCapture* (&captures)[2], int& open_streams,
+           std::vector<char>& buffer)
+{
+  for (int i = 0; i < 2; ++i) {
+    if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) {
+      continue;
+    }
+    const ssize_t n = ::read(fds[i].fd, buffer.data(), buffer.size());
+    if (n > 0) {
+      captures[i]->feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
+    } else if (n == 0 || errno != EINTR) {
+      fds[i].fd = -1;
+      --open_streams;
+    }
+  }
+}
+
+// Signals the launcher as the stop schedule says (its trap stops the job's process group).
+void apply_stop_step(StopSchedule& schedule, const bp::child& child)
+{
+  switch (schedule.next(std::chrono::steady_clock::now())) {
+  case StopSchedule::Step::term: ::kill(child.id(), SIGTERM); break;
+  case StopSchedule::Step::kill: ::kill(child.id(), SIGKILL); break;
+  case StopSchedule::Step::give_up: // the exit linger below ends the wait
+  case StopSchedule::Step::none: break;
+  }
+}
+
 Expected<ExecOutcome> LocalSession::exec(const ExecRequest& request)
 {
   bp::pipe out_pipe;
@@ -119,29 +149,15 @@ Expected<ExecOutcome> LocalSession::exec(const ExecRequest& request)
   pollfd fds[2] = {{out_pipe.native_source(), POLLIN, 0}, {err_pipe.native_source(), POLLIN, 0}};
   OutputCapture* captures[2] = {&out, &err};
   int open_streams = 2;
-  const auto start = std::chrono::steady_clock::now();
-  std::optional<std::chrono::steady_clock::time_point> signalled_at;
-  bool killed = false;
+  StopSchedule schedule(std::chrono::steady_clock::now(), request);
   std::optional<std::chrono::steady_clock::time_point> exited_at;
   ExecOutcome outcome;
   std::vector<char> buffer(65536);
   while (open_streams > 0) {
-    const int ready = ::poll(fds, 2, 100);
-    if (ready < 0 && errno != EINTR) {
+    if (::poll(fds, 2, 100) < 0 && errno != EINTR) {
       break;
     }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) {
-        continue;
-      }
-      const ssize_t n = ::read(fds[i].fd, buffer.data(), buffer.size());
-      if (n > 0) {
-        captures[i]->feed(std::string_view(buffer.data(), static_cast<std::size_t>(n)));
-      } else if (n == 0 || errno != EINTR) {
-        fds[i].fd = -1;
-        --open_streams;
-      }
-    }
+    drain(fds, captures, open_streams, buffer);
     const auto now = std::chrono::steady_clock::now();
     if (!exited_at && !child.running()) {
       exited_at = now;
@@ -149,16 +165,7 @@ Expected<ExecOutcome> LocalSession::exec(const ExecRequest& request)
       outcome.output_held_open = true;
       break;
     }
-    const bool stop_now = interrupt_requested() || now - start > request.deadline;
-    if (stop_now && !signalled_at) {
-      outcome.interrupted = interrupt_requested();
-      outcome.deadline_passed = !outcome.interrupted;
-      ::kill(child.id(), SIGTERM); // the launcher's trap stops the job's process group
-      signalled_at = now;
-    } else if (signalled_at && !killed && now - *signalled_at > request.grace + std::chrono::seconds(3)) {
-      ::kill(child.id(), SIGKILL);
-      killed = true;
-    }
+    apply_stop_step(schedule, child);
   }
   std::error_code wait_error;
   child.wait(wait_error);
@@ -166,6 +173,7 @@ Expected<ExecOutcome> LocalSession::exec(const ExecRequest& request)
   if (WIFEXITED(status)) {
     outcome.exit_code = WEXITSTATUS(status);
   }
+  outcome.end = schedule.reason().value_or(ExecEnd::exited);
   outcome.out = std::move(out).finish();
   outcome.err = std::move(err).finish();
   return outcome;

@@ -1,4 +1,4 @@
-#include "transport/known_hosts.hpp"
+#include "transport/ssh/known_hosts.hpp"
 
 #include <array>
 #include <cstdint>
