@@ -1,8 +1,8 @@
 #pragma once
 // Many jobs on many hosts: one session per host (the handshake is paid once, jobs run one
 // after another on it), at most `parallel` hosts at once, each session owned by one thread.
-#include <functional>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "ferry/runner.hpp"
@@ -22,15 +22,29 @@ struct FleetProgress {
   std::size_t running = 0;
 };
 
-struct FleetCallbacks {
-  // Called once per finished run, from worker threads but never two at once.
-  std::function<void(RunRecord&)> on_done;
-  // Called when the counts change (same lock as on_done).
-  std::function<void(const FleetProgress&)> on_progress;
+// Which run an event is about.
+struct RunRef {
+  std::string_view host; // the name the user gave
+  std::string_view job;
+};
+
+// What happens to runs, as it happens: a reporter, the archive, an MCP server listen to this.
+// The fleet calls it from worker threads, but never two calls at once.
+class RunObserver {
+public:
+  virtual ~RunObserver() = default;
+  // Before anything runs: how many runs there will be.
+  virtual void batch_started(std::size_t /*total*/) {}
+  virtual void run_started(const RunRef& /*run*/) {}
+  // A run has ended; the observer may take what it needs from the record (or add to it).
+  virtual void run_finished(RunRecord& record) = 0;
+  virtual void progress(const FleetProgress& /*progress*/) {}
+  // Every run has ended.
+  virtual void batch_finished() {}
 };
 
 void run_fleet(std::vector<std::unique_ptr<HostSession>>& sessions,
                const std::vector<PlannedRun>& runs, int parallel, const RunOptions& options,
-               const FleetCallbacks& callbacks);
+               RunObserver& observer);
 
 } // namespace ferry

@@ -6,19 +6,28 @@
 
 namespace ferry::cli {
 
-void print_error(std::string_view message)
+Reporter& Context::reporter()
 {
-  std::fflush(stdout);
-  fmt::print(stderr, "ferry: error: {}\n", message);
+  if (!m_reporter) {
+    m_reporter = make_terminal_reporter();
+  }
+  return *m_reporter;
 }
 
-int cli_main(int argc, char** argv)
+void Context::use_json(bool json)
 {
-  CLI::App app{"ferry: run calculations and probes on remote hosts without a remote shell.\n"
-               "A job is a file, its parameters are a file; both travel over SFTP, and the only "
-               "thing a shell ever sees is `/bin/sh RUN_DIR/launch.sh`.",
-               "ferry"};
-  Context ctx;
+  m_reporter = json ? make_json_reporter() : make_terminal_reporter();
+}
+
+void on_chosen(CLI::App& command, Context& ctx, Action action)
+{
+  command.callback([&ctx, action = std::move(action)] { ctx.action = action; });
+}
+
+namespace {
+
+void add_commands(CLI::App& app, Context& ctx)
+{
   app.set_version_flag("--version", std::string(version()));
   app.add_option("--archive", ctx.global.archive_path,
                  "archive database (default $FERRY_ARCHIVE, $XDG_DATA_HOME/ferry/archive.db, "
@@ -34,7 +43,6 @@ int cli_main(int argc, char** argv)
   ferry check --host gpu1
   ferry log --job kv_calc --limit 5
   ferry replay last)");
-
   add_run_command(app, ctx);
   add_jobs_command(app, ctx);
   add_new_command(app, ctx);
@@ -43,17 +51,39 @@ int cli_main(int argc, char** argv)
   add_show_command(app, ctx);
   add_export_command(app, ctx);
   add_replay_command(app, ctx);
+}
 
+// The command's outcome as the process's exit status; an error is printed once, here.
+int finish(Context& ctx, const Expected<ExitCode>& outcome)
+{
+  if (outcome) {
+    return to_int(*outcome);
+  }
+  ctx.reporter().error(outcome.error());
+  return to_int(exit_code_for(outcome.error().kind));
+}
+
+} // namespace
+
+int cli_main(int argc, char** argv)
+{
+  CLI::App app{"ferry: run calculations and probes on remote hosts without a remote shell.\n"
+               "A job is a file, its parameters are a file; both travel over SFTP, and the only "
+               "thing a shell ever sees is `/bin/sh RUN_DIR/launch.sh`.",
+               "ferry"};
+  Context ctx;
+  add_commands(app, ctx);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : to_int(ExitCode::usage);
-  } catch (const std::exception& e) {
-    print_error(e.what());
-    return 1;
+    // CLI11 prints help, the version or the parse error itself.
+    return app.exit(e) == 0 ? to_int(ExitCode::ok) : to_int(ExitCode::usage);
   }
-  return ctx.exit_code;
+  try {
+    return finish(ctx, ctx.action ? ctx.action() : Expected<ExitCode>(ExitCode::ok));
+  } catch (const std::exception& e) {
+    return finish(ctx, Unexpected{Error{ErrorKind::failed, e.what()}});
+  }
 }
 
 } // namespace ferry::cli

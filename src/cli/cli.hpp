@@ -1,6 +1,9 @@
 #pragma once
-// The command line (SPEC "Command line"). Each command lives in its own file and registers
-// itself on the app with an add_*_command function; main.cpp only calls cli_main.
+// The command line (docs/cli.md). Each command lives in its own file and registers itself on
+// the app with an add_*_command function; the command returns an ExitCode or an Error to
+// cli_main, which prints the error and ends ferry (no command decides an exit status itself).
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +13,7 @@
 #include "ferry/archive.hpp"
 #include "ferry/exit_code.hpp"
 #include "ferry/job.hpp"
+#include "ferry/reporter.hpp"
 
 namespace ferry::cli {
 
@@ -19,7 +23,7 @@ struct GlobalOptions {
   bool verbose = false;
 };
 
-// Where to run: SPEC "TARGET options".
+// Where to run: docs/cli.md, "Targets".
 struct TargetOptions {
   std::vector<std::string> hosts;
   std::string hosts_file;
@@ -29,13 +33,15 @@ struct TargetOptions {
   std::string ssh_config;
   bool accept_new_host_key = false;
   double connect_timeout_s = 0; // 0: ConnectTimeout from the ssh config, else 10 s
-  std::string remote_base; // default: $HOME/.cache/ferry/runs on the host
+  std::string remote_base;      // default: $HOME/.cache/ferry/runs on the host
   int retries = 1;
 };
 
+using Action = std::function<Expected<ExitCode>()>;
+
 struct Context {
   GlobalOptions global;
-  int exit_code = 0;
+  Action action; // the command the user chose, set when its options are parsed
 
   [[nodiscard]] JobPath job_path() const { return JobPath::from_environment(global.jobs_dirs); }
   [[nodiscard]] std::filesystem::path archive_path() const
@@ -43,12 +49,19 @@ struct Context {
     return global.archive_path.empty() ? Archive::default_path()
                                        : std::filesystem::path(global.archive_path);
   }
+
+  // The reporter every output goes through: the terminal one unless a command asked for JSON.
+  [[nodiscard]] Reporter& reporter();
+  void use_json(bool json);
+
+private:
+  std::unique_ptr<Reporter> m_reporter;
 };
 
-void add_target_options(CLI::App& command, TargetOptions& target);
+// Makes `action` the one to run when `command` is chosen.
+void on_chosen(CLI::App& command, Context& ctx, Action action);
 
-// Prints "ferry: error: MESSAGE" to stderr.
-void print_error(std::string_view message);
+void add_target_options(CLI::App& command, TargetOptions& target);
 
 void add_run_command(CLI::App& app, Context& ctx);
 void add_jobs_command(CLI::App& app, Context& ctx);

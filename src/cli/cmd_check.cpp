@@ -14,68 +14,72 @@ struct CheckCommand {
 // "python3 3.11.2 (/usr/bin/python3)" / "nvidia-smi missing" from host_facts' result.
 std::string interpreters_line(const nlohmann::json& result)
 {
-  std::vector<std::string> parts;
   const auto tools = result.find("tools");
   if (tools == result.end() || !tools->is_object()) {
     return "interpreters: unknown";
   }
+  std::string line;
   for (const auto& [name, info] : tools->items()) {
+    std::string part = name;
     if (info.is_object() && info.value("found", false)) {
-      std::string part = name;
       if (info.contains("version") && info["version"].is_string()) {
         part += " " + info["version"].get<std::string>();
       }
       if (info.contains("path") && info["path"].is_string()) {
         part += " (" + info["path"].get<std::string>() + ")";
       }
-      parts.push_back(part);
     } else {
-      parts.push_back(name + " missing");
+      part += " missing";
     }
-  }
-  std::string line;
-  for (const auto& part : parts) {
     line += (line.empty() ? "" : ", ") + part;
   }
   return line;
 }
 
-int check(Context& ctx, const CheckCommand& cmd)
-{
-  auto job = find_job("host_facts", JobPath{{}, true});
-  if (!job) {
-    print_error(job.error().message);
-    return 1;
+// Each host's check as one line (terminal) or one object (JSON Lines).
+class CheckView final : public RunObserver {
+public:
+  explicit CheckView(Reporter& reporter) : m_reporter(reporter) {}
+
+  void batch_started(std::size_t total) override { m_reporter.batch_started(total); }
+  void progress(const FleetProgress& progress) override { m_reporter.progress(progress); }
+  void batch_finished() override { m_reporter.batch_finished(); }
+
+  void run_finished(RunRecord& record) override
+  {
+    const nlohmann::json line = {
+        {"host", record.host_label},
+        {"target", record.target},
+        {"status", record.status == RunStatus::ok ? "ok" : "failed"},
+        {"error", record.error ? nlohmann::json(*record.error) : nlohmann::json()},
+        {"facts", record.result}};
+    m_reporter.document(text(record), line);
   }
-  auto sessions = make_sessions(cmd.target);
-  if (!sessions) {
-    print_error(sessions.error().message);
-    return to_int(ExitCode::usage);
-  }
-  std::vector<PlannedRun> runs = {{&*job, nlohmann::json::object()}};
-  ReportOptions report;
-  report.archive = false;
-  report.quiet_stdout = true;
-  report.parallel = cmd.parallel;
-  install_interrupt_handlers();
-  return execute_runs(ctx, *sessions, runs, RunOptions{}, report, [&](const RunRecord& record) {
-    nlohmann::json line = {{"host", record.host_label}, {"target", record.target},
-                           {"status", record.status == RunStatus::ok ? "ok" : "failed"},
-                           {"error", record.error ? nlohmann::json(*record.error) : nlohmann::json()},
-                           {"facts", record.result}};
-    if (cmd.json) {
-      fmt::print("{}\n", to_json_line(line));
-      return;
-    }
+
+private:
+  static std::string text(const RunRecord& record)
+  {
     if (record.status != RunStatus::ok) {
-      fmt::print("{}: FAILED — {}\n", record.host_label, record.error.value_or("see stderr"));
-      return;
+      return fmt::format("{}: FAILED — {}\n", record.host_label, record.error.value_or("see stderr"));
     }
     const std::string key = record.target.value("host_key_sha256", "");
-    fmt::print("{}: ok in {:.2f} s — {}{}SFTP ok, {}\n", record.host_label, record.duration_s,
-               key.empty() ? "" : "host key " + key + ", ",
-               record.target.contains("local") ? "" : "auth ok, ", interpreters_line(record.result));
-  });
+    return fmt::format("{}: ok in {:.2f} s — {}{}SFTP ok, {}\n", record.host_label,
+                       record.duration_s, key.empty() ? "" : "host key " + key + ", ",
+                       record.target.contains("local") ? "" : "auth ok, ",
+                       interpreters_line(record.result));
+  }
+
+  Reporter& m_reporter;
+};
+
+Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
+{
+  ctx.use_json(cmd.json);
+  FERRY_TRY_ASSIGN(const auto job, find_job("host_facts", JobPath{{}, true}));
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(cmd.target));
+  const std::vector<PlannedRun> runs = {{&job, nlohmann::json::object()}};
+  CheckView view(ctx.reporter());
+  return execute_runs(ctx, sessions, runs, RunOptions{}, {false, cmd.parallel}, view);
 }
 
 } // namespace
@@ -87,7 +91,7 @@ void add_check_command(CLI::App& app, Context& ctx)
   add_target_options(*sub, cmd->target);
   sub->add_flag("--json", cmd->json, "one JSON object per host");
   sub->add_option("-j,--parallel", cmd->parallel, "hosts at once")->capture_default_str();
-  sub->callback([cmd, &ctx] { ctx.exit_code = check(ctx, *cmd); });
+  on_chosen(*sub, ctx, [cmd, &ctx] { return check(ctx, *cmd); });
 }
 
 } // namespace ferry::cli

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/archive_view.hpp"
+#include "ferry/fd.hpp"
 #include "ferry/util.hpp"
 
 namespace ferry::cli {
@@ -47,17 +48,15 @@ std::vector<ExportFile> export_files(const RunRecord& run)
 // O_EXCL: never replaces a file, even one that appears while we write.
 Expected<void> write_new_file(const fs::path& path, std::string_view bytes)
 {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd) {
     return fail(ErrorKind::failed, "cannot create {}: {}", path.string(), std::strerror(errno));
   }
-  if (const int err = write_all(fd, bytes); err != 0) {
-    ::close(fd);
-    ::unlink(path.c_str());
-    return fail(ErrorKind::failed, "cannot write {}: {}", path.string(), std::strerror(err));
+  int err = write_all(fd.get(), bytes);
+  if (const int closed = fd.close(); err == 0) {
+    err = closed;
   }
-  if (::close(fd) != 0) {
-    const int err = errno;
+  if (err != 0) {
     ::unlink(path.c_str());
     return fail(ErrorKind::failed, "cannot write {}: {}", path.string(), std::strerror(err));
   }
@@ -92,26 +91,20 @@ Expected<void> prepare_directory(const fs::path& dir, const std::vector<ExportFi
   return {};
 }
 
-int run_export(Context& ctx, const ExportCommand& cmd)
+Expected<ExitCode> run_export(Context& ctx, const ExportCommand& cmd)
 {
-  auto run = load_archived_run(ctx, cmd.run);
-  if (!run) {
-    return report_error(run.error());
-  }
+  FERRY_TRY_ASSIGN(const auto run, load_archived_run(ctx, cmd.run));
   const fs::path dir(cmd.dir);
-  const auto files = export_files(*run);
-  if (auto ready = prepare_directory(dir, files); !ready) {
-    return report_error(ready.error());
-  }
+  const auto files = export_files(run);
+  FERRY_TRY(prepare_directory(dir, files));
   for (const auto& [name, bytes] : files) {
-    if (auto written = write_new_file(dir / name, bytes); !written) {
-      return report_error(written.error());
-    }
+    FERRY_TRY(write_new_file(dir / name, bytes));
   }
-  fmt::print("exported run {} to {}: script, params.json, result.json, stdout, stderr, "
-             "run.json\n",
-             run->run_id, dir.string());
-  return to_int(ExitCode::ok);
+  ctx.reporter().document(fmt::format("exported run {} to {}: script, params.json, result.json, "
+                                      "stdout, stderr, run.json\n",
+                                      run.run_id, dir.string()),
+                          {{"run_id", run.run_id}, {"dir", dir.string()}});
+  return ExitCode::ok;
 }
 
 } // namespace
@@ -127,7 +120,7 @@ void add_export_command(CLI::App& app, Context& ctx)
   sub->footer(R"(Examples:
   ferry export last ./run-files
   ferry export 20261129T141215Z-3f9a1c0b /tmp/kv-bf16)");
-  sub->callback([&ctx, cmd] { ctx.exit_code = run_export(ctx, *cmd); });
+  on_chosen(*sub, ctx, [cmd, &ctx] { return run_export(ctx, *cmd); });
 }
 
 } // namespace ferry::cli

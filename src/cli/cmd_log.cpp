@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "cli/archive_view.hpp"
-#include "cli/execute.hpp"
+#include "ferry/text.hpp"
 
 namespace ferry::cli {
 
@@ -39,33 +39,23 @@ std::string duration_display(double seconds)
   return seconds < 10 ? fmt::format("{:.2f}s", seconds) : fmt::format("{:.0f}s", seconds);
 }
 
-void print_table(const std::vector<RunRecord>& runs)
+// JSON Lines shows each run's whole record; the terminal, one line of it.
+Table log_table(const std::vector<RunRecord>& runs, bool json)
 {
-  using Row = std::array<std::string, 7>;
-  std::vector<Row> rows;
-  rows.push_back({"RUN", "STARTED", "JOB", "HOST", "STATUS", "TIME", "RESULT"});
+  Table table;
+  table.header = {"RUN", "STARTED", "JOB", "HOST", "STATUS", "TIME", "RESULT"};
   for (const auto& run : runs) {
-    rows.push_back({run.run_id, started_display(run.started_at), printable(run.job),
-                    printable(target_label(run)), std::string(to_string(run.status)),
-                    duration_display(run.duration_s), printable(result_digest(run, 60))});
-  }
-  std::array<std::size_t, 7> widths{};
-  for (const auto& row : rows) {
-    for (std::size_t c = 0; c < row.size(); ++c) {
-      widths[c] = std::max(widths[c], row[c].size());
+    table.rows.push_back({run.run_id, started_display(run.started_at), terminal_safe(run.job),
+                          terminal_safe(target_label(run)), std::string(to_string(run.status)),
+                          duration_display(run.duration_s), terminal_safe(result_digest(run, 60))});
+    if (json) {
+      table.objects.push_back(to_json(run));
     }
   }
-  for (const auto& row : rows) {
-    std::string line;
-    for (std::size_t c = 0; c + 1 < row.size(); ++c) {
-      line += fmt::format("{:<{}}  ", row[c], widths[c]);
-    }
-    line += row.back();
-    fmt::print("{}\n", line);
-  }
+  return table;
 }
 
-int run_log(Context& ctx, const LogCommand& cmd)
+LogFilter filter_of(const LogCommand& cmd)
 {
   LogFilter filter;
   if (*cmd.job_option) {
@@ -82,32 +72,26 @@ int run_log(Context& ctx, const LogCommand& cmd)
   }
   filter.limit = cmd.limit;
   filter.with_output = cmd.json;
+  return filter;
+}
 
-  auto archive = Archive::open_read_only(ctx.archive_path());
-  if (!archive) {
-    return report_error(archive.error());
-  }
-  auto runs = archive->log(filter);
-  if (!runs) {
-    return report_error(runs.error());
-  }
-  if (cmd.json) {
-    for (const auto& run : *runs) {
-      fmt::print("{}\n", to_json_line(to_json(run)));
-    }
-    return to_int(ExitCode::ok);
-  }
-  if (runs->empty()) {
+Expected<ExitCode> run_log(Context& ctx, const LogCommand& cmd)
+{
+  ctx.use_json(cmd.json);
+  const LogFilter filter = filter_of(cmd);
+  FERRY_TRY_ASSIGN(auto archive, Archive::open_read_only(ctx.archive_path()));
+  FERRY_TRY_ASSIGN(const auto runs, archive.log(filter));
+  if (runs.empty() && !cmd.json) {
     const bool filtered = filter.job || filter.host || filter.status || filter.since;
-    fmt::print(stderr, "ferry: {}\n",
-               !archive->exists() ? fmt::format("no runs recorded yet ({} does not exist)",
-                                                archive->path().string())
-               : filtered         ? std::string("no runs match")
-                          : fmt::format("no runs recorded yet in {}", archive->path().string()));
-    return to_int(ExitCode::ok);
+    ctx.reporter().note(!archive.exists() ? fmt::format("no runs recorded yet ({} does not exist)",
+                                                        archive.path().string())
+                        : filtered        ? std::string("no runs match")
+                                          : fmt::format("no runs recorded yet in {}",
+                                                        archive.path().string()));
+    return ExitCode::ok;
   }
-  print_table(*runs);
-  return to_int(ExitCode::ok);
+  ctx.reporter().table(log_table(runs, cmd.json));
+  return ExitCode::ok;
 }
 
 } // namespace
@@ -134,7 +118,7 @@ void add_log_command(CLI::App& app, Context& ctx)
   ferry log --job kv_calc --host gpu1 --limit 5
   ferry log --status failed --since 7d
   ferry log --json --limit 0 > runs.jsonl)");
-  sub->callback([&ctx, cmd] { ctx.exit_code = run_log(ctx, *cmd); });
+  on_chosen(*sub, ctx, [cmd, &ctx] { return run_log(ctx, *cmd); });
 }
 
 } // namespace ferry::cli

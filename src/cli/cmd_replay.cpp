@@ -34,81 +34,97 @@ std::string show_value(const nlohmann::json& value, bool missing)
   return missing ? "(absent)" : to_json_line(value);
 }
 
-int replay(Context& ctx, const ReplayCommand& cmd)
+std::string diff_text(const RunRecord& record, const RunRecord& original,
+                      const std::vector<JsonChange>& changes)
 {
-  auto archive = Archive::open(ctx.archive_path());
-  if (!archive) {
-    print_error(archive.error().message);
-    return 1;
+  std::string text = record.stdout_text;
+  text += fmt::format("{} @ {}: {} in {:.2f} s (replay of {}){}\n", record.job, record.host_label,
+                      to_string(record.status), record.duration_s, original.run_id,
+                      record.error ? " — " + *record.error : "");
+  if (record.status != RunStatus::ok) {
+    return text;
   }
-  auto original = archive->load(cmd.run);
-  if (!original) {
-    print_error(original.error().message);
-    return original.error().kind == ErrorKind::usage ? to_int(ExitCode::usage) : 1;
+  if (changes.empty()) {
+    return text + "identical\n";
   }
-  if (original->script.empty()) {
-    print_error(fmt::format("run {} has no archived script bytes to replay", original->run_id));
-    return 1;
+  text += fmt::format("result differs in {} place{}:\n", changes.size(), changes.size() == 1 ? "" : "s");
+  for (const auto& change : changes) {
+    text += fmt::format("  {}: {} -> {}\n", change.path.empty() ? "/" : change.path,
+                        show_value(change.old_value, change.old_missing),
+                        show_value(change.new_value, change.new_missing));
   }
-  // The archived bytes run, never today's copy of the job.
-  auto job = parse_job(original->job, original->script_name.empty() ? original->job : original->script_name,
-                       "archived script of run " + original->run_id, original->script);
-  if (!job) {
-    print_error(job.error().message);
-    return to_int(ExitCode::usage);
+  return text;
+}
+
+// The new run beside the archived one: the difference in the result.
+class ReplayView final : public RunObserver {
+public:
+  ReplayView(Reporter& reporter, const RunRecord& original)
+    : m_reporter(reporter), m_original(original)
+  {
   }
+
+  void run_finished(RunRecord& record) override
+  {
+    const auto changes = json_diff(m_original.result, record.result);
+    m_failed |= record.status != RunStatus::ok;
+    m_differs |= !changes.empty();
+    if (m_reporter.format() == ReportFormat::json_lines) {
+      m_reporter.record(record, {{"compare", compare_json(changes)}});
+    } else {
+      m_reporter.document(diff_text(record, m_original, changes), nlohmann::json());
+    }
+  }
+
+  [[nodiscard]] ExitCode exit_code(ExitCode batch) const
+  {
+    if (batch == ExitCode::interrupted || batch == ExitCode::unreachable) {
+      return batch;
+    }
+    if (m_failed) {
+      return ExitCode::run_failed;
+    }
+    return m_differs ? ExitCode::replay_differs : ExitCode::ok;
+  }
+
+private:
+  Reporter& m_reporter;
+  const RunRecord& m_original;
+  bool m_failed = false;
+  bool m_differs = false;
+};
+
+// The archived run's own target, unless the command line names one.
+TargetOptions replay_target(const ReplayCommand& cmd, const RunRecord& original)
+{
   TargetOptions target = cmd.target;
   const bool target_given = !target.hosts.empty() || !target.hosts_file.empty() || target.local;
-  if (!target_given && !original->target.value("local", false)) {
-    target.hosts = {original->host_label.empty() ? original->target.value("host", "") : original->host_label};
+  if (!target_given && !original.target.value("local", false)) {
+    target.hosts = {original.host_label.empty() ? original.target.value("host", "")
+                                                : original.host_label};
   }
-  auto sessions = make_sessions(target);
-  if (!sessions) {
-    print_error(sessions.error().message);
-    return to_int(ExitCode::usage);
+  return target;
+}
+
+Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
+{
+  ctx.use_json(cmd.json);
+  FERRY_TRY_ASSIGN(auto archive, Archive::open(ctx.archive_path()));
+  FERRY_TRY_ASSIGN(const auto original, archive.load(cmd.run));
+  if (original.script.empty()) {
+    return fail(ErrorKind::failed, "run {} has no archived script bytes to replay", original.run_id);
   }
+  // The archived bytes run, never today's copy of the job.
+  FERRY_TRY_ASSIGN(const auto job,
+                   parse_job(original.job, original.script_name.empty() ? original.job : original.script_name,
+                             "archived script of run " + original.run_id, original.script));
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(replay_target(cmd, original)));
   RunOptions options;
   options.verbose = ctx.global.verbose;
-  options.replay_of = original->run_id;
-  ReportOptions report;
-  report.quiet_stdout = true;
-  std::vector<PlannedRun> runs = {{&*job, original->params}};
-  bool differs = false;
-  bool failed = false;
-  install_interrupt_handlers();
-  const int code = execute_runs(ctx, *sessions, runs, options, report, [&](const RunRecord& record) {
-    const auto changes = json_diff(original->result, record.result);
-    failed |= record.status != RunStatus::ok;
-    differs |= !changes.empty();
-    if (cmd.json) {
-      write_json_line(stdout, record, {{"compare", compare_json(changes)}});
-      return;
-    }
-    std::fwrite(record.stdout_text.data(), 1, record.stdout_text.size(), stdout);
-    fmt::print("{} @ {}: {} in {:.2f} s (replay of {}){}\n", record.job, record.host_label,
-               to_string(record.status), record.duration_s, original->run_id,
-               record.error ? " — " + *record.error : "");
-    if (record.status != RunStatus::ok) {
-      return;
-    }
-    if (changes.empty()) {
-      fmt::print("identical\n");
-      return;
-    }
-    fmt::print("result differs in {} place{}:\n", changes.size(), changes.size() == 1 ? "" : "s");
-    for (const auto& change : changes) {
-      fmt::print("  {}: {} -> {}\n", change.path.empty() ? "/" : change.path,
-                 show_value(change.old_value, change.old_missing),
-                 show_value(change.new_value, change.new_missing));
-    }
-  });
-  if (code == to_int(ExitCode::interrupted) || code == to_int(ExitCode::unreachable)) {
-    return code;
-  }
-  if (failed) {
-    return to_int(ExitCode::run_failed);
-  }
-  return to_int(differs ? ExitCode::replay_differs : ExitCode::ok);
+  options.replay_of = original.run_id;
+  const std::vector<PlannedRun> runs = {{&job, original.params}};
+  ReplayView view(ctx.reporter(), original);
+  return view.exit_code(execute_runs(ctx, sessions, runs, options, BatchOptions{}, view));
 }
 
 } // namespace
@@ -120,7 +136,7 @@ void add_replay_command(CLI::App& app, Context& ctx)
   sub->add_option("RUN", cmd->run, "run id, a unique prefix of one, or `last`")->required();
   add_target_options(*sub, cmd->target);
   sub->add_flag("--json", cmd->json, "the new run record plus \"compare\"");
-  sub->callback([cmd, &ctx] { ctx.exit_code = replay(ctx, *cmd); });
+  on_chosen(*sub, ctx, [cmd, &ctx] { return replay(ctx, *cmd); });
 }
 
 } // namespace ferry::cli

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cli/archive_view.hpp"
+#include "ferry/text.hpp"
 
 namespace ferry::cli {
 
@@ -24,16 +25,6 @@ struct ShowCommand {
 constexpr std::size_t stream_head_lines = 10;
 constexpr std::size_t stream_tail_lines = 10;
 constexpr std::size_t line_width = 400; // longer lines are cut: a job may print megabytes on one
-
-int write_raw(std::string_view bytes)
-{
-  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size()) {
-    print_error("cannot write to standard output");
-    return to_int(ExitCode::run_failed);
-  }
-  std::fflush(stdout);
-  return to_int(ExitCode::ok);
-}
 
 std::string pretty_json(const json& value)
 {
@@ -58,31 +49,12 @@ std::string indented(std::string_view text)
   return out;
 }
 
-std::vector<std::string_view> split_lines(std::string_view text)
-{
-  std::vector<std::string_view> lines;
-  std::size_t start = 0;
-  while (start < text.size()) {
-    auto end = text.find('\n', start);
-    if (end == std::string_view::npos) {
-      end = text.size();
-    }
-    auto line = text.substr(start, end - start);
-    if (!line.empty() && line.back() == '\r') {
-      line.remove_suffix(1);
-    }
-    lines.push_back(line);
-    start = end + 1;
-  }
-  return lines;
-}
-
 std::string display_line(std::string_view line)
 {
   if (line.size() <= line_width) {
-    return printable(line);
+    return terminal_safe(line);
   }
-  return fmt::format("{}… ({} more bytes)", printable(line.substr(0, line_width)),
+  return fmt::format("{}… ({} more bytes)", terminal_safe(line.substr(0, line_width)),
                      line.size() - line_width);
 }
 
@@ -126,19 +98,19 @@ std::string target_section(const RunRecord& run)
   if (const std::string key = run.target.value("host_key_sha256", ""); !key.empty()) {
     text += ", host key " + key;
   }
-  return printable(text);
+  return terminal_safe(text);
 }
 
-void print_page(const RunRecord& run)
+std::string page(const RunRecord& run)
 {
   std::string page;
   const auto field = [&](std::string_view name, std::string_view value) {
     page += fmt::format("{:<10} {}\n", name, value);
   };
   field("run", run.run_id);
-  std::string job = printable(run.job);
+  std::string job = terminal_safe(run.job);
   if (!run.script_name.empty() && run.script_name != run.job) {
-    job += " (" + printable(run.script_name) + ")";
+    job += " (" + terminal_safe(run.script_name) + ")";
   }
   field("job", job);
   field("sha256", run.job_sha256);
@@ -149,7 +121,7 @@ void print_page(const RunRecord& run)
   }
   field("status", status);
   if (run.error) {
-    field("error", printable(*run.error));
+    field("error", terminal_safe(*run.error));
   }
   field("started", run.started_at);
   field("duration",
@@ -162,7 +134,7 @@ void print_page(const RunRecord& run)
   field("ferry", run.ferry_version);
   for (const auto& warning : run.warnings) {
     field("warning",
-          printable(warning.is_object() ? fmt::format("{}: {}", warning.value("code", ""),
+          terminal_safe(warning.is_object() ? fmt::format("{}: {}", warning.value("code", ""),
                                                       warning.value("message", ""))
                                         : to_json_line(warning)));
   }
@@ -170,35 +142,45 @@ void print_page(const RunRecord& run)
   page += "\nresult\n" + indented(pretty_json(run.result));
   page += "\n" + stream_section("stdout", run.stdout_text, run.stdout_truncated);
   page += "\n" + stream_section("stderr", run.stderr_text, run.stderr_truncated);
-  fmt::print("{}", page);
+  return page;
 }
 
-int run_show(Context& ctx, const ShowCommand& cmd)
+// The part of the run the options ask for, byte for byte; nullopt: the whole page.
+std::optional<std::string> part(const ShowCommand& cmd, const RunRecord& run)
 {
-  auto run = load_archived_run(ctx, cmd.run);
-  if (!run) {
-    return report_error(run.error());
-  }
   if (cmd.script) {
-    return write_raw(run->script);
+    return run.script;
   }
   if (cmd.stdout_only) {
-    return write_raw(run->stdout_text);
+    return run.stdout_text;
   }
   if (cmd.stderr_only) {
-    return write_raw(run->stderr_text);
+    return run.stderr_text;
   }
   if (cmd.params) {
-    return write_raw(pretty_json(run->params) + "\n");
+    return pretty_json(run.params) + "\n";
   }
   if (cmd.result) {
-    return write_raw(pretty_json(run->result) + "\n");
+    return pretty_json(run.result) + "\n";
   }
   if (cmd.json) {
-    return write_raw(pretty_json(to_json(*run)) + "\n");
+    return pretty_json(to_json(run)) + "\n";
   }
-  print_page(*run);
-  return to_int(ExitCode::ok);
+  return std::nullopt;
+}
+
+Expected<ExitCode> run_show(Context& ctx, const ShowCommand& cmd)
+{
+  FERRY_TRY_ASSIGN(const auto run, load_archived_run(ctx, cmd.run));
+  if (auto bytes = part(cmd, run)) {
+    ctx.reporter().bytes(*bytes);
+    if (std::ferror(stdout) != 0) {
+      return fail(ErrorKind::failed, "cannot write to standard output");
+    }
+    return ExitCode::ok;
+  }
+  ctx.reporter().document(page(run), to_json(run));
+  return ExitCode::ok;
 }
 
 } // namespace
@@ -227,7 +209,7 @@ void add_show_command(CLI::App& app, Context& ctx)
   ferry show last
   ferry show 20261129T1412 --result
   ferry show last --script | sha256sum)");
-  sub->callback([&ctx, cmd] { ctx.exit_code = run_show(ctx, *cmd); });
+  on_chosen(*sub, ctx, [cmd, &ctx] { return run_show(ctx, *cmd); });
 }
 
 } // namespace ferry::cli

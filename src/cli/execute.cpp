@@ -1,11 +1,10 @@
+#include "cli/execute.hpp"
+
 #include <csignal>
-#include <cstdio>
-#include <mutex>
 #include <optional>
 
 #include <unistd.h>
 
-#include "cli/execute.hpp"
 #include "ferry/archive.hpp"
 #include "ferry/transport.hpp"
 
@@ -21,27 +20,61 @@ extern "C" void on_interrupt_signal(int signal)
   request_interrupt();
 }
 
-void write_all(std::FILE* stream, std::string_view bytes)
-{
-  std::fwrite(bytes.data(), 1, bytes.size(), stream);
-}
-
-std::string tail_lines(std::string_view text, int lines)
-{
-  std::size_t pos = text.size();
-  if (pos > 0 && text[pos - 1] == '\n') {
-    --pos;
-  }
-  for (int i = 0; i < lines && pos > 0; ++i) {
-    const auto newline = text.rfind('\n', pos - 1);
-    if (newline == std::string_view::npos) {
-      pos = 0;
-      break;
+// Archives every finished run before the view sees it, and keeps the tally for the exit code.
+class ArchivingObserver final : public RunObserver {
+public:
+  ArchivingObserver(Context& ctx, RunObserver& view, bool archive) : m_ctx(ctx), m_view(view)
+  {
+    if (!archive) {
+      return;
     }
-    pos = newline;
+    auto opened = Archive::open(ctx.archive_path());
+    if (opened) {
+      m_archive.emplace(std::move(opened).value());
+    } else {
+      ctx.reporter().error({opened.error().kind,
+                            opened.error().message + " — runs go on, but they are not archived"});
+    }
   }
-  return std::string(text.substr(pos == 0 ? 0 : pos + 1));
-}
+
+  void batch_started(std::size_t total) override { m_view.batch_started(total); }
+  void run_started(const RunRef& run) override { m_view.run_started(run); }
+  void progress(const FleetProgress& progress) override { m_view.progress(progress); }
+  void batch_finished() override { m_view.batch_finished(); }
+
+  void run_finished(RunRecord& record) override
+  {
+    if (m_archive) {
+      if (auto stored = m_archive->record(record); !stored) {
+        m_ctx.reporter().error({stored.error().kind, stored.error().message +
+                                                         " — this run's result is still shown below"});
+      }
+    }
+    m_failed |= record.status != RunStatus::ok;
+    m_unreachable |= record.unreachable;
+    m_interrupted |= record.status == RunStatus::interrupted;
+    m_view.run_finished(record);
+  }
+
+  [[nodiscard]] ExitCode exit_code() const
+  {
+    if (m_interrupted || interrupt_requested()) {
+      return ExitCode::interrupted;
+    }
+    if (m_unreachable) {
+      return ExitCode::unreachable;
+    }
+    return m_failed ? ExitCode::run_failed : ExitCode::ok;
+  }
+
+private:
+  Context& m_ctx;
+  RunObserver& m_view;
+  std::optional<Archive> m_archive;
+  bool m_failed = false;
+  bool m_unreachable = false;
+  bool m_interrupted = false;
+};
 
 } // namespace
 
@@ -55,151 +88,15 @@ void install_interrupt_handlers()
   std::signal(SIGPIPE, SIG_IGN);
 }
 
-std::string result_digest(const RunRecord& record, std::size_t width)
+ExitCode execute_runs(Context& ctx, std::vector<std::unique_ptr<HostSession>>& sessions,
+                      const std::vector<PlannedRun>& runs, const RunOptions& run_options,
+                      const BatchOptions& batch, RunObserver& view)
 {
-  std::string text;
-  if (record.status != RunStatus::ok && record.error) {
-    text = *record.error;
-  } else if (!record.result.is_null()) {
-    text = to_json_line(record.result);
-  } else {
-    text = "-";
-  }
-  for (auto& c : text) {
-    if (c == '\n' || c == '\r' || c == '\t') {
-      c = ' ';
-    }
-  }
-  if (text.size() > width) {
-    std::size_t cut = width - 1;
-    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) {
-      --cut; // do not split a UTF-8 sequence
-    }
-    text = text.substr(0, cut) + "…";
-  }
-  return text;
-}
-
-int execute_runs(Context& ctx, std::vector<std::unique_ptr<HostSession>>& sessions,
-                 const std::vector<PlannedRun>& runs, const RunOptions& run_options,
-                 const ReportOptions& report, const std::function<void(const RunRecord&)>& on_record)
-{
-  std::optional<Archive> archive;
-  if (report.archive) {
-    auto opened = Archive::open(ctx.archive_path());
-    if (opened) {
-      archive.emplace(std::move(opened).value());
-    } else {
-      print_error(fmt::format("{} — runs go on, but they are not archived", opened.error().message));
-    }
-  }
-  const bool many = sessions.size() * runs.size() > 1;
-  const bool show_progress = !report.json && many && isatty(STDERR_FILENO) != 0;
-  bool progress_shown = false;
-  auto clear_progress = [&] {
-    if (progress_shown) {
-      std::fputs("\r\033[K", stderr);
-      progress_shown = false;
-    }
-  };
-
-  struct Row {
-    std::string host, job, status, duration, digest;
-  };
-  std::vector<Row> rows;
-  bool any_failed = false;
-  bool any_unreachable = false;
-  bool any_interrupted = false;
-
-  FleetCallbacks callbacks;
-  callbacks.on_done = [&](RunRecord& record) {
-    if (archive) {
-      if (auto stored = archive->record(record); !stored) {
-        clear_progress();
-        print_error(fmt::format("{} — this run's result is still shown below", stored.error().message));
-      }
-    }
-    any_failed |= record.status != RunStatus::ok;
-    any_unreachable |= record.unreachable;
-    any_interrupted |= record.status == RunStatus::interrupted;
-    clear_progress();
-    const std::string where = record.host_label;
-    const std::string summary =
-      fmt::format("{} @ {}: {} in {:.2f} s", record.job, where, to_string(record.status), record.duration_s);
-    if (report.json) {
-      write_json_line(stdout, record);
-    } else if (!report.quiet_stdout) {
-      if (many) {
-        write_all(stdout, fmt::format("== {} @ {} ==\n", record.job, where));
-      }
-      write_all(stdout, record.stdout_text);
-      if (!record.stdout_text.empty() && record.stdout_text.back() != '\n') {
-        write_all(stdout, "\n");
-      }
-      if (record.stdout_truncated) {
-        write_all(stdout, "[stdout truncated]\n");
-      }
-      if (record.status != RunStatus::ok && !record.stderr_text.empty()) {
-        std::fflush(stdout);
-        write_all(stderr, tail_lines(record.stderr_text, 20));
-        if (record.stderr_text.back() != '\n') {
-          write_all(stderr, "\n");
-        }
-      }
-      std::string line = summary;
-      if (record.error) {
-        line += " — " + *record.error;
-      }
-      for (const auto& warning : record.warnings) {
-        line += fmt::format("\n  warning: {}", warning.value("message", ""));
-      }
-      write_all(stdout, line + "\n");
-    }
-    std::fflush(stdout);
-    rows.push_back({where, record.job, std::string(to_string(record.status)),
-                    fmt::format("{:.2f} s", record.duration_s), result_digest(record)});
-    if (on_record) {
-      on_record(record);
-    }
-  };
-  callbacks.on_progress = [&](const FleetProgress& p) {
-    if (!show_progress || p.done == p.total) {
-      return;
-    }
-    clear_progress();
-    std::fputs(fmt::format("{}/{} done, {} failed, {} running", p.done, p.total, p.failed, p.running)
-                 .c_str(),
-               stderr);
-    std::fflush(stderr);
-    progress_shown = true;
-  };
-
-  run_fleet(sessions, runs, report.parallel, run_options, callbacks);
-  clear_progress();
-
-  if (!report.json && !report.quiet_stdout && rows.size() > 1) {
-    std::size_t host_w = 4, job_w = 3, status_w = 6;
-    for (const auto& row : rows) {
-      host_w = std::max(host_w, row.host.size());
-      job_w = std::max(job_w, row.job.size());
-      status_w = std::max(status_w, row.status.size());
-    }
-    std::string table = fmt::format("\n{:<{}}  {:<{}}  {:<{}}  {:>9}  {}\n", "HOST", host_w, "JOB",
-                                    job_w, "STATUS", status_w, "TIME", "RESULT");
-    for (const auto& row : rows) {
-      table += fmt::format("{:<{}}  {:<{}}  {:<{}}  {:>9}  {}\n", row.host, host_w, row.job, job_w,
-                           row.status, status_w, row.duration, row.digest);
-    }
-    write_all(stdout, table);
-  }
+  install_interrupt_handlers();
+  ArchivingObserver observer(ctx, view, batch.archive);
+  run_fleet(sessions, runs, batch.parallel, run_options, observer);
   std::fflush(stdout);
-  if (any_interrupted || interrupt_requested()) {
-    return to_int(ExitCode::interrupted);
-  }
-  if (any_unreachable) {
-    return to_int(ExitCode::unreachable);
-  }
-  return to_int(any_failed ? ExitCode::run_failed : ExitCode::ok);
+  return observer.exit_code();
 }
 
 } // namespace ferry::cli

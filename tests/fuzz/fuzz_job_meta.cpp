@@ -13,7 +13,7 @@
 
 #include "ferry/job.hpp"
 #include "ferry/params.hpp"
-#include "ferry/shell_neutral.hpp"
+#include "ferry/remote/shell_neutral.hpp"
 #include "fuzz_common.hpp"
 
 namespace {

@@ -46,6 +46,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 SSHD = "/usr/sbin/sshd"
@@ -236,6 +237,38 @@ def _machine_lock():
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+class _TestUsersLease:
+    """The test users and their homes are machine-wide: while one process has servers up, another
+    process (a second ctest run, a second checkout's tests) waits here instead of resetting the
+    users under it. Servers within one process share the lease."""
+
+    def __init__(self):
+        self._file = None
+        self._holders = 0
+        self._lock = threading.Lock()
+
+    def acquire(self) -> None:
+        with self._lock:
+            if self._holders == 0:
+                _ensure_root_dir(ROOT)
+                self._file = open(os.path.join(ROOT, ".users-lease"), "w")
+                fcntl.flock(self._file, fcntl.LOCK_EX)
+            self._holders += 1
+
+    def release(self) -> None:
+        with self._lock:
+            if self._holders == 0:
+                return
+            self._holders -= 1
+            if self._holders == 0 and self._file is not None:
+                fcntl.flock(self._file, fcntl.LOCK_UN)
+                self._file.close()
+                self._file = None
+
+
+_USERS_LEASE = _TestUsersLease()
+
+
 def _read_shadow_field(user: str) -> str | None:
     with open("/etc/shadow") as f:
         for line in f:
@@ -342,6 +375,8 @@ class SshServer:
                                  f"to fix: {SETUP_HINT}")
         if self._reaper is not None:
             raise RuntimeError("sshd fixture: start() called twice")
+        _USERS_LEASE.acquire()
+        self._leased = True
         try:
             with _machine_lock():
                 _ensure_root_dir(HOME_BASE)
@@ -382,6 +417,9 @@ class SshServer:
             self.dir = ""
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
+        if getattr(self, "_leased", False):
+            self._leased = False
+            _USERS_LEASE.release()
 
     def rotate_host_key(self) -> str:
         """Give the server a new host key and restart it on the same port; known_hosts keeps

@@ -1,7 +1,7 @@
 // known_hosts matching as OpenSSH does it: patterns, negation, ports, hashed names, markers.
 #include <catch2/catch.hpp>
 
-#include "transport/known_hosts.hpp"
+#include "transport/ssh/known_hosts.hpp"
 
 using namespace ferry::known_hosts;
 

@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
-#include "ferry/launcher.hpp"
-#include "ferry/shell_neutral.hpp"
+#include "ferry/remote/launcher.hpp"
+#include "ferry/remote/shell_neutral.hpp"
 #include "ferry/transport.hpp"
 
 using namespace ferry;

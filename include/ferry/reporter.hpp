@@ -1,0 +1,62 @@
+#pragma once
+// What ferry tells its user. Every command writes through a Reporter: the terminal one draws run
+// blocks, tables and a progress line (escape sequences only on a tty), the JSON Lines one writes
+// one JSON object per line. Run events arrive while jobs run (RunObserver), so live output, an
+// MCP server or a Slurm target plug in the same way.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ferry/expected.hpp"
+#include "ferry/fleet.hpp"
+
+namespace ferry {
+
+// A listing: the terminal shows the cells in aligned columns under the header, JSON Lines shows
+// each row's object.
+struct Table {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  std::vector<nlohmann::json> objects; // one per row
+  std::vector<bool> right_aligned;     // per column; missing means left
+  std::vector<std::size_t> min_widths; // per column; missing means the header's
+  bool blank_line_before = false;      // terminal: set the table off from what came before
+};
+
+enum class ReportFormat { terminal, json_lines };
+
+class Reporter : public RunObserver {
+public:
+  [[nodiscard]] virtual ReportFormat format() const = 0;
+
+  // A run record as this format shows it: the terminal's block (job output, summary line,
+  // warnings) or one JSON line with `extra` members added.
+  virtual void record(const RunRecord& record, const nlohmann::json& extra) = 0;
+  // RunObserver: a finished run is shown as record() shows it.
+  void run_finished(RunRecord& run) override { record(run, nlohmann::json::object()); }
+
+  virtual void table(const Table& table) = 0;
+  // One document: the terminal shows `text`, JSON Lines shows `json` as one line.
+  virtual void document(std::string_view text, const nlohmann::json& json) = 0;
+  // Exactly these bytes on stdout, in either format (`show --stdout`).
+  virtual void bytes(std::string_view bytes) = 0;
+  // "ferry: TEXT" on stderr: something the user should know that is not an error.
+  virtual void note(std::string_view text) = 0;
+  // "ferry: error: MESSAGE" on stderr.
+  virtual void error(const Error& error) = 0;
+};
+
+[[nodiscard]] std::unique_ptr<Reporter> make_terminal_reporter(std::FILE* out = stdout,
+                                                               std::FILE* err = stderr);
+[[nodiscard]] std::unique_ptr<Reporter> make_json_reporter(std::FILE* out = stdout,
+                                                           std::FILE* err = stderr);
+
+// "{"gpus":[…]}" shortened to `width` characters for a table cell: the error of a failed run,
+// else its result as one JSON line, else "-".
+[[nodiscard]] std::string result_digest(const RunRecord& record, std::size_t width = 60);
+
+} // namespace ferry

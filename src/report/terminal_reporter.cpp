@@ -1,0 +1,204 @@
+// The terminal reporter: run blocks, the summary table, the progress line on a tty.
+#include <algorithm>
+#include <mutex>
+
+#include <unistd.h>
+
+#include "ferry/reporter.hpp"
+#include "ferry/text.hpp"
+
+namespace ferry {
+
+namespace {
+
+void put(std::FILE* stream, std::string_view bytes)
+{
+  std::fwrite(bytes.data(), 1, bytes.size(), stream);
+}
+
+// The last `lines` lines of `text`.
+std::string_view tail_lines(std::string_view text, int lines)
+{
+  std::size_t pos = text.size();
+  if (pos > 0 && text[pos - 1] == '\n') {
+    --pos;
+  }
+  for (int i = 0; i < lines && pos > 0; ++i) {
+    const auto newline = text.rfind('\n', pos - 1);
+    if (newline == std::string_view::npos) {
+      pos = 0;
+      break;
+    }
+    pos = newline;
+  }
+  return text.substr(pos == 0 ? 0 : pos + 1);
+}
+
+std::string summary_line(const RunRecord& record)
+{
+  std::string line = fmt::format("{} @ {}: {} in {:.2f} s", record.job, record.host_label,
+                                 to_string(record.status), record.duration_s);
+  if (record.error) {
+    line += " — " + *record.error;
+  }
+  for (const auto& warning : record.warnings) {
+    line += fmt::format("\n  warning: {}", warning.value("message", ""));
+  }
+  return line + "\n";
+}
+
+std::string render_table(const Table& table)
+{
+  const std::size_t columns = table.header.size();
+  std::vector<std::size_t> widths(columns);
+  for (std::size_t c = 0; c < columns; ++c) {
+    widths[c] = std::max(table.header[c].size(), c < table.min_widths.size() ? table.min_widths[c] : 0);
+    for (const auto& row : table.rows) {
+      widths[c] = std::max(widths[c], row[c].size());
+    }
+  }
+  std::string text = table.blank_line_before ? "\n" : "";
+  const auto add_row = [&](const std::vector<std::string>& row) {
+    for (std::size_t c = 0; c + 1 < columns; ++c) {
+      const bool right = c < table.right_aligned.size() && table.right_aligned[c];
+      text += right ? fmt::format("{:>{}}  ", row[c], widths[c])
+                    : fmt::format("{:<{}}  ", row[c], widths[c]);
+    }
+    text += row.back() + "\n";
+  };
+  add_row(table.header);
+  for (const auto& row : table.rows) {
+    add_row(row);
+  }
+  return text;
+}
+
+class TerminalReporter final : public Reporter {
+public:
+  TerminalReporter(std::FILE* out, std::FILE* err) : m_out(out), m_err(err) {}
+
+  ReportFormat format() const override { return ReportFormat::terminal; }
+
+  void batch_started(std::size_t total) override
+  {
+    m_many = total > 1;
+    m_show_progress = m_many && isatty(fileno(m_err)) != 0;
+  }
+
+  void record(const RunRecord& record, const nlohmann::json&) override
+  {
+    clear_progress();
+    if (m_many) {
+      put(m_out, fmt::format("== {} @ {} ==\n", record.job, record.host_label));
+    }
+    put(m_out, record.stdout_text);
+    if (!record.stdout_text.empty() && record.stdout_text.back() != '\n') {
+      put(m_out, "\n");
+    }
+    if (record.stdout_truncated) {
+      put(m_out, "[stdout truncated]\n");
+    }
+    if (record.status != RunStatus::ok && !record.stderr_text.empty()) {
+      std::fflush(m_out);
+      put(m_err, tail_lines(record.stderr_text, 20));
+      if (record.stderr_text.back() != '\n') {
+        put(m_err, "\n");
+      }
+    }
+    put(m_out, summary_line(record));
+    std::fflush(m_out);
+    m_rows.push_back({record.host_label, record.job, std::string(to_string(record.status)),
+                      fmt::format("{:.2f} s", record.duration_s), result_digest(record)});
+  }
+
+  void progress(const FleetProgress& p) override
+  {
+    if (!m_show_progress || p.done == p.total) {
+      return;
+    }
+    clear_progress();
+    put(m_err, fmt::format("{}/{} done, {} failed, {} running", p.done, p.total, p.failed,
+                           p.running));
+    std::fflush(m_err);
+    m_progress_shown = true;
+  }
+
+  void batch_finished() override
+  {
+    clear_progress();
+    if (m_rows.size() > 1) {
+      Table summary{{"HOST", "JOB", "STATUS", "TIME", "RESULT"}, m_rows, {}, {false, false, false, true},
+                    {0, 0, 0, 9}, true};
+      put(m_out, render_table(summary));
+    }
+    std::fflush(m_out);
+  }
+
+  void table(const Table& table) override
+  {
+    put(m_out, render_table(table));
+    std::fflush(m_out);
+  }
+
+  void document(std::string_view text, const nlohmann::json&) override
+  {
+    clear_progress();
+    put(m_out, text);
+    std::fflush(m_out);
+  }
+
+  void bytes(std::string_view bytes) override
+  {
+    put(m_out, bytes);
+    std::fflush(m_out);
+  }
+
+  void note(std::string_view text) override
+  {
+    clear_progress();
+    std::fflush(m_out);
+    put(m_err, fmt::format("ferry: {}\n", text));
+  }
+
+  void error(const Error& error) override
+  {
+    clear_progress();
+    std::fflush(m_out);
+    put(m_err, fmt::format("ferry: error: {}\n", error.message));
+  }
+
+private:
+  void clear_progress()
+  {
+    if (m_progress_shown) {
+      put(m_err, "\r\033[K");
+      m_progress_shown = false;
+    }
+  }
+
+  std::FILE* m_out;
+  std::FILE* m_err;
+  bool m_many = false;
+  bool m_show_progress = false;
+  bool m_progress_shown = false;
+  std::vector<std::vector<std::string>> m_rows;
+};
+
+} // namespace
+
+std::unique_ptr<Reporter> make_terminal_reporter(std::FILE* out, std::FILE* err)
+{
+  return std::make_unique<TerminalReporter>(out, err);
+}
+
+std::string result_digest(const RunRecord& record, std::size_t width)
+{
+  std::string text = record.status != RunStatus::ok && record.error ? *record.error
+                     : !record.result.is_null()                      ? to_json_line(record.result)
+                                                                     : "-";
+  std::replace_if(text.begin(), text.end(), [](char c) { return c == '\n' || c == '\r' || c == '\t'; },
+                  ' ');
+  return shorten(text, width);
+}
+
+} // namespace ferry
