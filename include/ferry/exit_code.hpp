@@ -23,9 +23,12 @@ enum class ExitCode : int {
 [[nodiscard]] constexpr ExitCode exit_code_for(ErrorKind kind)
 {
   switch (kind) {
-  case ErrorKind::usage: return ExitCode::usage;
-  case ErrorKind::unreachable: return ExitCode::unreachable;
-  case ErrorKind::failed: return ExitCode::run_failed;
+  case ErrorKind::usage:
+    return ExitCode::usage;
+  case ErrorKind::unreachable:
+    return ExitCode::unreachable;
+  case ErrorKind::failed:
+    return ExitCode::run_failed;
   }
   return ExitCode::run_failed;
 }

@@ -10,7 +10,7 @@
 
 namespace ferry {
 
-// What kind of failure it was decides the exit code (SPEC "Exit codes").
+// What kind of failure it was decides the exit code (docs/exit-codes.md).
 enum class ErrorKind {
   usage,       // bad input; nothing was contacted (exit 2)
   unreachable, // connect, host key or authentication failure (exit 3)
@@ -45,16 +45,36 @@ public:
   explicit operator bool() const { return m_state.index() == 0; }
   [[nodiscard]] bool has_value() const { return m_state.index() == 0; }
 
-  T& value() & { assert(has_value()); return std::get<0>(m_state); }
-  const T& value() const& { assert(has_value()); return std::get<0>(m_state); }
-  T&& value() && { assert(has_value()); return std::get<0>(std::move(m_state)); }
+  T& value() &
+  {
+    assert(has_value());
+    return std::get<0>(m_state);
+  }
+  const T& value() const&
+  {
+    assert(has_value());
+    return std::get<0>(m_state);
+  }
+  T&& value() &&
+  {
+    assert(has_value());
+    return std::get<0>(std::move(m_state));
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
-  const E& error() const& { assert(!has_value()); return std::get<1>(m_state); }
-  E&& error() && { assert(!has_value()); return std::get<1>(std::move(m_state)); }
+  const E& error() const&
+  {
+    assert(!has_value());
+    return std::get<1>(m_state);
+  }
+  E&& error() &&
+  {
+    assert(!has_value());
+    return std::get<1>(std::move(m_state));
+  }
 
 private:
   std::variant<T, E> m_state;
@@ -67,8 +87,16 @@ public:
 
   explicit operator bool() const { return m_ok; }
   [[nodiscard]] bool has_value() const { return m_ok; }
-  const E& error() const& { assert(!m_ok); return m_error; }
-  E&& error() && { assert(!m_ok); return std::move(m_error); }
+  const E& error() const&
+  {
+    assert(!m_ok);
+    return m_error;
+  }
+  E&& error() &&
+  {
+    assert(!m_ok);
+    return std::move(m_error);
+  }
 
 private:
   E m_error{};
@@ -78,11 +106,11 @@ private:
 } // namespace ferry
 
 // Returns the error of EXPR from the enclosing function; on success evaluates to nothing.
-#define FERRY_TRY(expr)                                                                         \
-  do {                                                                                         \
-    auto&& ferry_try_result_ = (expr);                                                         \
-    if (!ferry_try_result_)                                                                    \
-      return ::ferry::Unexpected{std::move(ferry_try_result_).error()};                       \
+#define FERRY_TRY(expr)                                                                            \
+  do {                                                                                             \
+    auto&& ferry_try_result_ = (expr);                                                             \
+    if (!ferry_try_result_)                                                                        \
+      return ::ferry::Unexpected{std::move(ferry_try_result_).error()};                            \
   } while (false)
 
 #define FERRY_CONCAT_INNER_(a, b) a##b
@@ -90,10 +118,10 @@ private:
 
 // Assigns the value of EXPR to LHS, or returns its error. LHS is a declaration
 // (`FERRY_TRY_ASSIGN(auto x, f())`) or any existing lvalue (`FERRY_TRY_ASSIGN(m_port, g())`).
-#define FERRY_TRY_ASSIGN(lhs, expr)                                                             \
+#define FERRY_TRY_ASSIGN(lhs, expr)                                                                \
   FERRY_TRY_ASSIGN_IMPL_(FERRY_CONCAT_(ferry_try_assign_, __COUNTER__), lhs, expr)
-#define FERRY_TRY_ASSIGN_IMPL_(tmp, lhs, expr)                                                  \
-  auto&& tmp = (expr);                                                                          \
-  if (!tmp)                                                                                     \
-    return ::ferry::Unexpected{std::move(tmp).error()};                                         \
+#define FERRY_TRY_ASSIGN_IMPL_(tmp, lhs, expr)                                                     \
+  auto&& tmp = (expr);                                                                             \
+  if (!tmp)                                                                                        \
+    return ::ferry::Unexpected{std::move(tmp).error()};                                            \
   lhs = std::move(tmp).value()

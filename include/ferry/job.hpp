@@ -1,6 +1,6 @@
 #pragma once
 // A job is one file: a script whose `/// ferry` comment block (TOML) declares its interpreter,
-// timeout and typed parameters (SPEC "Job file").
+// timeout and typed parameters (docs/job-file.md).
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -35,10 +35,10 @@ struct JobMeta {
 };
 
 struct Job {
-  std::string name;   // file name without extension
-  std::string source; // "built-in" or the file's path
+  std::string name;      // file name without extension
+  std::string source;    // "built-in" or the file's path
   std::string file_name; // the name it travels under (its own file name)
-  std::string bytes;  // exactly the file's bytes
+  std::string bytes;     // exactly the file's bytes
   JobMeta meta;
 
   [[nodiscard]] const ParamSpec* param(std::string_view name) const;
@@ -49,7 +49,7 @@ struct Job {
                                       std::string bytes);
 [[nodiscard]] Expected<JobMeta> parse_job_meta(std::string_view bytes, std::string_view label);
 
-// Where jobs are looked up, first match wins (SPEC "Job path").
+// Where jobs are looked up, first match wins (docs/job-file.md).
 struct JobPath {
   std::vector<std::filesystem::path> dirs; // --jobs-dir, $FERRY_JOBS_PATH, ./jobs, config dir
   bool builtins = true;

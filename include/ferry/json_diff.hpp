@@ -8,7 +8,7 @@
 namespace ferry {
 
 struct JsonChange {
-  std::string path; // JSON Pointer ("" is the whole document)
+  std::string path;         // JSON Pointer ("" is the whole document)
   nlohmann::json old_value; // null-with-missing is told apart by `old_missing`
   nlohmann::json new_value;
   bool old_missing = false;

@@ -1,6 +1,6 @@
 #pragma once
 // One run of one job on one target: what `run --json`, `show --json` and the archive carry
-// (SPEC "Run record").
+// (docs/record.md).
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -27,12 +27,13 @@ struct RunRecord {
   std::string run_id;
   std::string job;
   std::string job_sha256;
-  nlohmann::json target = nlohmann::json::object(); // {"host","user","port","host_key_sha256"} | {"local":true}
+  nlohmann::json target =
+      nlohmann::json::object(); // {"host","user","port","host_key_sha256"} | {"local":true}
   nlohmann::json params = nlohmann::json::object();
   RunStatus status = RunStatus::error;
   std::optional<int> exit_code;
   std::optional<std::string> error;
-  nlohmann::json result; // null when there is none
+  nlohmann::json result;   // null when there is none
   std::string stdout_text; // raw bytes as they came back (capped)
   std::string stderr_text;
   bool stdout_truncated = false;
@@ -49,7 +50,7 @@ struct RunRecord {
   std::string script;
   std::string result_bytes;
   std::string script_name;
-  std::string host_label; // what the user called the target ("gpu1", "local")
+  std::string host_label;   // what the user called the target ("gpu1", "local")
   bool unreachable = false; // the host could not be reached or trusted (exit 3)
 };
 

@@ -13,9 +13,9 @@
 namespace ferry {
 
 struct RunOptions {
-  std::size_t output_cap = 16u << 20;  // per stream
-  std::size_t result_cap = 64u << 20;  // result.json larger than this is a bad result
-  std::optional<int> timeout_s;        // overrides the job's own
+  std::size_t output_cap = 16u << 20; // per stream
+  std::size_t result_cap = 64u << 20; // result.json larger than this is a bad result
+  std::optional<int> timeout_s;       // overrides the job's own
   int grace_s = 2;
   bool keep_remote = false;
   std::optional<std::string> replay_of;
@@ -38,8 +38,8 @@ void log_step(const RunOptions& options, std::string_view host, std::string_view
 // The file name the job travels under inside its run directory.
 [[nodiscard]] std::string staged_job_file_name(const Job& job);
 
-// The result per SPEC: result.json when present (must be JSON), else stdout when it is exactly
-// one JSON document, else null. `bad` explains why a present result is unusable.
+// The result (docs/job-file.md): result.json when present (must be JSON), else stdout when it is
+// exactly one JSON document, else null. `bad` explains why a present result is unusable.
 struct ParsedResult {
   nlohmann::json value;
   std::optional<std::string> bad;

@@ -14,8 +14,8 @@ struct SshTarget {
   std::string ssh_config;  // --ssh-config (default ~/.ssh/config)
   bool accept_new_host_key = false;
   double connect_timeout_s = 0; // --connect-timeout; 0: the ssh config's ConnectTimeout, else 10 s
-  int retries = 1;          // extra connect attempts after a refused/timed-out/DNS failure
-  std::string remote_base;  // default $HOME/.cache/ferry/runs on the host
+  int retries = 1;              // extra connect attempts after a refused/timed-out/DNS failure
+  std::string remote_base;      // default $HOME/.cache/ferry/runs on the host
 };
 
 [[nodiscard]] std::unique_ptr<HostSession> make_ssh_session(const SshTarget& target);

@@ -35,7 +35,8 @@ namespace ferry {
 // \xNN (bytes) or \u{XXXX} (code points); malformed bytes are shown as \xNN. No escape
 // sequence, clipboard write (OSC 52) or title change survives it.
 enum class Newlines { escape, keep };
-[[nodiscard]] std::string terminal_safe(std::string_view bytes, Newlines newlines = Newlines::escape);
+[[nodiscard]] std::string terminal_safe(std::string_view bytes,
+                                        Newlines newlines = Newlines::escape);
 
 // How deeply arrays and objects nest in JSON text (0 for a scalar), found by a scan that needs
 // no recursion, so it is safe on any input. JSON ferry reads may nest at most this deep.

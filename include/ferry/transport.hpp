@@ -20,8 +20,8 @@ namespace ferry {
 struct CapturedStream {
   std::string bytes;
   bool truncated = false;
-  std::uint64_t dropped = 0;      // bytes past the cap
-  std::string before_sentinel;    // what the login shell printed before the launcher (capped)
+  std::uint64_t dropped = 0;   // bytes past the cap
+  std::string before_sentinel; // what the login shell printed before the launcher (capped)
   bool saw_sentinel = false;
 };
 
@@ -89,7 +89,8 @@ public:
   // A new, private (0700) run directory; returns its absolute path.
   [[nodiscard]] virtual Expected<std::string> create_run_dir() = 0;
   // Writes a 0600 file under a temporary name and renames it into place.
-  [[nodiscard]] virtual Expected<void> put_file(const std::string& path, std::string_view bytes) = 0;
+  [[nodiscard]] virtual Expected<void> put_file(const std::string& path,
+                                                std::string_view bytes) = 0;
   [[nodiscard]] virtual Expected<ExecOutcome> exec(const ExecRequest& request) = 0;
   // The file's bytes (at most `cap`; nullopt when it does not exist).
   [[nodiscard]] virtual Expected<std::optional<std::string>> fetch_file(const std::string& path,

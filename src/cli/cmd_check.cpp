@@ -60,7 +60,8 @@ private:
   static std::string text(const RunRecord& record)
   {
     if (record.status != RunStatus::ok) {
-      return fmt::format("{}: FAILED — {}\n", record.host_label, record.error.value_or("see stderr"));
+      return fmt::format("{}: FAILED — {}\n", record.host_label,
+                         record.error.value_or("see stderr"));
     }
     const std::string key = record.target.value("host_key_sha256", "");
     return fmt::format("{}: ok in {:.2f} s — {}{}SFTP ok, {}\n", record.host_label,
@@ -87,7 +88,8 @@ Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
 void add_check_command(CLI::App& app, Context& ctx)
 {
   auto cmd = std::make_shared<CheckCommand>();
-  auto* sub = app.add_subcommand("check", "Reach each host: host key, auth, SFTP, interpreters found");
+  auto* sub =
+      app.add_subcommand("check", "Reach each host: host key, auth, SFTP, interpreters found");
   add_target_options(*sub, cmd->target);
   sub->add_flag("--json", cmd->json, "one JSON object per host");
   sub->add_option("-j,--parallel", cmd->parallel, "hosts at once")->capture_default_str();

@@ -1,4 +1,4 @@
-// `ferry export RUN DIR`: an archived run as the files SPEC lists, byte for byte.
+// `ferry export RUN DIR`: an archived run as files (docs/cli.md), byte for byte.
 #include <cerrno>
 #include <cstring>
 #include <filesystem>

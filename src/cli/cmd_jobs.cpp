@@ -15,7 +15,9 @@ struct JobsCommand {
 
 nlohmann::json param_json(const ParamSpec& spec)
 {
-  nlohmann::json j = {{"name", spec.name}, {"type", to_string(spec.type)}, {"required", spec.required},
+  nlohmann::json j = {{"name", spec.name},
+                      {"type", to_string(spec.type)},
+                      {"required", spec.required},
                       {"help", spec.help}};
   if (spec.type == ParamType::list) {
     j["items"] = to_string(spec.items);
@@ -61,9 +63,9 @@ std::string param_line(const ParamSpec& spec)
 // One job's page: what it is and its parameters.
 std::string job_page(const Job& job)
 {
-  std::string text = fmt::format("{} ({})\n  {}\n  interpreter: {}, timeout: {} s\n", job.name,
-                                 job.source, job.meta.description, job.meta.interpreter,
-                                 job.meta.timeout_s);
+  std::string text =
+      fmt::format("{} ({})\n  {}\n  interpreter: {}, timeout: {} s\n", job.name, job.source,
+                  job.meta.description, job.meta.interpreter, job.meta.timeout_s);
   if (job.meta.params.empty()) {
     return text + "  no parameters\n";
   }
@@ -80,9 +82,12 @@ nlohmann::json job_json(const Job& job)
   for (const auto& spec : job.meta.params) {
     params.push_back(param_json(spec));
   }
-  return {{"name", job.name},           {"source", job.source},
-          {"description", job.meta.description}, {"interpreter", job.meta.interpreter},
-          {"timeout", job.meta.timeout_s}, {"params", params}};
+  return {{"name", job.name},
+          {"source", job.source},
+          {"description", job.meta.description},
+          {"interpreter", job.meta.interpreter},
+          {"timeout", job.meta.timeout_s},
+          {"params", params}};
 }
 
 Expected<ExitCode> list(Context& ctx, const JobsCommand& cmd)
@@ -122,8 +127,9 @@ Expected<ExitCode> write_new(Context& ctx, const NewCommand& cmd)
   fs::create_directories(cmd.dir, ec);
   FERRY_TRY(write_file_atomic(file, job_template(cmd.name, cmd.lang), 0644));
   const std::string run_as = cmd.dir == "jobs" ? cmd.name : file.string();
-  ctx.reporter().document(fmt::format("wrote {}\nrun it with: ferry run {}\n", file.string(), run_as),
-                          {{"path", file.string()}, {"run", "ferry run " + run_as}});
+  ctx.reporter().document(
+      fmt::format("wrote {}\nrun it with: ferry run {}\n", file.string(), run_as),
+      {{"path", file.string()}, {"run", "ferry run " + run_as}});
   return ExitCode::ok;
 }
 

@@ -83,11 +83,11 @@ Expected<ExitCode> run_log(Context& ctx, const LogCommand& cmd)
   FERRY_TRY_ASSIGN(const auto runs, archive.log(filter));
   if (runs.empty() && !cmd.json) {
     const bool filtered = filter.job || filter.host || filter.status || filter.since;
-    ctx.reporter().note(!archive.exists() ? fmt::format("no runs recorded yet ({} does not exist)",
-                                                        archive.path().string())
-                        : filtered        ? std::string("no runs match")
-                                          : fmt::format("no runs recorded yet in {}",
-                                                        archive.path().string()));
+    ctx.reporter().note(
+        !archive.exists()
+            ? fmt::format("no runs recorded yet ({} does not exist)", archive.path().string())
+        : filtered ? std::string("no runs match")
+                   : fmt::format("no runs recorded yet in {}", archive.path().string()));
     return ExitCode::ok;
   }
   ctx.reporter().table(log_table(runs, cmd.json));

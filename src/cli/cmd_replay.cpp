@@ -17,7 +17,8 @@ nlohmann::json compare_json(const std::vector<JsonChange>& changes)
 {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& change : changes) {
-    nlohmann::json item = {{"path", change.path}, {"old", change.old_value}, {"new", change.new_value}};
+    nlohmann::json item = {
+        {"path", change.path}, {"old", change.old_value}, {"new", change.new_value}};
     if (change.old_missing) {
       item["old_missing"] = true;
     }
@@ -47,7 +48,8 @@ std::string diff_text(const RunRecord& record, const RunRecord& original,
   if (changes.empty()) {
     return text + "identical\n";
   }
-  text += fmt::format("result differs in {} place{}:\n", changes.size(), changes.size() == 1 ? "" : "s");
+  text += fmt::format("result differs in {} place{}:\n", changes.size(),
+                      changes.size() == 1 ? "" : "s");
   for (const auto& change : changes) {
     text += fmt::format("  {}: {} -> {}\n", change.path.empty() ? "/" : change.path,
                         show_value(change.old_value, change.old_missing),
@@ -60,7 +62,7 @@ std::string diff_text(const RunRecord& record, const RunRecord& original,
 class ReplayView final : public RunObserver {
 public:
   ReplayView(Reporter& reporter, const RunRecord& original)
-    : m_reporter(reporter), m_original(original)
+      : m_reporter(reporter), m_original(original)
   {
   }
 
@@ -112,11 +114,13 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
   FERRY_TRY_ASSIGN(auto archive, Archive::open(ctx.archive_path()));
   FERRY_TRY_ASSIGN(const auto original, archive.load(cmd.run));
   if (original.script.empty()) {
-    return fail(ErrorKind::failed, "run {} has no archived script bytes to replay", original.run_id);
+    return fail(ErrorKind::failed, "run {} has no archived script bytes to replay",
+                original.run_id);
   }
   // The archived bytes run, never today's copy of the job.
   FERRY_TRY_ASSIGN(const auto job,
-                   parse_job(original.job, original.script_name.empty() ? original.job : original.script_name,
+                   parse_job(original.job,
+                             original.script_name.empty() ? original.job : original.script_name,
                              "archived script of run " + original.run_id, original.script));
   FERRY_TRY_ASSIGN(auto sessions, make_sessions(replay_target(cmd, original)));
   RunOptions options;
@@ -132,7 +136,8 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
 void add_replay_command(CLI::App& app, Context& ctx)
 {
   auto cmd = std::make_shared<ReplayCommand>();
-  auto* sub = app.add_subcommand("replay", "Re-run a run's archived script and params, compare the results");
+  auto* sub = app.add_subcommand("replay",
+                                 "Re-run a run's archived script and params, compare the results");
   sub->add_option("RUN", cmd->run, "run id, a unique prefix of one, or `last`")->required();
   add_target_options(*sub, cmd->target);
   sub->add_flag("--json", cmd->json, "the new run record plus \"compare\"");

@@ -28,7 +28,8 @@ Expected<std::optional<nlohmann::json>> read_params_file(const std::string& path
   FERRY_TRY_ASSIGN(const auto text, read_file(path));
   auto value = nlohmann::json::parse(text, nullptr, false);
   if (value.is_discarded()) {
-    return fail(ErrorKind::usage, "--params {}: not valid JSON; give a JSON object like {{\"tp\": 8}}", path);
+    return fail(ErrorKind::usage,
+                "--params {}: not valid JSON; give a JSON object like {{\"tp\": 8}}", path);
   }
   return std::optional<nlohmann::json>(std::move(value));
 }
@@ -79,8 +80,10 @@ Expected<void> check_keys_used(const RunCommand& cmd, const std::vector<Job>& jo
   }
   for (const auto& assignment : cmd.assignments) {
     const std::string key = key_of(assignment);
-    if (std::none_of(jobs.begin(), jobs.end(), [&](const Job& j) { return j.param(key) != nullptr; })) {
-      return fail(ErrorKind::usage, "-p {}: none of the listed jobs has a parameter '{}'", key, key);
+    if (std::none_of(jobs.begin(), jobs.end(),
+                     [&](const Job& j) { return j.param(key) != nullptr; })) {
+      return fail(ErrorKind::usage, "-p {}: none of the listed jobs has a parameter '{}'", key,
+                  key);
     }
   }
   return {};
@@ -115,7 +118,8 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   options.timeout_s = cmd.timeout_s;
   options.keep_remote = cmd.keep_remote;
   options.output_cap = cmd.output_cap_mib << 20;
-  return execute_runs(ctx, sessions, runs, options, {!cmd.no_archive, cmd.parallel}, ctx.reporter());
+  return execute_runs(ctx, sessions, runs, options, {!cmd.no_archive, cmd.parallel},
+                      ctx.reporter());
 }
 
 } // namespace
@@ -129,7 +133,8 @@ void add_run_command(CLI::App& app, Context& ctx)
   sub->add_option("-p,--param", cmd->assignments, "KEY=VALUE, typed by the job's declaration")
       ->allow_extra_args(false);
   sub->add_option("--params", cmd->params_file, "JSON file with an object of parameters");
-  sub->add_option("--timeout", cmd->timeout_s, "seconds before the job is killed (default: the job's)")
+  sub->add_option("--timeout", cmd->timeout_s,
+                  "seconds before the job is killed (default: the job's)")
       ->check(CLI::Range(1, 7 * 24 * 3600));
   sub->add_option("-j,--parallel", cmd->parallel, "hosts at once")
       ->capture_default_str()

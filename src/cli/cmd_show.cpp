@@ -135,8 +135,8 @@ std::string page(const RunRecord& run)
   for (const auto& warning : run.warnings) {
     field("warning",
           terminal_safe(warning.is_object() ? fmt::format("{}: {}", warning.value("code", ""),
-                                                      warning.value("message", ""))
-                                        : to_json_line(warning)));
+                                                          warning.value("message", ""))
+                                            : to_json_line(warning)));
   }
   page += "\nparams\n" + indented(pretty_json(run.params));
   page += "\nresult\n" + indented(pretty_json(run.result));

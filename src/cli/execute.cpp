@@ -46,8 +46,9 @@ public:
   {
     if (m_archive) {
       if (auto stored = m_archive->record(record); !stored) {
-        m_ctx.reporter().error({stored.error().kind, stored.error().message +
-                                                         " — this run's result is still shown below"});
+        m_ctx.reporter().error(
+            {stored.error().kind,
+             stored.error().message + " — this run's result is still shown below"});
       }
     }
     m_failed |= record.status != RunStatus::ok;

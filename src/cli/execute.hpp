@@ -11,7 +11,8 @@ struct BatchOptions {
   int parallel = 8;
 };
 
-[[nodiscard]] ExitCode execute_runs(Context& ctx, std::vector<std::unique_ptr<HostSession>>& sessions,
+[[nodiscard]] ExitCode execute_runs(Context& ctx,
+                                    std::vector<std::unique_ptr<HostSession>>& sessions,
                                     const std::vector<PlannedRun>& runs,
                                     const RunOptions& run_options, const BatchOptions& batch,
                                     RunObserver& view);

@@ -26,33 +26,40 @@ void add_hosts(std::vector<std::string>& hosts, const std::string& list)
 
 void add_target_options(CLI::App& command, TargetOptions& target)
 {
-  command.add_option("--host", target.hosts,
-                     "[user@]host[:port] or an ~/.ssh/config alias (repeatable, comma-separated)")
-    ->group("Target");
+  command
+      .add_option("--host", target.hosts,
+                  "[user@]host[:port] or an ~/.ssh/config alias (repeatable, comma-separated)")
+      ->group("Target");
   command.add_option("--hosts-file", target.hosts_file, "a file with one host a line (# comments)")
-    ->group("Target");
+      ->group("Target");
   command.add_flag("--local", target.local, "run on this machine (the default with no host)")
-    ->group("Target");
+      ->group("Target");
   command.add_option("--identity", target.identity, "private key file for public-key auth")
-    ->group("SSH");
-  command.add_option("--known-hosts", target.known_hosts, "known_hosts file (default ~/.ssh/known_hosts)")
-    ->group("SSH");
+      ->group("SSH");
+  command
+      .add_option("--known-hosts", target.known_hosts,
+                  "known_hosts file (default ~/.ssh/known_hosts)")
+      ->group("SSH");
   command.add_option("--ssh-config", target.ssh_config, "ssh config file (default ~/.ssh/config)")
-    ->group("SSH");
-  command.add_flag("--accept-new-host-key", target.accept_new_host_key,
-                   "trust an unknown host key once and record it (a changed key is always refused)")
-    ->group("SSH");
-  command.add_option("--connect-timeout", target.connect_timeout_s,
-                     "seconds to wait for a host (default: ConnectTimeout from the ssh config, else 10)")
-    ->check(CLI::PositiveNumber)
-    ->group("SSH");
+      ->group("SSH");
+  command
+      .add_flag("--accept-new-host-key", target.accept_new_host_key,
+                "trust an unknown host key once and record it (a changed key is always refused)")
+      ->group("SSH");
+  command
+      .add_option(
+          "--connect-timeout", target.connect_timeout_s,
+          "seconds to wait for a host (default: ConnectTimeout from the ssh config, else 10)")
+      ->check(CLI::PositiveNumber)
+      ->group("SSH");
   command.add_option("--retries", target.retries, "extra connect attempts on refused/timeout/DNS")
-    ->capture_default_str()
-    ->check(CLI::Range(0, 10))
-    ->group("SSH");
-  command.add_option("--remote-base", target.remote_base,
-                     "run directory base on the host (default $HOME/.cache/ferry/runs)")
-    ->group("SSH");
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10))
+      ->group("SSH");
+  command
+      .add_option("--remote-base", target.remote_base,
+                  "run directory base on the host (default $HOME/.cache/ferry/runs)")
+      ->group("SSH");
 }
 
 Expected<std::vector<std::string>> target_hosts(const TargetOptions& target)
@@ -64,7 +71,8 @@ Expected<std::vector<std::string>> target_hosts(const TargetOptions& target)
   if (!target.hosts_file.empty()) {
     std::ifstream in(target.hosts_file);
     if (!in) {
-      return fail(ErrorKind::usage, "cannot read the hosts file {} (--hosts-file)", target.hosts_file);
+      return fail(ErrorKind::usage, "cannot read the hosts file {} (--hosts-file)",
+                  target.hosts_file);
     }
     std::string line;
     while (std::getline(in, line)) {

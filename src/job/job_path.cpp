@@ -25,6 +25,13 @@ std::vector<std::string> split(std::string_view text, char sep)
   return parts;
 }
 
+bool is_candidate_file(const fs::directory_entry& entry)
+{
+  std::error_code ec;
+  const std::string file = entry.path().filename().string();
+  return !file.empty() && file.front() != '.' && file.back() != '~' && entry.is_regular_file(ec);
+}
+
 // Files in `dir` whose name without extension is `name` (hidden and backup files excluded).
 std::optional<fs::path> find_in_dir(const fs::path& dir, const std::string& name)
 {
@@ -32,8 +39,7 @@ std::optional<fs::path> find_in_dir(const fs::path& dir, const std::string& name
   std::vector<fs::path> matches;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const fs::path& p = entry.path();
-    const std::string file = p.filename().string();
-    if (file.empty() || file.front() == '.' || file.back() == '~' || !entry.is_regular_file(ec)) {
+    if (!is_candidate_file(entry)) {
       continue;
     }
     if (p.stem().string() == name) {
@@ -102,28 +108,34 @@ Expected<Job> find_job(const std::string& spec, const JobPath& path)
               spec, spec);
 }
 
+namespace {
+
+// The jobs of one directory that no earlier directory named already.
+void list_dir(const fs::path& dir, std::map<std::string, JobListing>& found)
+{
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().stem().string();
+    if (!is_candidate_file(entry) || found.count(name) != 0) {
+      continue;
+    }
+    auto bytes = read_file(entry.path());
+    if (!bytes) {
+      continue;
+    }
+    auto meta = parse_job_meta(*bytes, entry.path().string());
+    found[name] = {name, entry.path().string(),
+                   meta ? meta->description : "(not a valid job: " + meta.error().message + ")"};
+  }
+}
+
+} // namespace
+
 std::vector<JobListing> list_jobs(const JobPath& path)
 {
   std::map<std::string, JobListing> found;
   for (const auto& dir : path.dirs) {
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      const std::string file = entry.path().filename().string();
-      if (file.empty() || file.front() == '.' || file.back() == '~' || !entry.is_regular_file(ec)) {
-        continue;
-      }
-      const std::string name = entry.path().stem().string();
-      if (found.count(name) != 0) {
-        continue;
-      }
-      auto bytes = read_file(entry.path());
-      if (!bytes) {
-        continue;
-      }
-      auto meta = parse_job_meta(*bytes, entry.path().string());
-      found[name] = {name, entry.path().string(),
-                     meta ? meta->description : "(not a valid job: " + meta.error().message + ")"};
-    }
+    list_dir(dir, found);
   }
   if (path.builtins) {
     for (const auto& file : builtin_job_files()) {

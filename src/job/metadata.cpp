@@ -61,8 +61,8 @@ Expected<Block> find_block(std::string_view bytes, std::string_view label)
       block.toml.append(*inner);
       block.toml.push_back('\n');
     }
-    return fail(ErrorKind::usage,
-                "{}:{}: the `/// ferry` block has no closing `# ///` line", label, i + 1);
+    return fail(ErrorKind::usage, "{}:{}: the `/// ferry` block has no closing `# ///` line", label,
+                i + 1);
   }
   return fail(ErrorKind::usage,
               "{}: no `/// ferry` metadata block; add one at the top of the file, e.g.\n{}", label,
@@ -79,7 +79,8 @@ bool has_non_finite(const toml::node& node)
     return std::any_of(a->begin(), a->end(), [](const toml::node& n) { return has_non_finite(n); });
   }
   if (const auto* t = node.as_table()) {
-    return std::any_of(t->begin(), t->end(), [](const auto& kv) { return has_non_finite(kv.second); });
+    return std::any_of(t->begin(), t->end(),
+                       [](const auto& kv) { return has_non_finite(kv.second); });
   }
   return false;
 }
@@ -120,85 +121,114 @@ nlohmann::json to_json(const toml::node& node)
 
 std::optional<ParamType> param_type_from(std::string_view name)
 {
-  if (name == "int") return ParamType::integer;
-  if (name == "float") return ParamType::floating;
-  if (name == "bool") return ParamType::boolean;
-  if (name == "string") return ParamType::string;
-  if (name == "list") return ParamType::list;
-  if (name == "json") return ParamType::json;
+  if (name == "int")
+    return ParamType::integer;
+  if (name == "float")
+    return ParamType::floating;
+  if (name == "bool")
+    return ParamType::boolean;
+  if (name == "string")
+    return ParamType::string;
+  if (name == "list")
+    return ParamType::list;
+  if (name == "json")
+    return ParamType::json;
   return std::nullopt;
 }
 
-int line_of(const toml::node& node, const Block& block)
+// Where a metadata value sits, for error messages: "FILE:LINE: ...".
+struct Source {
+  std::string_view label;
+  const Block& block;
+
+  [[nodiscard]] int line(const toml::node& node) const
+  {
+    return block.first_line + static_cast<int>(node.source().begin.line) - 1;
+  }
+
+  template <typename... Args>
+  [[nodiscard]] Unexpected<Error> refuse(const toml::node& at, fmt::format_string<Args...> format,
+                                         Args&&... args) const
+  {
+    return fail(ErrorKind::usage, "{}:{}: {}", label, line(at),
+                fmt::format(format, std::forward<Args>(args)...));
+  }
+};
+
+bool is_param_name(std::string_view name)
 {
-  return block.first_line + static_cast<int>(node.source().begin.line) - 1;
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
 }
 
-Expected<ParamSpec> parse_param(const std::string& name, const toml::node& node,
-                                const Block& block, std::string_view label)
+Expected<void> set_param_type(ParamSpec& spec, std::string_view key, const toml::node& value,
+                              const Source& source)
 {
-  const int line = line_of(node, block);
-  const auto* table = node.as_table();
-  if (table == nullptr) {
-    return fail(ErrorKind::usage, "{}:{}: params.{} must be a table ([params.{}])", label, line,
-                name, name);
+  const auto type_name = value.value<std::string>();
+  const auto type = type_name ? param_type_from(*type_name) : std::nullopt;
+  const bool scalar =
+      type && *type != ParamType::list && *type != ParamType::json && *type != ParamType::boolean;
+  if (!type || (key == "items" && !scalar)) {
+    return source.refuse(value, "params.{}.{} must be one of {}", spec.name, key,
+                         key == "type"
+                             ? "\"int\", \"float\", \"bool\", \"string\", \"list\", \"json\""
+                             : "\"int\", \"float\", \"string\"");
   }
-  if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-      })) {
-    return fail(ErrorKind::usage,
-                "{}:{}: parameter name '{}' may use only letters, digits, '_' and '-'", label,
-                line, name);
+  (key == "type" ? spec.type : spec.items) = *type;
+  return {};
+}
+
+Expected<void> set_param_value(ParamSpec& spec, std::string_view key, const toml::node& value,
+                               const Source& source)
+{
+  if (key == "choices" && !value.is_array()) {
+    return source.refuse(value, "params.{}.choices must be an array", spec.name);
   }
-  ParamSpec spec;
-  spec.name = name;
-  for (const auto& [key_node, value] : *table) {
-    const std::string key(key_node.str());
-    const int vline = line_of(value, block);
-    if (key == "type" || key == "items") {
-      const auto type_name = value.value<std::string>();
-      const auto type = type_name ? param_type_from(*type_name) : std::nullopt;
-      if (!type || (key == "items" && (*type == ParamType::list || *type == ParamType::json ||
-                                       *type == ParamType::boolean))) {
-        return fail(ErrorKind::usage, "{}:{}: params.{}.{} must be one of {}", label, vline, name,
-                    key,
-                    key == "type" ? "\"int\", \"float\", \"bool\", \"string\", \"list\", \"json\""
-                                  : "\"int\", \"float\", \"string\"");
-      }
-      (key == "type" ? spec.type : spec.items) = *type;
-    } else if (key == "default" || key == "choices") {
-      if (key == "choices" && !value.is_array()) {
-        return fail(ErrorKind::usage, "{}:{}: params.{}.choices must be an array", label, vline,
-                    name);
-      }
-      if (has_non_finite(value)) {
-        return fail(ErrorKind::usage,
-                    "{}:{}: params.{}.{} holds inf or nan, which JSON cannot carry; use a finite "
-                    "number",
-                    label, vline, name, key);
-      }
-      (key == "default" ? spec.default_value : spec.choices) = to_json(value);
-    } else if (key == "required") {
-      const auto flag = value.value<bool>();
-      if (!flag) {
-        return fail(ErrorKind::usage, "{}:{}: params.{}.required must be true or false", label,
-                    vline, name);
-      }
-      spec.required = *flag;
-    } else if (key == "help") {
-      const auto help = value.value<std::string>();
-      if (!help) {
-        return fail(ErrorKind::usage, "{}:{}: params.{}.help must be a string", label, vline,
-                    name);
-      }
-      spec.help = *help;
-    } else {
-      return fail(ErrorKind::usage,
-                  "{}:{}: params.{} has an unknown key '{}' (known: type, items, default, "
-                  "required, choices, help)",
-                  label, vline, name, key);
+  if (has_non_finite(value)) {
+    return source.refuse(value,
+                         "params.{}.{} holds inf or nan, which JSON cannot carry; use a finite "
+                         "number",
+                         spec.name, key);
+  }
+  (key == "default" ? spec.default_value : spec.choices) = to_json(value);
+  return {};
+}
+
+Expected<void> set_param_key(ParamSpec& spec, std::string_view key, const toml::node& value,
+                             const Source& source)
+{
+  if (key == "type" || key == "items") {
+    return set_param_type(spec, key, value, source);
+  }
+  if (key == "default" || key == "choices") {
+    return set_param_value(spec, key, value, source);
+  }
+  if (key == "required") {
+    const auto flag = value.value<bool>();
+    if (!flag) {
+      return source.refuse(value, "params.{}.required must be true or false", spec.name);
     }
+    spec.required = *flag;
+    return {};
   }
+  if (key == "help") {
+    const auto help = value.value<std::string>();
+    if (!help) {
+      return source.refuse(value, "params.{}.help must be a string", spec.name);
+    }
+    spec.help = *help;
+    return {};
+  }
+  return source.refuse(value,
+                       "params.{} has an unknown key '{}' (known: type, items, default, "
+                       "required, choices, help)",
+                       spec.name, key);
+}
+
+// Choices and the default must themselves be values the parameter accepts.
+Expected<void> check_declared_values(ParamSpec& spec, const toml::node& at, const Source& source)
+{
   if (spec.choices) {
     ParamSpec element = spec;
     element.choices.reset();
@@ -207,18 +237,100 @@ Expected<ParamSpec> parse_param(const std::string& name, const toml::node& node,
     }
     for (const auto& choice : *spec.choices) {
       if (auto checked = check_param_value(element, choice, "choices"); !checked) {
-        return fail(ErrorKind::usage, "{}:{}: {}", label, line, checked.error().message);
+        return source.refuse(at, "{}", checked.error().message);
       }
     }
   }
   if (spec.default_value) {
     auto checked = check_param_value(spec, *spec.default_value, "its default");
     if (!checked) {
-      return fail(ErrorKind::usage, "{}:{}: {}", label, line, checked.error().message);
+      return source.refuse(at, "{}", checked.error().message);
     }
     spec.default_value = std::move(checked).value();
   }
+  return {};
+}
+
+Expected<ParamSpec> parse_param(const std::string& name, const toml::node& node,
+                                const Source& source)
+{
+  const auto* table = node.as_table();
+  if (table == nullptr) {
+    return source.refuse(node, "params.{} must be a table ([params.{}])", name, name);
+  }
+  if (!is_param_name(name)) {
+    return source.refuse(node, "parameter name '{}' may use only letters, digits, '_' and '-'",
+                         name);
+  }
+  ParamSpec spec;
+  spec.name = name;
+  for (const auto& [key, value] : *table) {
+    FERRY_TRY(set_param_key(spec, key.str(), value, source));
+  }
+  FERRY_TRY(check_declared_values(spec, node, source));
   return spec;
+}
+
+Expected<void> set_params(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  const auto* params = value.as_table();
+  if (params == nullptr) {
+    return source.refuse(value, "params must be a table of [params.NAME] tables");
+  }
+  for (const auto& [name, node] : *params) {
+    FERRY_TRY_ASSIGN(auto spec, parse_param(std::string(name.str()), node, source));
+    meta.params.push_back(std::move(spec));
+  }
+  // In the order the file declares them (toml++ keeps a table sorted by key).
+  std::sort(meta.params.begin(), meta.params.end(), [&](const ParamSpec& a, const ParamSpec& b) {
+    return source.line(*params->get(a.name)) < source.line(*params->get(b.name));
+  });
+  return {};
+}
+
+Expected<void> set_interpreter(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  const auto interpreter = value.value<std::string>();
+  if (!interpreter || !is_shell_neutral_token(*interpreter)) {
+    return source.refuse(value,
+                         "interpreter must be a program name or absolute path made only of "
+                         "[A-Za-z0-9/._-] (got {}); put arguments in the job itself",
+                         interpreter ? "'" + *interpreter + "'" : "a non-string");
+  }
+  meta.interpreter = *interpreter;
+  return {};
+}
+
+Expected<void> set_timeout(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  const auto timeout = value.value_exact<std::int64_t>(); // exact: no float-to-int conversion
+  if (!timeout || *timeout <= 0 || *timeout > 7 * 24 * 3600) {
+    return source.refuse(value, "timeout must be a whole number of seconds between 1 and 604800");
+  }
+  meta.timeout_s = static_cast<int>(*timeout);
+  return {};
+}
+
+Expected<void> set_meta_key(JobMeta& meta, std::string_view key, const toml::node& value,
+                            const Source& source)
+{
+  if (key == "description") {
+    meta.description = value.value<std::string>().value_or("");
+    return {};
+  }
+  if (key == "interpreter") {
+    return set_interpreter(meta, value, source);
+  }
+  if (key == "timeout") {
+    return set_timeout(meta, value, source);
+  }
+  if (key == "params") {
+    return set_params(meta, value, source);
+  }
+  return source.refuse(value,
+                       "unknown key '{}' in the `/// ferry` block (known: description, "
+                       "interpreter, timeout, params)",
+                       key);
 }
 
 } // namespace
@@ -226,69 +338,36 @@ Expected<ParamSpec> parse_param(const std::string& name, const toml::node& node,
 std::string_view to_string(ParamType type)
 {
   switch (type) {
-  case ParamType::integer: return "int";
-  case ParamType::floating: return "float";
-  case ParamType::boolean: return "bool";
-  case ParamType::string: return "string";
-  case ParamType::list: return "list";
-  case ParamType::json: return "json";
+  case ParamType::integer:
+    return "int";
+  case ParamType::floating:
+    return "float";
+  case ParamType::boolean:
+    return "bool";
+  case ParamType::string:
+    return "string";
+  case ParamType::list:
+    return "list";
+  case ParamType::json:
+    return "json";
   }
   return "?";
 }
 
 Expected<JobMeta> parse_job_meta(std::string_view bytes, std::string_view label)
 {
-  FERRY_TRY_ASSIGN(auto block, find_block(bytes, label));
+  FERRY_TRY_ASSIGN(const auto block, find_block(bytes, label));
   toml::table table;
   try {
     table = toml::parse(block.toml, std::string(label));
   } catch (const toml::parse_error& e) {
     return fail(ErrorKind::usage, "{}:{}: invalid TOML in the `/// ferry` block: {}", label,
-                block.first_line + static_cast<int>(e.source().begin.line) - 1,
-                e.description());
+                block.first_line + static_cast<int>(e.source().begin.line) - 1, e.description());
   }
+  const Source source{label, block};
   JobMeta meta;
-  for (const auto& [key_node, value] : table) {
-    const std::string key(key_node.str());
-    const int line = line_of(value, block);
-    if (key == "description") {
-      meta.description = value.value<std::string>().value_or("");
-    } else if (key == "interpreter") {
-      const auto interpreter = value.value<std::string>();
-      if (!interpreter || !is_shell_neutral_token(*interpreter)) {
-        return fail(ErrorKind::usage,
-                    "{}:{}: interpreter must be a program name or absolute path made only of "
-                    "[A-Za-z0-9/._-] (got {}); put arguments in the job itself",
-                    label, line, interpreter ? "'" + *interpreter + "'" : "a non-string");
-      }
-      meta.interpreter = *interpreter;
-    } else if (key == "timeout") {
-      const auto timeout = value.value_exact<std::int64_t>(); // exact: no float-to-int conversion
-      if (!timeout || *timeout <= 0 || *timeout > 7 * 24 * 3600) {
-        return fail(ErrorKind::usage,
-                    "{}:{}: timeout must be a whole number of seconds between 1 and 604800",
-                    label, line);
-      }
-      meta.timeout_s = static_cast<int>(*timeout);
-    } else if (key == "params") {
-      const auto* params = value.as_table();
-      if (params == nullptr) {
-        return fail(ErrorKind::usage, "{}:{}: params must be a table of [params.NAME] tables",
-                    label, line);
-      }
-      for (const auto& [name_node, param_node] : *params) {
-        FERRY_TRY_ASSIGN(auto spec, parse_param(std::string(name_node.str()), param_node, block, label));
-        meta.params.push_back(std::move(spec));
-      }
-      std::sort(meta.params.begin(), meta.params.end(), [&](const ParamSpec& a, const ParamSpec& b) {
-        return line_of(*params->get(a.name), block) < line_of(*params->get(b.name), block);
-      });
-    } else {
-      return fail(ErrorKind::usage,
-                  "{}:{}: unknown key '{}' in the `/// ferry` block (known: description, "
-                  "interpreter, timeout, params)",
-                  label, line, key);
-    }
+  for (const auto& [key, value] : table) {
+    FERRY_TRY(set_meta_key(meta, key.str(), value, source));
   }
   if (meta.interpreter.empty()) {
     return fail(ErrorKind::usage,

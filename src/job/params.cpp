@@ -20,12 +20,18 @@ std::string describe(const ParamSpec& spec)
     return fmt::format("a list of {} (comma-separated)", to_string(spec.items));
   }
   switch (spec.type) {
-  case ParamType::integer: return "an int";
-  case ParamType::floating: return "a float";
-  case ParamType::boolean: return "a bool (true/false/1/0/yes/no)";
-  case ParamType::string: return "a string (UTF-8 text)";
-  case ParamType::json: return "a JSON value";
-  default: return "?";
+  case ParamType::integer:
+    return "an int";
+  case ParamType::floating:
+    return "a float";
+  case ParamType::boolean:
+    return "a bool (true/false/1/0/yes/no)";
+  case ParamType::string:
+    return "a string (UTF-8 text)";
+  case ParamType::json:
+    return "a JSON value";
+  default:
+    return "?";
   }
 }
 
@@ -55,8 +61,10 @@ std::optional<json> parse_scalar(ParamType type, std::string_view text)
     std::string lower(text);
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (lower == "true" || lower == "1" || lower == "yes") return json(true);
-    if (lower == "false" || lower == "0" || lower == "no") return json(false);
+    if (lower == "true" || lower == "1" || lower == "yes")
+      return json(true);
+    if (lower == "false" || lower == "0" || lower == "no")
+      return json(false);
     return std::nullopt;
   }
   case ParamType::string:
@@ -64,19 +72,26 @@ std::optional<json> parse_scalar(ParamType type, std::string_view text)
       return std::nullopt; // parameters travel as JSON, which carries UTF-8 text only
     }
     return json(std::string(text));
-  default: return std::nullopt;
+  default:
+    return std::nullopt;
   }
 }
 
 bool has_type(ParamType type, const json& value)
 {
   switch (type) {
-  case ParamType::integer: return value.is_number_integer();
-  case ParamType::floating: return value.is_number();
-  case ParamType::boolean: return value.is_boolean();
-  case ParamType::string: return value.is_string();
-  case ParamType::list: return value.is_array();
-  case ParamType::json: return true;
+  case ParamType::integer:
+    return value.is_number_integer();
+  case ParamType::floating:
+    return value.is_number();
+  case ParamType::boolean:
+    return value.is_boolean();
+  case ParamType::string:
+    return value.is_string();
+  case ParamType::list:
+    return value.is_array();
+  case ParamType::json:
+    return true;
   }
   return false;
 }
@@ -90,12 +105,12 @@ Expected<void> check_choices(const ParamSpec& spec, const json& value)
     return std::any_of(spec.choices->begin(), spec.choices->end(),
                        [&](const json& c) { return c == v; });
   };
-  const bool ok = spec.type == ParamType::list
-                    ? std::all_of(value.begin(), value.end(), allowed)
-                    : allowed(value);
+  const bool ok = spec.type == ParamType::list ? std::all_of(value.begin(), value.end(), allowed)
+                                               : allowed(value);
   if (!ok) {
     return fail(ErrorKind::usage, "parameter '{}': {} is not one of the choices {}", spec.name,
-                shorten(value.dump(-1, ' ', false, json::error_handler_t::replace), k_shown), spec.choices->dump(-1, ' ', false, json::error_handler_t::replace));
+                shorten(value.dump(-1, ' ', false, json::error_handler_t::replace), k_shown),
+                spec.choices->dump(-1, ' ', false, json::error_handler_t::replace));
   }
   return {};
 }
@@ -106,7 +121,8 @@ Expected<json> check_param_value(const ParamSpec& spec, const json& value, std::
 {
   if (!has_type(spec.type, value)) {
     return fail(ErrorKind::usage, "parameter '{}' expects {}, but {} gives {} ({})", spec.name,
-                describe(spec), origin, value.type_name(), shorten(value.dump(-1, ' ', false, json::error_handler_t::replace), k_shown));
+                describe(spec), origin, value.type_name(),
+                shorten(value.dump(-1, ' ', false, json::error_handler_t::replace), k_shown));
   }
   json typed = value;
   if (spec.type == ParamType::floating) {
@@ -115,9 +131,9 @@ Expected<json> check_param_value(const ParamSpec& spec, const json& value, std::
   if (spec.type == ParamType::list) {
     for (auto& element : typed) {
       if (!has_type(spec.items, element)) {
-        return fail(ErrorKind::usage,
-                    "parameter '{}' expects {}, but {} gives an element {} ({})", spec.name,
-                    describe(spec), origin, element.type_name(), shorten(element.dump(-1, ' ', false, json::error_handler_t::replace), k_shown));
+        return fail(ErrorKind::usage, "parameter '{}' expects {}, but {} gives an element {} ({})",
+                    spec.name, describe(spec), origin, element.type_name(),
+                    shorten(element.dump(-1, ' ', false, json::error_handler_t::replace), k_shown));
       }
       if (spec.items == ParamType::floating) {
         element = element.get<double>();
@@ -128,77 +144,87 @@ Expected<json> check_param_value(const ParamSpec& spec, const json& value, std::
   return typed;
 }
 
-Expected<json> parse_param_text(const ParamSpec& spec, std::string_view text)
+namespace {
+
+Expected<json> parse_json_text(const ParamSpec& spec, std::string_view text)
 {
-  json value;
-  if (spec.type == ParamType::json) {
-    value = json::parse(text.begin(), text.end(), nullptr, false);
-    if (value.is_discarded()) {
-      return fail(ErrorKind::usage,
-                  "parameter '{}' expects a JSON value, but '{}' is not valid JSON (quote strings: "
-                  "-p {}='\"text\"')",
-                  spec.name, shorten(text, k_shown), spec.name);
-    }
-  } else if (spec.type == ParamType::list) {
-    value = json::array();
-    if (!text.empty()) {
-      std::size_t start = 0;
-      while (true) {
-        const std::size_t comma = text.find(',', start);
-        const std::string_view item =
-          text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
-        auto element = parse_scalar(spec.items, item);
-        if (!element) {
-          return fail(ErrorKind::usage,
-                      "parameter '{}' expects {}, but element '{}' is not {}", spec.name,
-                      describe(spec), shorten(item, k_shown),
-                      spec.items == ParamType::string ? "UTF-8 text" : to_string(spec.items));
-        }
-        value.push_back(std::move(*element));
-        if (comma == std::string_view::npos) {
-          break;
-        }
-        start = comma + 1;
-      }
-    }
-  } else {
-    auto scalar = parse_scalar(spec.type, text);
-    if (!scalar) {
-      return fail(ErrorKind::usage, "parameter '{}' expects {}, got '{}'", spec.name,
-                  describe(spec), shorten(text, k_shown));
-    }
-    value = std::move(*scalar);
+  json value = json::parse(text.begin(), text.end(), nullptr, false);
+  if (value.is_discarded()) {
+    return fail(ErrorKind::usage,
+                "parameter '{}' expects a JSON value, but '{}' is not valid JSON (quote strings: "
+                "-p {}='\"text\"')",
+                spec.name, shorten(text, k_shown), spec.name);
   }
-  FERRY_TRY(check_choices(spec, value));
   return value;
 }
 
-Expected<json> resolve_params(const Job& job, const std::vector<std::string>& assignments,
-                              const std::optional<json>& file, std::string_view file_label)
+// "a,b,c": every element typed by the list's `items`.
+Expected<json> parse_list_text(const ParamSpec& spec, std::string_view text)
 {
-  auto known_names = [&] {
-    std::string names;
-    for (const auto& spec : job.meta.params) {
-      names += (names.empty() ? "" : ", ") + spec.name;
-    }
-    return names.empty() ? std::string("it takes none") : "known: " + names;
-  };
-  json given = json::object();
-  if (file) {
-    if (!file->is_object()) {
-      return fail(ErrorKind::usage, "{} must hold a JSON object of parameters, not {}", file_label,
-                  file->type_name());
-    }
-    for (const auto& [key, value] : file->items()) {
-      const ParamSpec* spec = job.param(key);
-      if (spec == nullptr) {
-        return fail(ErrorKind::usage, "{}: job {} has no parameter '{}' ({})", file_label,
-                    job.name, key, known_names());
-      }
-      FERRY_TRY_ASSIGN(auto typed, check_param_value(*spec, value, file_label));
-      given[key] = std::move(typed);
-    }
+  json value = json::array();
+  if (text.empty()) {
+    return value;
   }
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = text.find(',', start);
+    const std::string_view item = text.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    auto element = parse_scalar(spec.items, item);
+    if (!element) {
+      return fail(ErrorKind::usage, "parameter '{}' expects {}, but element '{}' is not {}",
+                  spec.name, describe(spec), shorten(item, k_shown),
+                  spec.items == ParamType::string ? "UTF-8 text" : to_string(spec.items));
+    }
+    value.push_back(std::move(*element));
+    if (comma == std::string_view::npos) {
+      return value;
+    }
+    start = comma + 1;
+  }
+}
+
+Expected<json> parse_scalar_text(const ParamSpec& spec, std::string_view text)
+{
+  auto scalar = parse_scalar(spec.type, text);
+  if (!scalar) {
+    return fail(ErrorKind::usage, "parameter '{}' expects {}, got '{}'", spec.name, describe(spec),
+                shorten(text, k_shown));
+  }
+  return std::move(*scalar);
+}
+
+std::string known_names(const Job& job)
+{
+  std::string names;
+  for (const auto& spec : job.meta.params) {
+    names += (names.empty() ? "" : ", ") + spec.name;
+  }
+  return names.empty() ? std::string("it takes none") : "known: " + names;
+}
+
+// The values `--params` gives, each checked against its declaration.
+Expected<void> add_file_values(const Job& job, const json& file, std::string_view file_label,
+                               json& given)
+{
+  if (!file.is_object()) {
+    return fail(ErrorKind::usage, "{} must hold a JSON object of parameters, not {}", file_label,
+                file.type_name());
+  }
+  for (const auto& [key, value] : file.items()) {
+    const ParamSpec* spec = job.param(key);
+    if (spec == nullptr) {
+      return fail(ErrorKind::usage, "{}: job {} has no parameter '{}' ({})", file_label, job.name,
+                  key, known_names(job));
+    }
+    FERRY_TRY_ASSIGN(given[key], check_param_value(*spec, value, file_label));
+  }
+  return {};
+}
+
+// The values `-p KEY=VALUE` gives, typed by their declarations; they win over the file's.
+Expected<void> add_assignments(const Job& job, const std::vector<std::string>& assignments,
+                               json& given)
+{
   for (const auto& assignment : assignments) {
     const auto eq = assignment.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -208,11 +234,33 @@ Expected<json> resolve_params(const Job& job, const std::vector<std::string>& as
     const ParamSpec* spec = job.param(key);
     if (spec == nullptr) {
       return fail(ErrorKind::usage, "-p {}: job {} has no parameter '{}' ({})", key, job.name, key,
-                  known_names());
+                  known_names(job));
     }
-    FERRY_TRY_ASSIGN(auto typed, parse_param_text(*spec, std::string_view(assignment).substr(eq + 1)));
-    given[key] = std::move(typed);
+    FERRY_TRY_ASSIGN(given[key],
+                     parse_param_text(*spec, std::string_view(assignment).substr(eq + 1)));
   }
+  return {};
+}
+
+} // namespace
+
+Expected<json> parse_param_text(const ParamSpec& spec, std::string_view text)
+{
+  FERRY_TRY_ASSIGN(json value, spec.type == ParamType::json   ? parse_json_text(spec, text)
+                               : spec.type == ParamType::list ? parse_list_text(spec, text)
+                                                              : parse_scalar_text(spec, text));
+  FERRY_TRY(check_choices(spec, value));
+  return value;
+}
+
+Expected<json> resolve_params(const Job& job, const std::vector<std::string>& assignments,
+                              const std::optional<json>& file, std::string_view file_label)
+{
+  json given = json::object();
+  if (file) {
+    FERRY_TRY(add_file_values(job, *file, file_label, given));
+  }
+  FERRY_TRY(add_assignments(job, assignments, given));
   json params = json::object();
   for (const auto& spec : job.meta.params) {
     if (given.contains(spec.name)) {
@@ -220,9 +268,9 @@ Expected<json> resolve_params(const Job& job, const std::vector<std::string>& as
     } else if (spec.default_value) {
       params[spec.name] = *spec.default_value;
     } else if (spec.required) {
-      return fail(ErrorKind::usage,
-                  "job {} needs parameter '{}' ({}{}); pass -p {}=VALUE", job.name, spec.name,
-                  describe(spec), spec.help.empty() ? "" : ": " + spec.help, spec.name);
+      return fail(ErrorKind::usage, "job {} needs parameter '{}' ({}{}); pass -p {}=VALUE",
+                  job.name, spec.name, describe(spec), spec.help.empty() ? "" : ": " + spec.help,
+                  spec.name);
     } else {
       params[spec.name] = nullptr;
     }

@@ -1,6 +1,6 @@
 // The terminal reporter: run blocks, the summary table, the progress line on a tty.
 #include <algorithm>
-#include <mutex>
+#include <cstdlib>
 
 #include <unistd.h>
 
@@ -34,10 +34,29 @@ std::string_view tail_lines(std::string_view text, int lines)
   return text.substr(pos == 0 ? 0 : pos + 1);
 }
 
-std::string summary_line(const RunRecord& record)
+// Colours only for a terminal, and not when the user set NO_COLOR (no-color.org).
+bool wants_colour(std::FILE* stream)
+{
+  const char* no_colour = std::getenv("NO_COLOR");
+  return isatty(fileno(stream)) != 0 && (no_colour == nullptr || *no_colour == '\0');
+}
+
+std::string status_text(RunStatus status, bool colour)
+{
+  const std::string_view text = to_string(status);
+  if (!colour) {
+    return std::string(text);
+  }
+  const char* code = status == RunStatus::ok            ? "32"
+                     : status == RunStatus::interrupted ? "33"
+                                                        : "31";
+  return fmt::format("\033[{}m{}\033[0m", code, text);
+}
+
+std::string summary_line(const RunRecord& record, bool colour)
 {
   std::string line = fmt::format("{} @ {}: {} in {:.2f} s", record.job, record.host_label,
-                                 to_string(record.status), record.duration_s);
+                                 status_text(record.status, colour), record.duration_s);
   if (record.error) {
     line += " — " + *record.error;
   }
@@ -52,7 +71,8 @@ std::string render_table(const Table& table)
   const std::size_t columns = table.header.size();
   std::vector<std::size_t> widths(columns);
   for (std::size_t c = 0; c < columns; ++c) {
-    widths[c] = std::max(table.header[c].size(), c < table.min_widths.size() ? table.min_widths[c] : 0);
+    widths[c] =
+        std::max(table.header[c].size(), c < table.min_widths.size() ? table.min_widths[c] : 0);
     for (const auto& row : table.rows) {
       widths[c] = std::max(widths[c], row[c].size());
     }
@@ -75,7 +95,10 @@ std::string render_table(const Table& table)
 
 class TerminalReporter final : public Reporter {
 public:
-  TerminalReporter(std::FILE* out, std::FILE* err) : m_out(out), m_err(err) {}
+  TerminalReporter(std::FILE* out, std::FILE* err)
+      : m_out(out), m_err(err), m_colour(wants_colour(out))
+  {
+  }
 
   ReportFormat format() const override { return ReportFormat::terminal; }
 
@@ -105,7 +128,7 @@ public:
         put(m_err, "\n");
       }
     }
-    put(m_out, summary_line(record));
+    put(m_out, summary_line(record, m_colour));
     std::fflush(m_out);
     m_rows.push_back({record.host_label, record.job, std::string(to_string(record.status)),
                       fmt::format("{:.2f} s", record.duration_s), result_digest(record)});
@@ -117,8 +140,8 @@ public:
       return;
     }
     clear_progress();
-    put(m_err, fmt::format("{}/{} done, {} failed, {} running", p.done, p.total, p.failed,
-                           p.running));
+    put(m_err,
+        fmt::format("{}/{} done, {} failed, {} running", p.done, p.total, p.failed, p.running));
     std::fflush(m_err);
     m_progress_shown = true;
   }
@@ -127,8 +150,12 @@ public:
   {
     clear_progress();
     if (m_rows.size() > 1) {
-      Table summary{{"HOST", "JOB", "STATUS", "TIME", "RESULT"}, m_rows, {}, {false, false, false, true},
-                    {0, 0, 0, 9}, true};
+      Table summary{{"HOST", "JOB", "STATUS", "TIME", "RESULT"},
+                    m_rows,
+                    {},
+                    {false, false, false, true},
+                    {0, 0, 0, 9},
+                    true};
       put(m_out, render_table(summary));
     }
     std::fflush(m_out);
@@ -178,6 +205,7 @@ private:
 
   std::FILE* m_out;
   std::FILE* m_err;
+  bool m_colour;
   bool m_many = false;
   bool m_show_progress = false;
   bool m_progress_shown = false;
@@ -194,10 +222,10 @@ std::unique_ptr<Reporter> make_terminal_reporter(std::FILE* out, std::FILE* err)
 std::string result_digest(const RunRecord& record, std::size_t width)
 {
   std::string text = record.status != RunStatus::ok && record.error ? *record.error
-                     : !record.result.is_null()                      ? to_json_line(record.result)
-                                                                     : "-";
-  std::replace_if(text.begin(), text.end(), [](char c) { return c == '\n' || c == '\r' || c == '\t'; },
-                  ' ');
+                     : !record.result.is_null()                     ? to_json_line(record.result)
+                                                                    : "-";
+  std::replace_if(
+      text.begin(), text.end(), [](char c) { return c == '\n' || c == '\r' || c == '\t'; }, ' ');
   return shorten(text, width);
 }
 

@@ -16,7 +16,7 @@ class Fleet {
 public:
   Fleet(std::vector<std::unique_ptr<HostSession>>& sessions, const std::vector<PlannedRun>& runs,
         const RunOptions& options, RunObserver& observer)
-    : m_sessions(sessions), m_runs(runs), m_options(options), m_observer(observer)
+      : m_sessions(sessions), m_runs(runs), m_options(options), m_observer(observer)
   {
     m_progress.total = sessions.size() * runs.size();
   }
@@ -60,9 +60,9 @@ private:
   RunRecord not_connected(const HostSession& session, const PlannedRun& run, const Error& error)
   {
     const bool interrupted = interrupt_requested();
-    RunRecord record = unstarted_run(*run.job, run.params, session,
-                                     interrupted ? RunStatus::interrupted : RunStatus::error,
-                                     error.message);
+    RunRecord record =
+        unstarted_run(*run.job, run.params, session,
+                      interrupted ? RunStatus::interrupted : RunStatus::error, error.message);
     record.unreachable = !interrupted && error.kind == ErrorKind::unreachable;
     record.replay_of = m_options.replay_of;
     return record;

@@ -49,13 +49,27 @@ void write_escaped(ChunkWriter& w, std::string_view text)
     const auto c = static_cast<unsigned char>(text[i]);
     if (c < 0x80) {
       switch (c) {
-      case '"': w.put("\\\""); break;
-      case '\\': w.put("\\\\"); break;
-      case '\n': w.put("\\n"); break;
-      case '\r': w.put("\\r"); break;
-      case '\t': w.put("\\t"); break;
-      case '\b': w.put("\\b"); break;
-      case '\f': w.put("\\f"); break;
+      case '"':
+        w.put("\\\"");
+        break;
+      case '\\':
+        w.put("\\\\");
+        break;
+      case '\n':
+        w.put("\\n");
+        break;
+      case '\r':
+        w.put("\\r");
+        break;
+      case '\t':
+        w.put("\\t");
+        break;
+      case '\b':
+        w.put("\\b");
+        break;
+      case '\f':
+        w.put("\\f");
+        break;
       default:
         if (c < 0x20) {
           w.put("\\u00");

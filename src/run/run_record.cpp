@@ -10,12 +10,18 @@ using nlohmann::json;
 std::string_view to_string(RunStatus status)
 {
   switch (status) {
-  case RunStatus::ok: return "ok";
-  case RunStatus::failed: return "failed";
-  case RunStatus::timeout: return "timeout";
-  case RunStatus::bad_result: return "bad-result";
-  case RunStatus::error: return "error";
-  case RunStatus::interrupted: return "interrupted";
+  case RunStatus::ok:
+    return "ok";
+  case RunStatus::failed:
+    return "failed";
+  case RunStatus::timeout:
+    return "timeout";
+  case RunStatus::bad_result:
+    return "bad-result";
+  case RunStatus::error:
+    return "error";
+  case RunStatus::interrupted:
+    return "interrupted";
   }
   return "error";
 }

@@ -117,8 +117,9 @@ Expected<Staged> stage(const Run& run, const std::string& run_dir)
   launcher.end_marker = "ferry-end-" + nonce;
   const std::string params_text = params_file_bytes(run.params);
   const std::string launcher_text = make_launcher(launcher);
-  const std::pair<std::string, std::string_view> files[] = {
-      {launcher.job_file, run.job.bytes}, {"params.json", params_text}, {"launch.sh", launcher_text}};
+  const std::pair<std::string, std::string_view> files[] = {{launcher.job_file, run.job.bytes},
+                                                            {"params.json", params_text},
+                                                            {"launch.sh", launcher_text}};
   for (const auto& [name, bytes] : files) {
     FERRY_TRY(run.session.put_file(run_dir + "/" + name, bytes));
   }
@@ -154,9 +155,10 @@ void record_output(const Run& run, ExecOutcome& outcome)
   record.stderr_truncated = outcome.err.truncated;
   record.exit_code = outcome.exit_code;
   if (outcome.out.truncated || outcome.err.truncated) {
-    add_warning(record, "output-truncated",
-                fmt::format("output over the {} MiB cap was dropped: {} bytes of stdout, {} of stderr",
-                            run.options.output_cap >> 20, outcome.out.dropped, outcome.err.dropped));
+    add_warning(
+        record, "output-truncated",
+        fmt::format("output over the {} MiB cap was dropped: {} bytes of stdout, {} of stderr",
+                    run.options.output_cap >> 20, outcome.out.dropped, outcome.err.dropped));
   }
   if (outcome.output_held_open) {
     add_warning(record, "processes-outlived-job",
@@ -272,7 +274,8 @@ void run_phases(Run& run)
   case ExecEnd::interrupted:
     return conclude(run.record, RunStatus::interrupted, "interrupted; the job was stopped");
   case ExecEnd::exited:
-  case ExecEnd::deadline: break;
+  case ExecEnd::deadline:
+    break;
   }
   collect(run, *executed, *dir);
 }

@@ -26,8 +26,9 @@ Expected<HostSpec> parse_host_spec(std::string_view spec)
       }
       port_text = rest.substr(1);
     }
-  } else if (const auto colon = rest.find(':'); colon != std::string_view::npos &&
-                                                rest.find(':', colon + 1) == std::string_view::npos) {
+  } else if (const auto colon = rest.find(':');
+             colon != std::string_view::npos &&
+             rest.find(':', colon + 1) == std::string_view::npos) {
     result.host = std::string(rest.substr(0, colon));
     port_text = rest.substr(colon + 1);
   } else {
@@ -39,7 +40,8 @@ Expected<HostSpec> parse_host_spec(std::string_view spec)
   if (!port_text.empty() || (spec.find(':') != std::string_view::npos && port_text.empty() &&
                              result.host.find(':') == std::string::npos)) {
     unsigned port = 0;
-    const auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+    const auto [ptr, ec] =
+        std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
     if (port_text.empty() || ec != std::errc() || ptr != port_text.data() + port_text.size() ||
         port == 0 || port > 65535) {
       return fail(ErrorKind::usage, "host '{}': the port must be a number from 1 to 65535", spec);

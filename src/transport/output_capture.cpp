@@ -8,8 +8,8 @@ constexpr std::size_t k_noise_cap = 64 * 1024;
 } // namespace
 
 OutputCapture::OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker)
-  : m_marker(sentinel.empty() ? std::string() : sentinel + "\n"),
-    m_end(end_marker.empty() ? std::string() : end_marker + "\n"), m_cap(cap + m_end.size())
+    : m_marker(sentinel.empty() ? std::string() : sentinel + "\n"),
+      m_end(end_marker.empty() ? std::string() : end_marker + "\n"), m_cap(cap + m_end.size())
 {
   m_out.saw_sentinel = m_marker.empty();
 }
@@ -25,8 +25,8 @@ void OutputCapture::feed(std::string_view data)
       if (m_pending.size() > k_noise_cap + keep) {
         const std::size_t drop = m_pending.size() - keep;
         if (m_out.before_sentinel.size() < k_noise_cap) {
-          m_out.before_sentinel.append(
-            m_pending, 0, std::min(drop, k_noise_cap - m_out.before_sentinel.size()));
+          m_out.before_sentinel.append(m_pending, 0,
+                                       std::min(drop, k_noise_cap - m_out.before_sentinel.size()));
         }
         m_pending.erase(0, drop);
       }

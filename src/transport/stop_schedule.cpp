@@ -10,7 +10,7 @@ constexpr std::chrono::seconds k_give_up_slack{8};
 } // namespace
 
 StopSchedule::StopSchedule(Clock::time_point start, const ExecRequest& request)
-  : m_start(start), m_deadline(request.deadline), m_grace(request.grace)
+    : m_start(start), m_deadline(request.deadline), m_grace(request.grace)
 {
 }
 

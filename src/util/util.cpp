@@ -57,7 +57,8 @@ std::string utc_compact(std::chrono::system_clock::time_point t)
 std::string utc_iso(std::chrono::system_clock::time_point t)
 {
   const std::tm tm = to_utc(t);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()) % 1000;
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()) % 1000;
   return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
                      tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms.count());
 }

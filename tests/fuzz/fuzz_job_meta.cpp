@@ -1,4 +1,4 @@
-// libFuzzer target: the `/// ferry` block parser (SPEC "Job file") on hostile job files.
+// libFuzzer target: the `/// ferry` block parser (docs/job-file.md) on hostile job files.
 //
 // Each input is tried twice: as a whole job file, and as the TOML text of a block (every line
 // put behind "# " between "# /// ferry" and "# ///"), so mutations reach the TOML and parameter

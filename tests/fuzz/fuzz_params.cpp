@@ -1,4 +1,5 @@
-// libFuzzer target: parameter typing and validation (SPEC "-p KEY=VALUE", "--params FILE.json").
+// libFuzzer target: parameter typing and validation (docs/parameters.md: -p KEY=VALUE, --params
+// FILE.json).
 //
 // The first bytes declare a job (1-3 parameters: type, list item type, required, choices,
 // default), kept only where parse_job_meta would accept them; the rest are `-p` assignments,
@@ -87,12 +88,18 @@ ParamSpec make_spec(FuzzedDataProvider& in, const char* name)
 bool has_type(ParamType type, const json& value)
 {
   switch (type) {
-  case ParamType::integer: return value.is_number_integer();
-  case ParamType::floating: return value.is_number_float();
-  case ParamType::boolean: return value.is_boolean();
-  case ParamType::string: return value.is_string();
-  case ParamType::list: return value.is_array();
-  case ParamType::json: return true;
+  case ParamType::integer:
+    return value.is_number_integer();
+  case ParamType::floating:
+    return value.is_number_float();
+  case ParamType::boolean:
+    return value.is_boolean();
+  case ParamType::string:
+    return value.is_string();
+  case ParamType::list:
+    return value.is_array();
+  case ParamType::json:
+    return true;
   }
   return false;
 }
@@ -154,7 +161,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   std::optional<json> file;
   switch (in.ConsumeIntegralInRange(0, 2)) {
-  case 0: break;
+  case 0:
+    break;
   case 1: { // any JSON document
     json doc = json::parse(in.ConsumeRandomLengthString(256), nullptr, false);
     if (!doc.is_discarded()) {

@@ -1,4 +1,4 @@
-// libFuzzer target: the run-record JSON reader (SPEC "Run record"; the archive reads every
+// libFuzzer target: the run-record JSON reader (docs/record.md; the archive reads every
 // stored record back through it) and the two writers of a record: to_json / to_json_line and
 // the streaming write_json_line / write_json_string that `ferry run --json` uses.
 //

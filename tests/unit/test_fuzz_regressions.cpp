@@ -63,8 +63,8 @@ TEST_CASE("check_param_value names a wrongly typed value that is not valid UTF-8
 TEST_CASE("a table header that starts with no key is a TOML error", "[meta][fuzz]")
 {
   for (const char* header : {"[[/// ferry", "[/x]", "[[[1]]]", "[[="}) {
-    const std::string file = std::string("# /// ferry\n# interpreter = \"sh\"\n# ") + header +
-                             "\n# ///\n";
+    const std::string file =
+        std::string("# /// ferry\n# interpreter = \"sh\"\n# ") + header + "\n# ///\n";
     auto meta = parse_job_meta(file, "job.sh");
     REQUIRE_FALSE(meta);
     CHECK_THAT(meta.error().message, Catch::Contains("job.sh:3: invalid TOML"));
@@ -79,10 +79,12 @@ TEST_CASE("non-ASCII characters where TOML expects a key or a value end are a TO
           "[meta][fuzz]")
 {
   const char* const cases[][2] = {
-    {"# /// ferry\n# \xcc\xaa\n# ///\n", "job.sh:2: invalid TOML"},
-    {"# /// ferry\n# interpreter = \"sh\"\n# timeout = 1\xc9\xab\n# ///\n", "job.sh:3: invalid TOML"},
-    {"# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"int\"\n# default = 1\xc2\xa7\n# ///\n",
-     "job.sh:5: invalid TOML"},
+      {"# /// ferry\n# \xcc\xaa\n# ///\n", "job.sh:2: invalid TOML"},
+      {"# /// ferry\n# interpreter = \"sh\"\n# timeout = 1\xc9\xab\n# ///\n",
+       "job.sh:3: invalid TOML"},
+      {"# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"int\"\n# default = "
+       "1\xc2\xa7\n# ///\n",
+       "job.sh:5: invalid TOML"},
   };
   for (const auto& [file, message] : cases) {
     auto meta = parse_job_meta(file, "job.sh");
@@ -90,7 +92,8 @@ TEST_CASE("non-ASCII characters where TOML expects a key or a value end are a TO
     CHECK_THAT(meta.error().message, Catch::Contains(message));
   }
   // Non-ASCII text inside strings is fine.
-  auto meta = parse_job_meta("# /// ferry\n# interpreter = \"sh\"\n# description = \"\"\"\\\n# \xc2\xa7 \xcc\xaa\"\"\"\n# ///\n",
+  auto meta = parse_job_meta("# /// ferry\n# interpreter = \"sh\"\n# description = \"\"\"\\\n# "
+                             "\xc2\xa7 \xcc\xaa\"\"\"\n# ///\n",
                              "job.sh");
   REQUIRE(meta);
   CHECK(meta->description == "\xc2\xa7 \xcc\xaa");
@@ -103,7 +106,7 @@ TEST_CASE("a timeout that is a huge float is refused", "[meta][fuzz]")
 {
   for (const char* timeout : {"922337203685477580761.0", "1e300", "-1e300", "inf", "nan", "0.5"}) {
     const std::string file =
-      std::string("# /// ferry\n# interpreter = \"sh\"\n# timeout = ") + timeout + "\n# ///\n";
+        std::string("# /// ferry\n# interpreter = \"sh\"\n# timeout = ") + timeout + "\n# ///\n";
     auto meta = parse_job_meta(file, "job.sh");
     REQUIRE_FALSE(meta);
     CHECK_THAT(meta.error().message, Catch::Contains("job.sh:3: timeout must be"));

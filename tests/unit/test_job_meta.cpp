@@ -100,7 +100,8 @@ TEST_CASE("broken metadata blocks are refused with file and line", "[meta]")
   }
   SECTION("unterminated block")
   {
-    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n"), Catch::Contains("no closing `# ///`"));
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n"),
+               Catch::Contains("no closing `# ///`"));
     CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\necho\n# ///\n"),
                Catch::Contains("job.py:3:"));
   }
@@ -113,7 +114,8 @@ TEST_CASE("broken metadata blocks are refused with file and line", "[meta]")
   {
     CHECK_THAT(error_of("# /// ferry\n# interpreter = \"python3 -u\"\n# ///\n"),
                Catch::Contains("job.py:2: interpreter must be"));
-    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"$(id)\"\n# ///\n"), Catch::Contains("interpreter"));
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"$(id)\"\n# ///\n"),
+               Catch::Contains("interpreter"));
   }
   SECTION("missing interpreter")
   {
@@ -130,30 +132,39 @@ TEST_CASE("broken metadata blocks are refused with file and line", "[meta]")
   {
     CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# timout = 3\n# ///\n"),
                Catch::Contains("unknown key 'timout'"));
-    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"int\"\n# defualt = 1\n# ///\n"),
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"int\"\n# "
+                        "defualt = 1\n# ///\n"),
                Catch::Contains("job.py:5: params.a has an unknown key 'defualt'"));
   }
   SECTION("bad parameter types")
   {
-    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"integer\"\n# ///\n"),
-               Catch::Contains("params.a.type must be one of"));
-    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"list\"\n# items = \"json\"\n# ///\n"),
+    CHECK_THAT(
+        error_of(
+            "# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"integer\"\n# ///\n"),
+        Catch::Contains("params.a.type must be one of"));
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"list\"\n# "
+                        "items = \"json\"\n# ///\n"),
                Catch::Contains("params.a.items"));
   }
   SECTION("a default of the wrong type or outside choices")
   {
-    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"int\"\n# default = \"x\"\n# ///\n"),
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"int\"\n# "
+                        "default = \"x\"\n# ///\n"),
                Catch::Contains("parameter 'a' expects an int"));
-    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"string\"\n# default = \"c\"\n# choices = [\"a\", \"b\"]\n# ///\n"),
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"string\"\n# "
+                        "default = \"c\"\n# choices = [\"a\", \"b\"]\n# ///\n"),
                Catch::Contains("not one of the choices"));
   }
   SECTION("inf and nan have no JSON form")
   {
-    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"float\"\n# default = inf\n# ///\n"),
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"float\"\n# "
+                        "default = inf\n# ///\n"),
                Catch::Contains("job.py:5: params.a.default holds inf or nan"));
-    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"float\"\n# choices = [1.0, nan]\n# ///\n"),
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"float\"\n# "
+                        "choices = [1.0, nan]\n# ///\n"),
                Catch::Contains("params.a.choices holds inf or nan"));
-    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"json\"\n# default = {x = [-inf]}\n# ///\n"),
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"json\"\n# "
+                        "default = {x = [-inf]}\n# ///\n"),
                Catch::Contains("params.a.default holds inf or nan"));
   }
 }
@@ -191,16 +202,19 @@ TEST_CASE("bool spellings", "[params]")
 {
   const Job job = good_job();
   for (const auto* yes : {"true", "1", "yes", "TRUE", "Yes"}) {
-    CHECK((*resolve_params(job, {"name=x", std::string("verbose=") + yes}, std::nullopt))["verbose"] == true);
+    CHECK((*resolve_params(job, {"name=x", std::string("verbose=") + yes},
+                           std::nullopt))["verbose"] == true);
   }
   for (const auto* no : {"false", "0", "no", "False"}) {
-    CHECK((*resolve_params(job, {"name=x", std::string("verbose=") + no}, std::nullopt))["verbose"] == false);
+    CHECK((*resolve_params(job, {"name=x", std::string("verbose=") + no},
+                           std::nullopt))["verbose"] == false);
   }
 }
 
 TEST_CASE("string values are taken verbatim", "[params]")
 {
-  const std::string hostile = "( ) \" ' \\ $HOME ${PATH} `id` $(id) *.py [a-z]* {a,b} ~root !! ; | & < > # \n\t\r 日本語";
+  const std::string hostile =
+      "( ) \" ' \\ $HOME ${PATH} `id` $(id) *.py [a-z]* {a,b} ~root !! ; | & < > # \n\t\r 日本語";
   auto params = resolve_params(good_job(), {"name=" + hostile}, std::nullopt);
   REQUIRE(params);
   CHECK((*params)["name"] == hostile);
@@ -227,9 +241,12 @@ TEST_CASE("every refusal names the parameter and the expected type", "[params]")
   CHECK_THAT(refused({"name=x", "nope=1"}), Catch::Contains("has no parameter 'nope'"));
   CHECK_THAT(refused({"name=x", "tp"}), Catch::Contains("expected KEY=VALUE"));
   CHECK_THAT(refused({}), Catch::Contains("needs parameter 'name'"));
-  CHECK_THAT(refused({"name=x"}, json{{"tp", "8"}}), Catch::Contains("'tp' expects an int, but --params gives string"));
-  CHECK_THAT(refused({"name=x"}, json{{"kv_dtype", {"bf16", 3}}}), Catch::Contains("'kv_dtype' expects a list of string"));
-  CHECK_THAT(refused({"name=x"}, json{{"unknown", 1}}), Catch::Contains("has no parameter 'unknown'"));
+  CHECK_THAT(refused({"name=x"}, json{{"tp", "8"}}),
+             Catch::Contains("'tp' expects an int, but --params gives string"));
+  CHECK_THAT(refused({"name=x"}, json{{"kv_dtype", {"bf16", 3}}}),
+             Catch::Contains("'kv_dtype' expects a list of string"));
+  CHECK_THAT(refused({"name=x"}, json{{"unknown", 1}}),
+             Catch::Contains("has no parameter 'unknown'"));
   CHECK_THAT(refused({"name=x"}, json::array({1})), Catch::Contains("must hold a JSON object"));
 }
 

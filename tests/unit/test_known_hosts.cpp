@@ -21,9 +21,12 @@ std::string hex(const std::string& bytes)
 TEST_CASE("HMAC-SHA1 and base64 give the published test vectors", "[known_hosts]")
 {
   // RFC 2202 test cases 1, 2 and 6 (a key longer than the block).
-  CHECK(hex(hmac_sha1(std::string(20, '\x0b'), "Hi There")) == "b617318655057264e28bc0b6fb378c8ef146be00");
-  CHECK(hex(hmac_sha1("Jefe", "what do ya want for nothing?")) == "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79");
-  CHECK(hex(hmac_sha1(std::string(80, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First")) ==
+  CHECK(hex(hmac_sha1(std::string(20, '\x0b'), "Hi There")) ==
+        "b617318655057264e28bc0b6fb378c8ef146be00");
+  CHECK(hex(hmac_sha1("Jefe", "what do ya want for nothing?")) ==
+        "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79");
+  CHECK(hex(hmac_sha1(std::string(80, '\xaa'),
+                      "Test Using Larger Than Block-Size Key - Hash Key First")) ==
         "aa4ae5e15272d00e95705637ce8a3b55ed402112");
   CHECK(base64_decode("Zm9vYmFy") == "foobar");
   CHECK(base64_decode("Zm9vYg==") == "foob");

@@ -8,9 +8,9 @@
 
 #include "ferry/json_diff.hpp"
 #include "ferry/remote/launcher.hpp"
+#include "ferry/remote/shell_neutral.hpp"
 #include "ferry/run_record.hpp"
 #include "ferry/runner.hpp"
-#include "ferry/remote/shell_neutral.hpp"
 
 using namespace ferry;
 using nlohmann::json;
@@ -26,10 +26,16 @@ public:
   std::function<void(FakeSession&, const std::string& run_dir)> during_exec;
   std::optional<Error> fail_put;
 
-  json target() const override { return {{"host", "h"}, {"user", "u"}, {"port", 22}, {"host_key_sha256", "SHA256:x"}}; }
+  json target() const override
+  {
+    return {{"host", "h"}, {"user", "u"}, {"port", 22}, {"host_key_sha256", "SHA256:x"}};
+  }
   std::string label() const override { return "gpu1"; }
   Expected<void> connect() override { return {}; }
-  Expected<std::string> create_run_dir() override { return std::string("/home/u/.cache/ferry/runs/ferry-1-abc"); }
+  Expected<std::string> create_run_dir() override
+  {
+    return std::string("/home/u/.cache/ferry/runs/ferry-1-abc");
+  }
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
   {
     if (fail_put) {
@@ -51,7 +57,8 @@ public:
   Expected<std::optional<std::string>> fetch_file(const std::string& path, std::size_t) override
   {
     auto it = files.find(path);
-    return it == files.end() ? std::optional<std::string>() : std::optional<std::string>(it->second);
+    return it == files.end() ? std::optional<std::string>()
+                             : std::optional<std::string>(it->second);
   }
   Expected<bool> file_exists(const std::string& path) override { return files.count(path) != 0; }
   Expected<void> remove_run_dir(const std::string& path) override
@@ -64,7 +71,8 @@ public:
 Job test_job(std::string interpreter = "python3")
 {
   auto job = parse_job("probe", "probe.py", "probe.py",
-                       "# /// ferry\n# interpreter = \"" + interpreter + "\"\n# timeout = 7\n# ///\nprint(1)\n");
+                       "# /// ferry\n# interpreter = \"" + interpreter +
+                           "\"\n# timeout = 7\n# ///\nprint(1)\n");
   REQUIRE(job);
   return std::move(job).value();
 }
@@ -77,7 +85,9 @@ TEST_CASE("the runner stages three files and executes only the launcher", "[runn
 {
   FakeSession session;
   session.outcome.exit_code = 0;
-  session.during_exec = [](FakeSession& s, const std::string& dir) { s.files[dir + "/result.json"] = R"({"x": 1})"; };
+  session.during_exec = [](FakeSession& s, const std::string& dir) {
+    s.files[dir + "/result.json"] = R"({"x": 1})";
+  };
   const json params = {{"text", "$(id) `id` 'q' \"d\""}};
   RunRecord record = run_job(session, test_job(), params, RunOptions{});
   CHECK(record.status == RunStatus::ok);
@@ -100,7 +110,9 @@ TEST_CASE("outcomes become statuses", "[runner]")
   SECTION("timeout: exit 124 with the launcher's marker")
   {
     session.outcome.exit_code = k_launcher_timeout_exit;
-    session.during_exec = [](FakeSession& s, const std::string& dir) { s.files[dir + "/" + k_launcher_timeout_marker] = ""; };
+    session.during_exec = [](FakeSession& s, const std::string& dir) {
+      s.files[dir + "/" + k_launcher_timeout_marker] = "";
+    };
     const auto record = run_job(session, test_job(), json::object(), RunOptions{});
     CHECK(record.status == RunStatus::timeout);
     CHECK(record.exit_code == 124);
@@ -114,7 +126,8 @@ TEST_CASE("outcomes become statuses", "[runner]")
   SECTION("missing interpreter is named")
   {
     session.outcome.exit_code = k_launcher_no_interpreter_exit;
-    session.outcome.err.bytes = std::string(k_launcher_no_interpreter_prefix) + "python9 not found\n";
+    session.outcome.err.bytes =
+        std::string(k_launcher_no_interpreter_prefix) + "python9 not found\n";
     const auto record = run_job(session, test_job("python9"), json::object(), RunOptions{});
     CHECK(record.status == RunStatus::failed);
     CHECK_THAT(*record.error, Catch::Contains("interpreter 'python9' not found"));
@@ -138,7 +151,8 @@ TEST_CASE("outcomes become statuses", "[runner]")
   SECTION("interrupted")
   {
     session.outcome.end = ExecEnd::interrupted;
-    CHECK(run_job(session, test_job(), json::object(), RunOptions{}).status == RunStatus::interrupted);
+    CHECK(run_job(session, test_job(), json::object(), RunOptions{}).status ==
+          RunStatus::interrupted);
     CHECK(session.removed.size() == 1);
   }
   SECTION("upload failure is an error and the run dir is removed")
@@ -167,11 +181,13 @@ TEST_CASE("results: file stdout-only JSON or null", "[runner]")
   CHECK(parse_result(std::nullopt, " {\"a\": 1}\n", 100).value == json{{"a", 1}});
   CHECK(parse_result(std::nullopt, "{} {}", 100).value.is_null());
   CHECK(parse_result(std::string("[1,2]"), "{\"ignored\": 1}", 100).value == json{1, 2});
-  CHECK_THAT(*parse_result(std::string("{bad"), "", 100).bad, Catch::StartsWith("result.json is not valid JSON"));
+  CHECK_THAT(*parse_result(std::string("{bad"), "", 100).bad,
+             Catch::StartsWith("result.json is not valid JSON"));
   CHECK_THAT(*parse_result(std::string(200, ' '), "", 100).bad, Catch::Contains("larger than"));
   CHECK_THAT(*parse_result(std::string(100000, '[') + std::string(100000, ']'), "", 1 << 20).bad,
              Catch::Contains("nests"));
-  CHECK_THAT(*parse_result(std::string("\"\xff\""), "", 100).bad, Catch::Contains("not valid JSON"));
+  CHECK_THAT(*parse_result(std::string("\"\xff\""), "", 100).bad,
+             Catch::Contains("not valid JSON"));
 }
 
 TEST_CASE("the job file travels under its own name unless that is unsafe", "[runner]")
@@ -186,9 +202,11 @@ TEST_CASE("the job file travels under its own name unless that is unsafe", "[run
 
 TEST_CASE("json_diff names changes by JSON Pointer and numbers exact order matters", "[diff]")
 {
-  const json a = json::parse(R"({"kv": {"bf16": {"max_tokens": 1216348}}, "l": [1, 2], "x/y": 1, "f": 0.5})");
+  const json a =
+      json::parse(R"({"kv": {"bf16": {"max_tokens": 1216348}}, "l": [1, 2], "x/y": 1, "f": 0.5})");
   CHECK(json_diff(a, a).empty());
-  const json b = json::parse(R"({"kv": {"bf16": {"max_tokens": 1216000}}, "l": [2, 1], "x/y": 1.0, "f": 0.5000001, "n": null})");
+  const json b = json::parse(
+      R"({"kv": {"bf16": {"max_tokens": 1216000}}, "l": [2, 1], "x/y": 1.0, "f": 0.5000001, "n": null})");
   const auto changes = json_diff(a, b);
   std::vector<std::string> paths;
   for (const auto& c : changes) {
@@ -201,7 +219,8 @@ TEST_CASE("json_diff names changes by JSON Pointer and numbers exact order matte
   CHECK(json_diff(json{{"a~b", 1}}, json{{"a~b", 2}})[0].path == "/a~0b");
 }
 
-TEST_CASE("streamed JSON strings replace broken UTF-8 exactly as the archive's JSON does", "[record]")
+TEST_CASE("streamed JSON strings replace broken UTF-8 exactly as the archive's JSON does",
+          "[record]")
 {
   // `run --json` streams stdout/stderr with its own escaper; `show --json` goes through
   // nlohmann::json's replace handler. The same bytes must read back as the same text.
@@ -217,17 +236,23 @@ TEST_CASE("streamed JSON strings replace broken UTF-8 exactly as the archive's J
     return nlohmann::json::parse(text).get<std::string>();
   };
   const auto archived = [](const std::string& bytes) {
-    return nlohmann::json::parse(nlohmann::json(bytes).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+    return nlohmann::json::parse(
+               nlohmann::json(bytes).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
         .get<std::string>();
   };
-  for (const std::string& bytes : {std::string("ok \xc3\xa9"), std::string("\xe2\x82" "A"), std::string("\xe0\x80\x80"),
-                                  std::string("\xed\xa0\x80"), std::string("\xf4\x90\x80\x80"), std::string("\xff\xfe"),
-                                  std::string("tail \xf0\x9f\x98"), std::string("\xc0\xaf"), std::string("\x80\x80 x")}) {
+  for (const std::string& bytes :
+       {std::string("ok \xc3\xa9"),
+        std::string("\xe2\x82"
+                    "A"),
+        std::string("\xe0\x80\x80"), std::string("\xed\xa0\x80"), std::string("\xf4\x90\x80\x80"),
+        std::string("\xff\xfe"), std::string("tail \xf0\x9f\x98"), std::string("\xc0\xaf"),
+        std::string("\x80\x80 x")}) {
     CHECK(streamed(bytes) == archived(bytes));
   }
   std::mt19937 random(20261129);
   std::uniform_int_distribution<int> pick(0, 11);
-  const unsigned char interesting[] = {0x41, 0x80, 0xBF, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0xF0, 0xF4, 0xA0, 0x90};
+  const unsigned char interesting[] = {0x41, 0x80, 0xBF, 0xC2, 0xDF, 0xE0,
+                                       0xED, 0xEF, 0xF0, 0xF4, 0xA0, 0x90};
   for (int round = 0; round < 2000; ++round) {
     std::string bytes;
     for (int n = 0; n < 12; ++n) {

@@ -8,12 +8,14 @@ using namespace ferry;
 
 TEST_CASE("only [A-Za-z0-9/._-] tokens separated by single spaces are shell-neutral", "[exec]")
 {
-  CHECK(is_shell_neutral_command("/bin/sh /home/u/.cache/ferry/runs/ferry-20261129T141215Z-3f9a/launch.sh"));
+  CHECK(is_shell_neutral_command(
+      "/bin/sh /home/u/.cache/ferry/runs/ferry-20261129T141215Z-3f9a/launch.sh"));
   CHECK(is_shell_neutral_command("true"));
-  for (const char* bad : {"", " ", "/bin/sh  x", "/bin/sh x ", " /bin/sh", "a;b", "a|b", "a&b", "$HOME",
-                          "a'b", "a\"b", "a\\b", "a*b", "a?b", "[a]", "{a,b}", "~root", "a!b", "(a)",
-                          "a#b", "a\tb", "a\nb", "a=b", "a:b", "a%b", "a^b", "a,b", "a@b", "a+b",
-                          "日本", "a\rb"}) {
+  for (const char* bad :
+       {"",      " ",   "/bin/sh  x", "/bin/sh x ", " /bin/sh", "a;b",  "a|b", "a&b",
+        "$HOME", "a'b", "a\"b",       "a\\b",       "a*b",      "a?b",  "[a]", "{a,b}",
+        "~root", "a!b", "(a)",        "a#b",        "a\tb",     "a\nb", "a=b", "a:b",
+        "a%b",   "a^b", "a,b",        "a@b",        "a+b",      "日本", "a\rb"}) {
     INFO(bad);
     CHECK_FALSE(is_shell_neutral_command(bad));
   }
@@ -30,7 +32,8 @@ TEST_CASE("sh_quote survives every byte but NUL", "[launcher]")
   CHECK(sh_quote("") == "''");
 }
 
-TEST_CASE("the launcher sets the contract's variables and never executes the job file", "[launcher]")
+TEST_CASE("the launcher sets the contract's variables and never executes the job file",
+          "[launcher]")
 {
   LauncherSpec spec;
   spec.run_dir = "/home/u/.cache/ferry/runs/ferry-1-ab";
@@ -42,11 +45,14 @@ TEST_CASE("the launcher sets the contract's variables and never executes the job
   spec.sentinel = "ferry-start-123";
   const std::string text = make_launcher(spec);
   CHECK_THAT(text, Catch::Contains("FERRY_RUN_DIR='/home/u/.cache/ferry/runs/ferry-1-ab'"));
-  CHECK_THAT(text, Catch::Contains("FERRY_PARAMS='/home/u/.cache/ferry/runs/ferry-1-ab'/params.json"));
-  CHECK_THAT(text, Catch::Contains("FERRY_RESULT='/home/u/.cache/ferry/runs/ferry-1-ab'/result.json"));
+  CHECK_THAT(text,
+             Catch::Contains("FERRY_PARAMS='/home/u/.cache/ferry/runs/ferry-1-ab'/params.json"));
+  CHECK_THAT(text,
+             Catch::Contains("FERRY_RESULT='/home/u/.cache/ferry/runs/ferry-1-ab'/result.json"));
   CHECK_THAT(text, Catch::Contains("FERRY_JOB='kv'\\''calc'"));
   CHECK_THAT(text, Catch::Contains("export FERRY_RUN_DIR FERRY_PARAMS FERRY_RESULT FERRY_JOB"));
-  CHECK_THAT(text, Catch::Contains("setsid \"$interpreter\" \"$FERRY_RUN_DIR\"/'kv_calc.py' </dev/null &"));
+  CHECK_THAT(text, Catch::Contains(
+                       "setsid \"$interpreter\" \"$FERRY_RUN_DIR\"/'kv_calc.py' </dev/null &"));
   CHECK_THAT(text, Catch::Contains("sleep 42 &"));
   CHECK_THAT(text, Catch::Contains("sleep 3 &"));
   CHECK_THAT(text, Catch::Contains("interpreter='python3'"));

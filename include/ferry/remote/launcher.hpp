@@ -16,7 +16,7 @@ struct LauncherSpec {
   std::string job_name;    // FERRY_JOB (quoted, may hold anything)
   std::string interpreter; // shell-neutral name or absolute path
   int timeout_s = 300;
-  int grace_s = 2; // between TERM and KILL
+  int grace_s = 2;      // between TERM and KILL
   std::string sentinel; // printed first on stdout and stderr; what precedes it is not the job's
   // Printed last on stdout. When that write fails, nobody is reading any more (the connection
   // was lost), so the launcher removes the run directory itself.

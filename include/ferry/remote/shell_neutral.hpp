@@ -1,6 +1,6 @@
 #pragma once
 // The only exec string that means the same in sh, bash, dash, zsh, fish, tcsh and csh is one
-// whose tokens match [A-Za-z0-9/._-]+, separated by single spaces (SPEC "Why").
+// whose tokens match [A-Za-z0-9/._-]+, separated by single spaces (docs/run-protocol.md).
 #include <string>
 #include <string_view>
 #include <vector>

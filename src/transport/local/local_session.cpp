@@ -36,12 +36,14 @@ public:
   Expected<std::string> create_run_dir() override
   {
     std::error_code ec;
-    const fs::path base = m_target.base.empty() ? fs::temp_directory_path(ec) : fs::path(m_target.base);
+    const fs::path base =
+        m_target.base.empty() ? fs::temp_directory_path(ec) : fs::path(m_target.base);
     if (ec) {
       return fail(ErrorKind::failed, "no temporary directory for the local run: {}", ec.message());
     }
-    const fs::path dir = base / fmt::format("ferry-{}-{}", utc_compact(std::chrono::system_clock::now()),
-                                            random_hex(16));
+    const fs::path dir =
+        base /
+        fmt::format("ferry-{}-{}", utc_compact(std::chrono::system_clock::now()), random_hex(16));
     if (::mkdir(dir.c_str(), 0700) != 0) {
       return fail(ErrorKind::failed, "cannot create the run directory {}: {}", dir.string(),
                   std::strerror(errno));
@@ -124,10 +126,15 @@ void drain(pollfd (&fds)[2], OutputCapture* (&captures)[2], int& open_streams,
 void apply_stop_step(StopSchedule& schedule, const bp::child& child)
 {
   switch (schedule.next(std::chrono::steady_clock::now())) {
-  case StopSchedule::Step::term: ::kill(child.id(), SIGTERM); break;
-  case StopSchedule::Step::kill: ::kill(child.id(), SIGKILL); break;
+  case StopSchedule::Step::term:
+    ::kill(child.id(), SIGTERM);
+    break;
+  case StopSchedule::Step::kill:
+    ::kill(child.id(), SIGKILL);
+    break;
   case StopSchedule::Step::give_up: // the exit linger below ends the wait
-  case StopSchedule::Step::none: break;
+  case StopSchedule::Step::none:
+    break;
   }
 }
 
@@ -138,8 +145,7 @@ Expected<ExecOutcome> LocalSession::exec(const ExecRequest& request)
   std::error_code spawn_error;
   bp::child child(bp::exe = request.argv.front(),
                   bp::args = std::vector<std::string>(request.argv.begin() + 1, request.argv.end()),
-                  bp::std_in < bp::null, bp::std_out > out_pipe, bp::std_err > err_pipe,
-                  spawn_error);
+                  bp::std_in<bp::null, bp::std_out> out_pipe, bp::std_err > err_pipe, spawn_error);
   if (spawn_error) {
     return fail(ErrorKind::failed, "cannot start {}: {}", request.argv.front(),
                 spawn_error.message());

@@ -84,14 +84,13 @@ bool drain(ssh_session session, ssh_channel channel, Streams& streams, ExecOutco
   bool got_data = false;
   for (int is_stderr = 0; is_stderr < 2; ++is_stderr) {
     while (true) {
-      const int n = ssh_channel_read_nonblocking(channel, streams.buffer.data(),
-                                                 static_cast<uint32_t>(streams.buffer.size()),
-                                                 is_stderr);
+      const int n = ssh_channel_read_nonblocking(
+          channel, streams.buffer.data(), static_cast<uint32_t>(streams.buffer.size()), is_stderr);
       if (n == SSH_ERROR) {
         if (!ssh_channel_is_eof(channel) && !ssh_channel_is_closed(channel)) {
           outcome.end = ExecEnd::lost;
-          outcome.lost_reason = fmt::format("reading the job's output failed: {}",
-                                            ssh_get_error(session));
+          outcome.lost_reason =
+              fmt::format("reading the job's output failed: {}", ssh_get_error(session));
         }
         break;
       }
@@ -120,11 +119,14 @@ bool apply_stop_step(StopSchedule& schedule, ssh_channel channel, ExecOutcome& o
     // OpenSSH >= 7.9 kills the session's process group; the launcher forwards it to the job.
     ssh_channel_request_send_signal(channel, "TERM");
     return true;
-  case StopSchedule::Step::kill: ssh_channel_request_send_signal(channel, "KILL"); return true;
+  case StopSchedule::Step::kill:
+    ssh_channel_request_send_signal(channel, "KILL");
+    return true;
   case StopSchedule::Step::give_up:
     lose(outcome, "the job did not stop after TERM and KILL");
     return false;
-  case StopSchedule::Step::none: return true;
+  case StopSchedule::Step::none:
+    return true;
   }
   return true;
 }
@@ -153,7 +155,8 @@ void pump(ssh_session session, ssh_channel channel, const ExecRequest& request,
     if (!apply_stop_step(schedule, channel, outcome)) {
       break;
     }
-    if (!got_data && ssh_event_dopoll(event.get(), 100) == SSH_ERROR && !ssh_is_connected(session)) {
+    if (!got_data && ssh_event_dopoll(event.get(), 100) == SSH_ERROR &&
+        !ssh_is_connected(session)) {
       lose(outcome, fmt::format("the connection dropped: {}", ssh_get_error(session)));
       break;
     }

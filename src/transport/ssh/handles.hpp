@@ -7,16 +7,40 @@
 
 namespace ferry::ssh {
 
-struct SessionFree { void operator()(ssh_session s) const { ssh_disconnect(s); ssh_free(s); } };
-struct SftpFree { void operator()(sftp_session s) const { sftp_free(s); } };
-struct ChannelFree { void operator()(ssh_channel c) const { ssh_channel_free(c); } };
-struct KeyFree { void operator()(ssh_key k) const { ssh_key_free(k); } };
-struct EventFree { void operator()(ssh_event e) const { ssh_event_free(e); } };
-struct FileClose { void operator()(sftp_file f) const { sftp_close(f); } };
-struct DirClose { void operator()(sftp_dir d) const { sftp_closedir(d); } };
-struct AttributesFree { void operator()(sftp_attributes a) const { sftp_attributes_free(a); } };
-struct CharFree { void operator()(char* p) const { ssh_string_free_char(p); } };
-struct EntryFree { void operator()(ssh_knownhosts_entry* e) const { ssh_knownhosts_entry_free(e); } };
+struct SessionFree {
+  void operator()(ssh_session s) const
+  {
+    ssh_disconnect(s);
+    ssh_free(s);
+  }
+};
+struct SftpFree {
+  void operator()(sftp_session s) const { sftp_free(s); }
+};
+struct ChannelFree {
+  void operator()(ssh_channel c) const { ssh_channel_free(c); }
+};
+struct KeyFree {
+  void operator()(ssh_key k) const { ssh_key_free(k); }
+};
+struct EventFree {
+  void operator()(ssh_event e) const { ssh_event_free(e); }
+};
+struct FileClose {
+  void operator()(sftp_file f) const { sftp_close(f); }
+};
+struct DirClose {
+  void operator()(sftp_dir d) const { sftp_closedir(d); }
+};
+struct AttributesFree {
+  void operator()(sftp_attributes a) const { sftp_attributes_free(a); }
+};
+struct CharFree {
+  void operator()(char* p) const { ssh_string_free_char(p); }
+};
+struct EntryFree {
+  void operator()(ssh_knownhosts_entry* e) const { ssh_knownhosts_entry_free(e); }
+};
 
 using Session = std::unique_ptr<ssh_session_struct, SessionFree>;
 using Sftp = std::unique_ptr<sftp_session_struct, SftpFree>;

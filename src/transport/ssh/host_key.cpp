@@ -14,7 +14,8 @@ Key entry_key(const known_hosts::Entry& entry)
 {
   ssh_key raw = nullptr;
   if (ssh_pki_import_pubkey_base64(entry.key_base64.c_str(),
-                                   ssh_key_type_from_name(entry.key_type.c_str()), &raw) != SSH_OK) {
+                                   ssh_key_type_from_name(entry.key_type.c_str()),
+                                   &raw) != SSH_OK) {
     return Key();
   }
   return Key(raw);
@@ -71,8 +72,7 @@ Unexpected<Error> changed(const std::vector<known_hosts::Entry>& entries, const 
               "{}: host key changed: the server offers {} but {}{} records {}; refusing to "
               "connect (this could be an attack). If the host was really re-keyed, remove the "
               "old entry (ssh-keygen -R '{}' -f {}) and connect again",
-              policy.label, offered, file,
-              recorded ? fmt::format(" line {}", recorded->line) : "",
+              policy.label, offered, file, recorded ? fmt::format(" line {}", recorded->line) : "",
               recorded ? recorded->fingerprint : "another key",
               known_hosts::lookup_name(where.host, where.port), file);
 }
@@ -155,11 +155,14 @@ Expected<void> verify_host_key(ssh_session session, const ServerKey& offered, co
                 policy.label, offered.fingerprint, revoked->file, revoked->line);
   }
   switch (ssh_session_is_known_server(session)) {
-  case SSH_KNOWN_HOSTS_OK: return {};
+  case SSH_KNOWN_HOSTS_OK:
+    return {};
   case SSH_KNOWN_HOSTS_CHANGED:
-  case SSH_KNOWN_HOSTS_OTHER: return changed(entries, where, policy, offered.fingerprint);
+  case SSH_KNOWN_HOSTS_OTHER:
+    return changed(entries, where, policy, offered.fingerprint);
   case SSH_KNOWN_HOSTS_UNKNOWN:
-  case SSH_KNOWN_HOSTS_NOT_FOUND: return unknown(session, entries, where, policy, offered.fingerprint);
+  case SSH_KNOWN_HOSTS_NOT_FOUND:
+    return unknown(session, entries, where, policy, offered.fingerprint);
   case SSH_KNOWN_HOSTS_ERROR:
   default:
     return fail(ErrorKind::unreachable, "{}: cannot check the host key against {}: {}",

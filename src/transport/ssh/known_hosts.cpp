@@ -29,7 +29,8 @@ std::array<std::uint8_t, 20> sha1(std::string_view message)
     std::uint32_t w[80];
     for (int i = 0; i < 16; ++i) {
       const auto* p = reinterpret_cast<const unsigned char*>(data.data() + block + i * 4);
-      w[i] = (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+      w[i] = (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) |
+             (std::uint32_t{p[2]} << 8) | p[3];
     }
     for (int i = 16; i < 80; ++i) {
       w[i] = rotl(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
@@ -58,7 +59,10 @@ std::array<std::uint8_t, 20> sha1(std::string_view message)
   return digest;
 }
 
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+char lower(char c)
+{
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
 
 // OpenSSH's match_pattern: `*` any run, `?` any one character; the text is already lower case.
 bool wildcard_match(std::string_view text, std::string_view pattern)
@@ -224,7 +228,8 @@ std::vector<Entry> read_files(const std::vector<std::string>& files)
   for (const auto& file : files) {
     if (const auto text = read_file(file)) { // a file that is missing or unreadable has none
       auto more = parse(*text, file);
-      entries.insert(entries.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+      entries.insert(entries.end(), std::make_move_iterator(more.begin()),
+                     std::make_move_iterator(more.end()));
     }
   }
   return entries;

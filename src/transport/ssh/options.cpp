@@ -31,7 +31,8 @@ Expected<void> check_exists(const std::string& file, std::string_view what, std:
 
 Expected<void> parse_config(ssh_session session, const SshTarget& target)
 {
-  const std::string config = target.ssh_config.empty() ? std::string() : expand_home(target.ssh_config);
+  const std::string config =
+      target.ssh_config.empty() ? std::string() : expand_home(target.ssh_config);
   if (!config.empty()) {
     FERRY_TRY(check_exists(config, "ssh config", "--ssh-config"));
   }
@@ -46,7 +47,8 @@ Expected<void> parse_config(ssh_session session, const SshTarget& target)
 }
 
 // What the command line says wins over the config.
-Expected<void> apply_command_line(ssh_session session, const SshTarget& target, const HostSpec& spec)
+Expected<void> apply_command_line(ssh_session session, const SshTarget& target,
+                                  const HostSpec& spec)
 {
   if (!spec.user.empty()) {
     ssh_options_set(session, SSH_OPTIONS_USER, spec.user.c_str());

@@ -17,8 +17,8 @@ constexpr std::size_t k_noise_shown = 200;
 
 SftpFiles::SftpFiles(ssh_session session, std::string label, std::string user,
                      std::string remote_base)
-  : m_session(session), m_label(std::move(label)), m_user(std::move(user)),
-    m_remote_base(std::move(remote_base))
+    : m_session(session), m_label(std::move(label)), m_user(std::move(user)),
+      m_remote_base(std::move(remote_base))
 {
 }
 
@@ -27,13 +27,27 @@ std::string SftpFiles::error(std::string_view what, std::string_view path) const
   const int code = m_sftp ? sftp_get_error(m_sftp.get()) : -1;
   std::string_view reason;
   switch (code) {
-  case SSH_FX_NO_SUCH_FILE: reason = "no such file or directory"; break;
-  case SSH_FX_PERMISSION_DENIED: reason = "permission denied"; break;
-  case SSH_FX_FILE_ALREADY_EXISTS: reason = "already exists"; break;
-  case 14: reason = "no space left on the device"; break; // SFTP v6 codes, for servers that send them
-  case 15: reason = "quota exceeded"; break;
-  case SSH_FX_FAILURE: reason = "failure (a full disk or quota also shows this way)"; break;
-  default: reason = ssh_get_error(m_session); break;
+  case SSH_FX_NO_SUCH_FILE:
+    reason = "no such file or directory";
+    break;
+  case SSH_FX_PERMISSION_DENIED:
+    reason = "permission denied";
+    break;
+  case SSH_FX_FILE_ALREADY_EXISTS:
+    reason = "already exists";
+    break;
+  case 14:
+    reason = "no space left on the device";
+    break; // SFTP v6 codes, for servers that send them
+  case 15:
+    reason = "quota exceeded";
+    break;
+  case SSH_FX_FAILURE:
+    reason = "failure (a full disk or quota also shows this way)";
+    break;
+  default:
+    reason = ssh_get_error(m_session);
+    break;
   }
   return fmt::format("{}: cannot {} {} on the host: {}", m_label, what, path, reason);
 }
@@ -115,10 +129,11 @@ Expected<void> SftpFiles::check_base_dir(const std::string& dir, bool is_base)
     return fail(ErrorKind::failed, "{}: {} exists and is not a directory", m_label, dir);
   }
   if (is_base && (attributes->permissions & 022) != 0) {
-    return fail(ErrorKind::failed,
-                "{}: the run base {} is writable by group or others (mode {:o}); another user "
-                "could tamper with runs. Fix it with `chmod 700 {}` or choose another --remote-base",
-                m_label, dir, attributes->permissions & 07777, dir);
+    return fail(
+        ErrorKind::failed,
+        "{}: the run base {} is writable by group or others (mode {:o}); another user "
+        "could tamper with runs. Fix it with `chmod 700 {}` or choose another --remote-base",
+        m_label, dir, attributes->permissions & 07777, dir);
   }
   return {};
 }
@@ -141,10 +156,11 @@ Expected<void> SftpFiles::prepare_base()
     to_create = {home_path + "/.cache", home_path + "/.cache/ferry", base};
   }
   if (!is_shell_neutral_token(base + "/ferry-x")) {
-    return fail(ErrorKind::failed,
-                "{}: the run base {} has characters outside [A-Za-z0-9/._-], so the exec string "
-                "would not be shell-neutral; set remote_base to a plain absolute path (--remote-base)",
-                m_label, base);
+    return fail(
+        ErrorKind::failed,
+        "{}: the run base {} has characters outside [A-Za-z0-9/._-], so the exec string "
+        "would not be shell-neutral; set remote_base to a plain absolute path (--remote-base)",
+        m_label, base);
   }
   for (const auto& dir : to_create) {
     FERRY_TRY(check_base_dir(dir, dir == base));
@@ -156,8 +172,8 @@ Expected<void> SftpFiles::prepare_base()
 Expected<std::string> SftpFiles::create_run_dir()
 {
   FERRY_TRY(prepare_base());
-  const std::string dir = fmt::format("{}/ferry-{}-{}", m_base,
-                                      utc_compact(std::chrono::system_clock::now()), random_hex(16));
+  const std::string dir = fmt::format(
+      "{}/ferry-{}-{}", m_base, utc_compact(std::chrono::system_clock::now()), random_hex(16));
   if (sftp_mkdir(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
     return fail(ErrorKind::failed, "{}", error("create the run directory", dir));
   }
