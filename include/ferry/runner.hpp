@@ -20,6 +20,7 @@ struct RunOptions {
   bool keep_remote = false;
   std::optional<std::string> replay_of;
   bool verbose = false; // `-v`: each step with its time on stderr
+  StopToken stop;       // stopped: the runs end as on an interrupt (status interrupted)
 };
 
 // `-v` output: "ferry: gpu1 kv_calc: upload 0.004 s".

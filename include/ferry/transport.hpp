@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,6 +42,34 @@ private:
   std::string m_pending; // bytes before the sentinel, not yet known to be noise
 };
 
+// Set from the signal handler; every transport polls it while it waits.
+[[nodiscard]] bool interrupt_requested();
+void request_interrupt();
+
+// Asks the runs that share it to stop, as an interrupt does for every run of the process (an
+// MCP client cancelling one call, say). Copies share the flag; a default token is only ever
+// stopped by an interrupt.
+class StopToken {
+public:
+  StopToken() = default;
+  [[nodiscard]] static StopToken make() { return StopToken(std::make_shared<std::atomic<bool>>()); }
+  void request_stop() const
+  {
+    if (m_flag) {
+      m_flag->store(true);
+    }
+  }
+  // This token was stopped, or the process was interrupted.
+  [[nodiscard]] bool stop_requested() const
+  {
+    return interrupt_requested() || (m_flag && m_flag->load());
+  }
+
+private:
+  explicit StopToken(std::shared_ptr<std::atomic<bool>> flag) : m_flag(std::move(flag)) {}
+  std::shared_ptr<std::atomic<bool>> m_flag;
+};
+
 struct ExecRequest {
   std::vector<std::string> argv; // shell-neutral tokens
   std::string sentinel;
@@ -49,6 +78,7 @@ struct ExecRequest {
   // ferry's own backstop: past it, the job is signalled (the launcher's deadline comes first).
   std::chrono::steady_clock::duration deadline = std::chrono::seconds(300);
   std::chrono::steady_clock::duration grace = std::chrono::seconds(2);
+  StopToken stop; // stopped: the job is stopped as on an interrupt
 };
 
 // How an exec ended.
@@ -72,10 +102,6 @@ struct ExecOutcome {
 
 // How long to wait for the output streams to close once the launcher itself has exited.
 inline constexpr std::chrono::milliseconds k_output_linger{1500};
-
-// Set from the signal handler; every transport polls it while it waits.
-[[nodiscard]] bool interrupt_requested();
-void request_interrupt();
 
 class HostSession {
 public:

@@ -39,7 +39,7 @@ private:
       m_observer.progress(m_progress);
     }
     const auto start = std::chrono::steady_clock::now();
-    auto connected = interrupt_requested()
+    auto connected = m_options.stop.stop_requested()
                          ? Expected<void>(fail(ErrorKind::failed, "interrupted before connecting"))
                          : session.connect();
     const double connect_s = seconds_since(start);
@@ -59,7 +59,7 @@ private:
 
   RunRecord not_connected(const HostSession& session, const PlannedRun& run, const Error& error)
   {
-    const bool interrupted = interrupt_requested();
+    const bool interrupted = m_options.stop.stop_requested();
     RunRecord record =
         unstarted_run(*run.job, run.params, session,
                       interrupted ? RunStatus::interrupted : RunStatus::error, error.message);

@@ -139,6 +139,7 @@ Expected<ExecOutcome> execute(const Run& run, const Staged& staged)
   request.output_cap = run.options.output_cap;
   request.grace = std::chrono::seconds(run.options.grace_s);
   request.deadline = std::chrono::seconds(run.timeout_s + run.options.grace_s + 5);
+  request.stop = run.options.stop;
   auto outcome = run.session.exec(request);
   run.record.timings.exec = seconds_since(start);
   run.step("exec", run.record.timings.exec);
@@ -247,7 +248,7 @@ void collect(const Run& run, const ExecOutcome& outcome, const std::string& run_
 
 void run_phases(Run& run)
 {
-  if (interrupt_requested()) {
+  if (run.options.stop.stop_requested()) {
     return conclude(run.record, RunStatus::interrupted, "interrupted before the job started");
   }
   auto dir = run.session.create_run_dir();

@@ -10,17 +10,18 @@ constexpr std::chrono::seconds k_give_up_slack{8};
 } // namespace
 
 StopSchedule::StopSchedule(Clock::time_point start, const ExecRequest& request)
-    : m_start(start), m_deadline(request.deadline), m_grace(request.grace)
+    : m_start(start), m_deadline(request.deadline), m_grace(request.grace), m_stop(request.stop)
 {
 }
 
 StopSchedule::Step StopSchedule::next(Clock::time_point now)
 {
   if (!m_termed_at) {
-    if (!interrupt_requested() && now - m_start <= m_deadline) {
+    const bool stop = m_stop.stop_requested();
+    if (!stop && now - m_start <= m_deadline) {
       return Step::none;
     }
-    m_reason = interrupt_requested() ? ExecEnd::interrupted : ExecEnd::deadline;
+    m_reason = stop ? ExecEnd::interrupted : ExecEnd::deadline;
     m_termed_at = now;
     return Step::term;
   }

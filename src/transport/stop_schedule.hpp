@@ -24,6 +24,7 @@ private:
   Clock::time_point m_start;
   Clock::duration m_deadline;
   Clock::duration m_grace;
+  StopToken m_stop;
   std::optional<Clock::time_point> m_termed_at;
   std::optional<ExecEnd> m_reason;
   bool m_killed = false;
