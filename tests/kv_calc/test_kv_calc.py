@@ -1,6 +1,8 @@
 """Unit tests for jobs/kv_calc.py: the arithmetic against the reference figures of issue 3,
 the warnings, the config readers, memory probing with a fake nvidia-smi, calibration, and the
-job run end to end as ferry runs it (FERRY_PARAMS / FERRY_RESULT).
+job run end to end as ferry runs it (FERRY_PARAMS / FERRY_RESULT); then (issue 15) each
+family's rule against figures from the engines' code or published engine logs, the loud
+failure on unknown layer kinds, the per-kind breakdown and the planner (mode=plan).
 
 Run: cd tests/kv_calc && python3 -m unittest -v
 """
@@ -202,7 +204,9 @@ class OtherReferenceModels(unittest.TestCase):
 
     def test_all_presets_load(self):
         for name in kv_calc.PRESETS:
-            r = run(model=name, tp=8, kv_memory_gib=40.0)
+            # SGLang has no MiniMax lightning-attention model: that preset is vLLM-only.
+            engine = "vllm" if name == "minimax-text-01" else "sglang"
+            r = run(model=name, tp=8, kv_memory_gib=40.0, engine=engine)
             self.assertGreater(r["kv"]["bf16"]["max_tokens"], 0, name)
 
     def test_preset_names_case_insensitive(self):
@@ -257,15 +261,23 @@ class SlidingWindow(unittest.TestCase):
         self.assertEqual(r["kv"]["bf16"]["max_tokens"], full)
         self.assertEqual(r["kv"]["bf16"]["engine_split"]["swa_tokens"], int(full * 0.8))
 
-    def test_gpt_oss_vllm_shared_pool(self):
+    def test_gpt_oss_vllm_hybrid_groups(self):
+        """vLLM kv_cache_utils @001cabc1 _get_kv_cache_groups_uniform_page_size: 18 full + 18
+        sliding layers with equal pages -> group_size 18, two KV cache groups sharing one block
+        pool; get_num_blocks = pool // page // 18; _report_kv_cache_config logs num_blocks // 2
+        x 16 tokens; a request holds cdiv(context, 16) full blocks plus cdiv(min(128 - 1 + 8192,
+        context), 16) + 1 sliding blocks (SlidingWindowSpec.max_memory_usage_bytes)."""
         r = run(model="gpt-oss-120b", tp=1, kv_dtype=["bf16"], kv_memory_gib=40.0,
                 engine="vllm")
         kv = r["kv"]["bf16"]
-        self.assertEqual(kv["max_tokens"], kv_calc.vllm_tokens(int(40.0 * GIB), 8 * 128 * 2,
-                                                               18, 16))
-        self.assertIn("engine-approximation", codes(r))
-        self.assertLess(kv["shared_pool_concurrent_requests"]["131072"],
-                        kv["concurrent_requests"]["131072"])
+        page = 16 * 8 * 128 * 2
+        num_blocks = int(40.0 * GIB) // page // 18
+        self.assertEqual(kv["engine_split"]["num_blocks"], num_blocks)
+        self.assertEqual(kv["max_tokens"], num_blocks // 2 * 16)
+        per_request = 131072 // 16 + (-(-(127 + 8192) // 16) + 1)
+        self.assertEqual(kv["engine_split"]["blocks_per_request"]["131072"], per_request)
+        self.assertEqual(kv["concurrent_requests"]["131072"], round(num_blocks / per_request, 2))
+        self.assertNotIn("engine-approximation", codes(r))
 
     def test_sliding_window_pattern(self):
         cfg = dict(num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=4,
@@ -577,6 +589,476 @@ class Errors(unittest.TestCase):
             params(mem_fraction=1.5)
 
 
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def warning_text(result, code):
+    return " ".join(w["message"] for w in result["warnings"] if w["code"] == code)
+
+
+class DsaSparseAttention(unittest.TestCase):
+    """DeepSeek-V3.2 (DSA): the indexer key cache and the FP8 MLA row with scales (issue 15).
+    Per token and layer, from the engines' code:
+    - vLLM v1/kv_cache_interface.py @001cabc1 MLAAttentionSpec.real_page_size_bytes:
+      cache_dtype_str "fp8_ds_mla" -> block_size * 656 (512 FP8 + 4 x 4-byte scales + 64 x 2 rope)
+    - vLLM models/deepseek_v2.py @002d6073 Indexer: DeepseekV32IndexerCache(head_dim=128 +
+      128 // 128 * 4, dtype=uint8) -> 132 bytes
+    - SGLang model_runner_kv_cache_mixin.py @001ccef0 calculate_mla_kv_cache_dim (the same 656
+      for FP8 unless the NSA backend is trtllm) and get_cell_size_per_token (profiles the plain
+      576-byte row + the 132-byte indexer key)."""
+
+    def setUp(self):
+        self.cfg = fixture_config("deepseek-v3.2-exp")
+
+    def test_bytes_per_token_fp8_and_bf16(self):
+        r = run(config=self.cfg, tp=8, engine="vllm", kv_dtype=["fp8_e4m3", "bf16"],
+                kv_memory_gib=40.0)
+        self.assertEqual(r["model"]["sparse_attention"], "dsa")
+        self.assertEqual(r["kv"]["fp8_e4m3"]["bytes_per_token"], 61 * (656 + 132))  # 48,068
+        self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 61 * (576 * 2 + 132))  # 78,324
+        # The plain 576-byte row without the indexer is 27 % low at FP8, 10 % low at bf16.
+        plain = run(model="deepseek-v3", tp=8, kv_dtype=["fp8_e4m3", "bf16"])["kv"]
+        self.assertAlmostEqual(plain["fp8_e4m3"]["bytes_per_token"] / (61 * 788), 0.731, 3)
+        self.assertAlmostEqual(plain["bf16"]["bytes_per_token"] / (61 * 1284), 0.897, 3)
+        full = [k for k in r["kinds"] if k["kind"] == "full_attention"][0]
+        self.assertEqual(full["row"]["fp8_e4m3"], {"mla_row": 656, "indexer_key": 132})
+
+    def test_vllm_one_group_of_every_layer(self):
+        # UniformTypeKVCacheSpecs: one group, num_blocks = pool // (sum of the layers' pages),
+        # 64-token blocks (FlashMLA sparse).
+        r = run(config=self.cfg, tp=8, engine="vllm", kv_dtype=["fp8_e4m3"], kv_memory_gib=40.0)
+        entry = r["kv"]["fp8_e4m3"]
+        num_blocks = int(40.0 * GIB) // (64 * 61 * (656 + 132))
+        self.assertEqual(entry["engine_split"]["num_blocks"], num_blocks)
+        self.assertEqual(entry["max_tokens"], num_blocks * 64)
+        self.assertEqual(r["page_size"], 64)
+
+    def test_vllm_auto_is_the_fp8_row(self):
+        # models/config.py @0144dd5b DeepseekV32ForCausalLM.verify_and_update_config: auto ->
+        # fp8_ds_mla.
+        r = run(config=self.cfg, tp=8, engine="vllm", kv_dtype=["auto"])
+        self.assertEqual(r["kv"]["auto"]["dtype"], "fp8_e4m3")
+        self.assertEqual(r["kv"]["auto"]["bytes_per_token"], 61 * 788)
+
+    def test_sglang_profiles_less_than_it_allocates(self):
+        r = run(config=self.cfg, tp=8, kv_dtype=["fp8_e4m3"], kv_memory_gib=40.0)
+        entry = r["kv"]["fp8_e4m3"]
+        self.assertEqual(entry["bytes_per_token"], 61 * 788)
+        tokens = int(40.0 * GIB) // (61 * (576 + 132)) // 64 * 64
+        self.assertEqual(entry["max_tokens"], tokens)
+        self.assertEqual(entry["engine_split"]["profiled_bytes_per_token"], 61 * 708)
+        self.assertEqual(entry["engine_split"]["allocated_kv_bytes"], tokens * 61 * 788)
+        self.assertIn("pool-overshoot", codes(r))
+        self.assertIn("dp-attention-default", codes(r))
+
+    def test_sglang_trtllm_backend_keeps_the_plain_row(self):
+        r = run(config=self.cfg, tp=8, kv_dtype=["fp8_e4m3"], attention_backend="trtllm",
+                kv_memory_gib=40.0)
+        self.assertEqual(r["kv"]["fp8_e4m3"]["bytes_per_token"], 61 * (576 + 132))
+        self.assertNotIn("pool-overshoot", codes(r))
+
+    def test_published_sglang_log(self):
+        """sgl-project/sglang PR #11309 (8 x B200, --tp 8 --dp 8 --enable-dp-attention):
+        '[2025-10-07 23:17:19 DP0 TP0] KV Cache is allocated. #tokens: 975424, KV size: 43.67 GB'
+        43.67 GiB over 975,424 + 64 slots = 48,07x bytes per token: 61 x (656 + 132)."""
+        line = ("[2025-10-07 23:17:19 DP0 TP0] KV Cache is allocated. #tokens: 975424, "
+                "KV size: 43.67 GB")
+        r = run(config=self.cfg, tp=8, dp=8, kv_dtype=["fp8_e4m3", "bf16"], kv_memory_gib=40.0,
+                calibrate_log=line)
+        cal = r["calibration"]
+        self.assertEqual(cal["closest_dtype"], "fp8_e4m3")
+        self.assertEqual(cal["modelled_bytes_per_token"], 48068)
+        self.assertAlmostEqual(cal["bytes_per_token_ratio"], 1.0, delta=0.001)
+        self.assertNotIn("calibration-mismatch", codes(r))
+
+    def test_bf16_only_and_fp8_e4m3(self):
+        r = run(config=self.cfg, kv_dtype=["nvfp4"])
+        self.assertIn("dtype-unsupported", codes(r))
+
+
+class SlidingWindowLayouts(unittest.TestCase):
+    """Which layers are sliding, from layer_types or the families' transformers defaults, and
+    how each engine pools them: SGLang keeps a separate sliding-window pool only for its
+    hybrid-SWA architectures (model_config.py @001adf56 is_hybrid_swa_model: Llama-4, GPT-OSS,
+    ...; Gemma-2/3 run with disable_hybrid_swa_memory), vLLM's hybrid allocator groups every
+    sliding layer apart (kv_cache_utils.py @001cabc1)."""
+
+    def test_gemma3_official_config(self):
+        # The published gemma-3-27b-it config has no layer_types/sliding_window_pattern:
+        # Gemma3TextConfig's sliding_window_pattern 6 makes layers 5, 11, ..., 59 global.
+        cfg = fixture_config("gemma-3-27b-it")
+        vllm = run(config=cfg, tp=1, engine="vllm", kv_dtype=["bf16"], kv_memory_gib=30.0)
+        self.assertEqual(vllm["layers"], {"total": 62, "full_attention": 10,
+                                          "sliding_window": 52, "linear": 0})
+        self.assertEqual(vllm["sliding_window"], 1024)
+        per_layer = 16 * (128 + 128) * 2
+        self.assertEqual(vllm["kv"]["bf16"]["bytes_per_token"], 10 * per_layer)
+        # vLLM: 10 full + 52 sliding -> group_size 10, 1 + 6 groups; 16-token pages of one layer.
+        num_blocks = int(30.0 * GIB) // (16 * per_layer) // 10
+        entry = vllm["kv"]["bf16"]
+        self.assertEqual(entry["engine_split"]["num_blocks"], num_blocks)
+        self.assertEqual(entry["max_tokens"], num_blocks // 7 * 16)
+        blocks = 32768 // 16 + 6 * (cdiv(1023 + 8192, 16) + 1)
+        self.assertEqual(entry["concurrent_requests"]["32768"], round(num_blocks / blocks, 2))
+        sglang = run(config=cfg, tp=1, kv_dtype=["bf16"], kv_memory_gib=30.0)
+        self.assertEqual(sglang["kv"]["bf16"]["bytes_per_token"], 62 * per_layer)
+        self.assertTrue(any("disable_hybrid_swa_memory" in a for a in sglang["assumptions"]))
+
+    def test_gemma2_defaults(self):
+        cfg = fixture_config("gemma-2-9b-it")
+        model, _ = kv_calc.parse_model(kv_calc.Source("config", "t", cfg), kv_calc.Notes())
+        self.assertEqual(model.layers[:2], [("sliding",), ("full",)])  # layer 0 is sliding
+        r = run(config=cfg, tp=1, engine="vllm", kv_dtype=["auto"])
+        self.assertEqual(r["layers"]["full_attention"], 21)
+        self.assertEqual(r["sliding_window"], 4096)
+        # A float32 Gemma config runs in bf16 (SGLang model_config _get_and_verify_dtype).
+        self.assertEqual(r["kv"]["auto"]["dtype"], "bf16")
+
+    def test_mistral_every_layer_sliding(self):
+        cfg = fixture_config("mistral-7b-v0.1")
+        vllm = run(config=cfg, tp=1, engine="vllm", kv_dtype=["bf16"], kv_memory_gib=20.0)
+        self.assertEqual(vllm["layers"]["sliding_window"], 32)
+        entry = vllm["kv"]["bf16"]
+        per_layer = 8 * 256 * 2
+        num_blocks = int(20.0 * GIB) // (16 * per_layer) // 32
+        self.assertEqual(entry["max_tokens"], num_blocks * 16)
+        # One SlidingWindowSpec for every layer: a request holds its window + batched tokens.
+        blocks = cdiv(4095 + 8192, 16) + 1
+        self.assertEqual(entry["concurrent_requests"]["131072"], round(num_blocks / blocks, 2))
+        sglang = run(config=cfg, tp=1, kv_dtype=["bf16"], kv_memory_gib=20.0)
+        self.assertEqual(sglang["kv"]["bf16"]["bytes_per_token"], 32 * per_layer)
+
+    def test_qwen2_use_sliding_window(self):
+        cfg = fixture_config("qwen2.5-7b-instruct")
+        self.assertEqual(run(config=cfg)["layers"]["full_attention"], 28)
+        cfg.update(use_sliding_window=True, max_window_layers=20, sliding_window=4096)
+        r = run(config=cfg, engine="vllm")
+        self.assertEqual((r["layers"]["full_attention"], r["layers"]["sliding_window"]), (20, 8))
+
+
+class ChunkedAttention(unittest.TestCase):
+    """Llama-4: RoPE layers use chunked attention, every 4th layer is global (Llama4TextConfig
+    no_rope_layers default); vLLM ChunkedLocalAttentionSpec keeps chunk + batched tokens per
+    request; SGLang pools them as its sliding-window layers (get_hybrid_layer_ids)."""
+
+    def setUp(self):
+        self.cfg = fixture_config("llama-4-scout-17b-16e-instruct")
+
+    def test_layers_and_chunk(self):
+        r = run(config=self.cfg, tp=8, kv_dtype=["bf16"])
+        self.assertEqual(r["layers"], {"total": 48, "full_attention": 12, "sliding_window": 0,
+                                       "linear": 0, "chunked": 36})
+        self.assertEqual(r["attention_chunk_size"], 8192)
+        self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 12 * 1 * 256 * 2)
+
+    def test_chunked_attention_layer_type_is_known(self):
+        # The issue: a config whose layer_types has chunked_attention made the job fail.
+        cfg = fixture_config("llama-4-scout-17b-16e-instruct")
+        cfg["text_config"]["layer_types"] = (["chunked_attention"] * 3 + ["full_attention"]) * 12
+        self.assertEqual(run(config=cfg)["layers"]["chunked"], 36)
+
+    def test_sglang_swa_pool(self):
+        r = run(config=self.cfg, tp=8, kv_dtype=["bf16"], kv_memory_gib=40.0)
+        all_layers = int(40.0 * GIB) // (48 * 512)
+        full = int(all_layers * 48 / (0.8 * 36 + 12))
+        self.assertEqual(r["kv"]["bf16"]["max_tokens"], full)
+
+    def test_vllm_groups(self):
+        r = run(config=self.cfg, tp=8, kv_dtype=["bf16"], kv_memory_gib=40.0, engine="vllm")
+        entry = r["kv"]["bf16"]
+        num_blocks = int(40.0 * GIB) // (16 * 512) // 12
+        self.assertEqual(entry["max_tokens"], num_blocks // 4 * 16)
+        blocks = 131072 // 16 + 3 * cdiv(8192 + 8192, 16)
+        self.assertEqual(entry["engine_split"]["blocks_per_request"]["131072"], blocks)
+
+
+class MambaHybrids(unittest.TestCase):
+    """Mamba-1/Mamba-2 hybrids: only attention layers cache per token; each Mamba layer keeps
+    conv + SSM state per request per GPU (SGLang configs/mamba_utils.py @02e208de
+    Mamba2StateShape.create, vLLM mamba_utils.py @02d71083 MambaStateShapeCalculator)."""
+
+    def test_nemotron3_pattern(self):
+        cfg = fixture_config("nemotron-3-nano-30b-a3b")
+        r = run(config=cfg, tp=8, kv_dtype=["bf16"], kv_memory_gib=40.0)
+        # MEMEM*E...: 6 attention, 23 Mamba-2, 23 MoE-only layers (SGLang NemotronHConfig).
+        self.assertEqual(r["layers"], {"total": 52, "full_attention": 6, "sliding_window": 0,
+                                       "linear": 23})
+        self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 6 * 1 * 256 * 2)
+        # conv: (intermediate + 2 groups x state) / TP x (kernel - 1), bf16
+        conv = (64 * 64 + 2 * 8 * 128) // 8 * 3 * 2
+        ssm = 64 // 8 * 64 * 128 * 4  # heads/TP x head dim x state, float32
+        self.assertEqual(r["state"]["bytes_per_request"], 23 * (conv + ssm))
+        self.assertEqual(r["state"]["conv_bytes"], 23 * conv)
+        mlp = [k for k in r["kinds"] if k["kind"] == "mlp_only"][0]
+        self.assertEqual(mlp["count"], 23)
+
+    def test_nemotron_h_vllm_block_alignment(self):
+        """models/config.py @0144dd5b HybridAttentionMambaModelConfig: attention block size =
+        16 x cdiv(mamba page, 16 x attention page of one token); the mamba page is padded."""
+        r = run(config=fixture_config("nemotron-h-8b-base-8k"), tp=8, engine="vllm",
+                kv_dtype=["bf16"], kv_memory_gib=40.0)
+        state = (8192 + 2 * 8 * 128) // 8 * 3 * 2 + 128 // 8 * 64 * 128 * 2  # all bf16 in vLLM
+        block = 16 * cdiv(state, 16 * 512)
+        entry = r["kv"]["bf16"]
+        self.assertEqual(entry["engine_split"]["block_size"], block)
+        num_blocks = int(40.0 * GIB) // (block * 512) // 4  # group_size = 4 attention layers
+        self.assertEqual(entry["max_tokens"], num_blocks // 7 * block)  # 1 + 24 / 4 groups
+
+    def test_unplaceable_pattern_character(self):
+        cfg = fixture_config("nemotron-h-8b-base-8k")
+        cfg["hybrid_override_pattern"] = "M*X-" + cfg["hybrid_override_pattern"][4:]
+        with self.assertRaises(kv_calc.InputError) as caught:
+            run(config=cfg)
+        self.assertEqual(caught.exception.field, "hybrid_override_pattern[2]")
+        self.assertEqual(caught.exception.value, "X")
+        r = run(config=cfg, allow_unknown=True)
+        self.assertIn("unknown-layer-kind", codes(r))
+        self.assertIn("1 layer", warning_text(r, "unknown-layer-kind"))
+
+    def test_falcon_h1_attention_and_mamba_in_every_layer(self):
+        r = run(config=fixture_config("falcon-h1-defaults"), tp=4, kv_dtype=["bf16"])
+        self.assertEqual(r["layers"], {"total": 32, "full_attention": 32, "sliding_window": 0,
+                                       "linear": 32})
+        # n_groups 1 over TP 4 -> 4 groups (extra_groups_for_head_shards); d_head auto = 8.
+        conv = (1024 + 2 * 4 * 256) // 4 * 3 * 2
+        ssm = 128 // 4 * 8 * 256 * 4
+        self.assertEqual(r["state"]["bytes_per_request"], 32 * (conv + ssm))
+
+    def test_granite_hybrid_layer_types(self):
+        r = run(config=fixture_config("granite-4.0-h-small"), tp=4, kv_dtype=["bf16"])
+        self.assertEqual((r["layers"]["full_attention"], r["layers"]["linear"]), (4, 36))
+        conv = (2 * 4096 + 2 * 4 * 128) // 4 * 3 * 2
+        ssm = 128 // 4 * 64 * 128 * 4
+        self.assertEqual(r["state"]["bytes_per_request"], 36 * (conv + ssm))
+
+    def test_jamba_mamba1(self):
+        cfg = fixture_config("jamba-mini-1.7")
+        r = run(config=cfg, tp=2, engine="vllm", kv_dtype=["bf16"])
+        self.assertEqual((r["layers"]["full_attention"], r["layers"]["linear"]), (4, 28))
+        # Attention where i % attn_layer_period == attn_layer_offset: layers 4, 12, 20, 28.
+        model, _ = kv_calc.parse_model(kv_calc.Source("config", "t", cfg), kv_calc.Notes())
+        self.assertEqual([i for i, m in enumerate(model.layers) if "full" in m], [4, 12, 20, 28])
+        # mamba1_state_shape: conv (intermediate/TP, kernel - 1), SSM (intermediate/TP, state),
+        # both in the model dtype with vLLM's auto cache dtypes.
+        inner = 2 * 4096 // 2
+        self.assertEqual(r["state"]["bytes_per_request"], 28 * (inner * 3 * 2 + inner * 16 * 2))
+
+
+class LightningAttention(unittest.TestCase):
+    """MiniMax-Text-01: lightning (linear) attention layers keep a (heads/TP, head dim, head dim)
+    state (vLLM linear_attention_state_shape, model dtype); SGLang has no such model."""
+
+    def test_vllm_state(self):
+        r = run(config=fixture_config("minimax-text-01"), tp=8, engine="vllm",
+                kv_dtype=["bf16"], kv_memory_gib=40.0)
+        self.assertEqual((r["layers"]["full_attention"], r["layers"]["linear"]), (10, 70))
+        self.assertEqual(r["state"]["bytes_per_request"], 70 * (64 // 8) * 128 * 128 * 2)
+        self.assertGreater(r["kv"]["bf16"]["max_tokens"], 0)
+
+    def test_sglang_refuses(self):
+        with self.assertRaises(kv_calc.InputError) as caught:
+            run(config=fixture_config("minimax-text-01"), tp=8)
+        self.assertEqual(caught.exception.field, "engine")
+
+
+class MtpDraftLayers(unittest.TestCase):
+
+    def test_vllm_draft_layers_share_the_pool(self):
+        cfg = fixture_config("deepseek-v3.2-exp")
+        r = run(config=cfg, tp=8, engine="vllm", kv_dtype=["fp8_e4m3"], kv_memory_gib=40.0,
+                mtp=True)
+        num_blocks = int(40.0 * GIB) // (64 * 62 * 788)  # 61 target + 1 NextN layer
+        self.assertEqual(r["kv"]["fp8_e4m3"]["max_tokens"], num_blocks * 64)
+        off = run(config=cfg, tp=8, engine="vllm", kv_dtype=["fp8_e4m3"], kv_memory_gib=40.0)
+        self.assertTrue(any("not counted" in a for a in off["assumptions"]))
+
+    def test_sglang_draft_pool_outside_the_profile(self):
+        cfg = fixture_config("qwen3.5-397b-a17b")  # mtp_num_hidden_layers 1
+        r = run(config=cfg, tp=8, kv_dtype=["bf16"], kv_memory_gib=17.4, mtp=True)
+        entry = r["kv"]["bf16"]
+        self.assertEqual(entry["max_tokens"], 641164)  # the target's pool is unchanged
+        self.assertEqual(entry["mtp_draft"]["pool_bytes"], 641164 * 1 * 512 * 2)
+        self.assertIn("draft-kv-outside-pool", codes(r))
+
+
+class WrappersAndDp(unittest.TestCase):
+
+    def test_llm_config_and_language_config(self):
+        inner = fixture_config("llama-3.1-8b")
+        for key in ("llm_config", "language_config"):
+            r = run(config={"architectures": ["X"], "model_type": "x", key: inner,
+                            "vision_config": {"num_hidden_layers": 99}})
+            self.assertEqual(r["layers"]["total"], 32, key)
+            self.assertTrue(any(key in a for a in r["assumptions"]), key)
+
+    def test_dp_attention(self):
+        r = seed(dp=8, kv_dtype=["bf16"])
+        self.assertEqual((r["attention_tp"], r["kv_heads_per_gpu"]), (1, 2))
+        self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 15 * 2 * 512 * 2)
+        conv = (16 * 128 * 2 + 64 * 128) * 3 * 2
+        ssm = 64 * 128 * 128 * 4
+        self.assertEqual(r["state"]["bytes_per_request"], 45 * (conv + ssm))
+        entry = r["kv"]["bf16"]
+        self.assertEqual(entry["deployment_concurrent_requests"]["262144"],
+                         round(entry["concurrent_requests"]["262144"] * 8, 2))
+
+    def test_dp_must_divide_tp(self):
+        with self.assertRaises(kv_calc.InputError) as caught:
+            params(tp=8, dp=3)
+        self.assertEqual(caught.exception.field, "dp")
+
+
+class UnknownKinds(unittest.TestCase):
+    """An unknown layer kind or model_type fails loudly instead of counting as full attention."""
+
+    def config(self):
+        cfg = fixture_config("llama-3.1-8b")
+        cfg["layer_types"] = ["full_attention"] * 31 + ["mystery_attention"]
+        return cfg
+
+    def test_unknown_layer_type_fails(self):
+        with self.assertRaises(kv_calc.InputError) as caught:
+            run(config=self.config())
+        self.assertEqual(caught.exception.field, "layer_types[31]")
+        self.assertEqual(caught.exception.value, "mystery_attention")
+        self.assertIn("allow_unknown", str(caught.exception))
+
+    def test_allow_unknown_warns_with_the_count(self):
+        r = run(config=self.config(), allow_unknown=True, kv_dtype=["bf16"])
+        self.assertIn("1 layer", warning_text(r, "unknown-layer-kind"))
+        self.assertEqual(r["layers"]["full_attention"], 32)
+
+    def test_unknown_model_type(self):
+        cfg = fixture_config("llama-3.1-8b")
+        cfg["model_type"] = "brand_new_arch"
+        with self.assertRaises(kv_calc.InputError) as caught:
+            run(config=cfg)
+        self.assertEqual((caught.exception.field, caught.exception.value),
+                         ("model_type", "brand_new_arch"))
+        self.assertIn("unknown-layer-kind", codes(run(config=cfg, allow_unknown=True)))
+
+
+class Breakdown(unittest.TestCase):
+
+    def test_seed_kinds(self):
+        kinds = {k["kind"]: k for k in seed(kv_dtype=["bf16"])["kinds"]}
+        self.assertEqual(kinds["full_attention"]["count"], 15)
+        self.assertEqual(kinds["full_attention"]["bytes_per_token"], {"bf16": 15360})
+        self.assertEqual(kinds["gated_delta_net"]["state_per_request"],
+                         {"conv_bytes": 414720, "ssm_bytes": 23592960, "bytes": 24007680})
+        self.assertEqual(kinds["mtp_draft"], {"kind": "mtp_draft", "count": 1, "counted": False})
+
+    def test_sliding_kind(self):
+        r = run(config=fixture_config("gemma-3-27b-it"), tp=1, engine="vllm", kv_dtype=["bf16"])
+        sliding = [k for k in r["kinds"] if k["kind"] == "sliding_attention"][0]
+        self.assertEqual((sliding["count"], sliding["sliding_window"]), (52, 1024))
+        self.assertEqual(sliding["bytes_per_request"]["bf16"], 52 * 8192 * 1024)
+
+
+class PublishedLogs(unittest.TestCase):
+
+    def test_qwen3_235b_sglang_tp4(self):
+        """vllm-project/vllm issue #21348: Qwen3-235B-A22B-FP8 on 4 x H100 with SGLang --tp 4:
+        'KV Cache is allocated. #tokens: 367404, K size: 8.23 GB, V size: 8.23 GB'.
+        4 KV heads over TP 4: 1 head x (128 + 128) x 2 bytes x 94 layers = 48,128 bytes."""
+        line = "KV Cache is allocated. #tokens: 367404, K size: 8.23 GB, V size: 8.23 GB"
+        r = run(config=fixture_config("qwen3-235b-a22b"), tp=4, kv_dtype=["bf16"],
+                kv_memory_gib=17.0, calibrate_log=line)
+        self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 48128)
+        self.assertAlmostEqual(r["calibration"]["bytes_per_token_ratio"], 1.0, delta=0.001)
+
+
+class Planner(unittest.TestCase):
+    """mode=plan on three deployments; the seed question is the first."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.bin = Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def fake_smi(self, csv_name):
+        (self.bin / "out.csv").write_text((FIXTURES / csv_name).read_text())
+        script = self.bin / "nvidia-smi"
+        script.write_text("#!/bin/sh\ncat \"$(dirname \"$0\")/out.csv\"\n")
+        script.chmod(script.stat().st_mode | stat.S_IXUSR)
+
+    def plan(self, **overrides):
+        with mock.patch.dict(os.environ, {"KV_TEST_PATH": str(self.bin) + os.pathsep + "/bin"}):
+            return run(mode="plan", **overrides)
+
+    def test_seed_question(self):
+        """Qwen3.5-397B-A17B NVFP4 on 8 x 96 GB (RTX PRO 6000, 97,887 MiB) at 262,144 tokens."""
+        self.fake_smi("nvidia-smi-rtxpro6000x8.csv")
+        r = self.plan(model_dir=str(FIXTURES / "qwen35-nvfp4-ckpt"), weights_gib=218.0,
+                      context=[262144], kv_dtype=["bf16", "fp8_e4m3"])
+        self.assertEqual(r["gpu"]["counts"], [8])
+        self.assertEqual(r["fp8_kv_scales"], "absent or unknown")
+        pick = r["pick"]
+        self.assertEqual(pick["kv_dtype"], "bf16")
+        self.assertTrue(any(reason.startswith("accuracy rule") for reason in r["reasons"]))
+        # Plain TP 8, bf16, by SGLang's own arithmetic:
+        pool_gib = 97887 / 1024 * 0.9 - 218.0 / 8
+        slots, rest = kv_calc.sglang_state_split(pool_gib, 24007680, 0.9)
+        tokens = int(rest * GIB) // 15360
+        tp8 = [c for c in r["candidates"] if (c["dp"], c["kv_dtype"]) == (1, "bf16")][0]
+        self.assertEqual(tp8["max_tokens_per_rank"], tokens)
+        self.assertEqual(tp8["concurrent_requests"], round(tokens / 262144, 2))
+        fp8 = [c for c in r["candidates"] if (c["dp"], c["kv_dtype"]) == (1, "fp8_e4m3")][0]
+        self.assertGreater(fp8["concurrent_requests"], tp8["concurrent_requests"])
+        self.assertEqual(pick["concurrent_requests"],
+                         max(c["concurrent_requests"] for c in r["candidates"]
+                             if c["kv_dtype"] == "bf16"))
+
+    def test_llama_70b_on_h200(self):
+        self.fake_smi("nvidia-smi-h200x8.csv")
+        r = self.plan(model="llama-3.1-70b", gpus=[1, 2, 4, 8], concurrency=16,
+                      context=[131072])
+        rejected = {(x["gpus"], x["kv_dtype"]) for x in r["rejected"]}
+        self.assertIn((1, "bf16"), rejected)  # 131 GiB of weights on one 140 GiB GPU at 0.9
+        self.assertEqual((r["pick"]["gpus"], r["pick"]["kv_dtype"]), (8, "bf16"))
+        # FP8 would serve 16 requests on 4 GPUs; the accuracy rule keeps bf16.
+        self.assertTrue(any(c["gpus"] == 4 and c["kv_dtype"] == "fp8_e4m3" and
+                            c["concurrent_requests"] >= 16 for c in r["candidates"]))
+        # DP attention 2 on 2 GPUs: each rank holds the attention projections whole
+        # (q, o: 8192 x 64 x 128; k, v: 8192 x 8 x 128; 80 layers, 2 bytes each).
+        attention = 80 * (2 * 8192 * 64 * 128 + 2 * 8192 * 8 * 128) * 2
+        dp2 = [c for c in r["candidates"] if (c["gpus"], c["dp"]) == (2, 2)][0]
+        expected = (int(131.4 * GIB) // 2 + attention * 1 // 2) / GIB
+        self.assertEqual(dp2["weights_per_gpu_gib"], round(expected, 2))
+        short = self.plan(model="llama-3.1-70b", gpus=[1, 2, 4, 8], concurrency=16,
+                          context=[8192])
+        self.assertEqual(short["pick"]["gpus"], 2)
+
+    def test_deepseek_calibrated_scales_allow_fp8(self):
+        self.fake_smi("nvidia-smi-h200x8.csv")
+        with tempfile.TemporaryDirectory() as tmp:
+            ckpt = Path(tmp)
+            config = FIXTURES / "configs" / "deepseek-v3.json"
+            (ckpt / "config.json").write_text(config.read_text())
+            make_safetensors.write_file(ckpt / "model.safetensors", {
+                "model.layers.0.self_attn.kv_a_proj_with_mqa.weight": ("F8_E4M3", (4, 8)),
+                "model.layers.0.self_attn.k_scale": ("F32", ()),
+                "model.layers.0.self_attn.v_scale": ("F32", ()),
+            })
+            r = self.plan(model_dir=str(ckpt), weights_gib=642.0, context=[131072])
+        self.assertEqual(r["fp8_kv_scales"], "calibrated")
+        self.assertEqual(r["pick"]["kv_dtype"], "fp8_e4m3")
+        self.assertTrue(any("calibrated" in reason for reason in r["reasons"]))
+
+    def test_nothing_fits(self):
+        r = run(mode="plan", model="llama-3.1-70b", gpu_memory_gib=24.0, gpus=[1, 2])
+        self.assertIsNone(r["pick"])
+        self.assertIn("nothing-fits", codes(r))
+
+    def test_plan_needs_gpu_memory(self):
+        with self.assertRaises(kv_calc.InputError) as caught:
+            run(mode="plan", model="llama-3.1-8b")
+        self.assertEqual(caught.exception.field, "gpu_memory_gib")
+
+
 class Metadata(unittest.TestCase):
     """The `/// ferry` block: valid TOML, declaring what the job reads."""
 
@@ -677,17 +1159,41 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertEqual(result["kv"]["bf16"]["bytes_per_token"], 70272)
 
-    def test_input_error_exit_2_no_result(self):
+    def test_input_error_exit_2_with_error_result(self):
+        # Bad input: exit 2, one clear stderr line, and a result holding the error.
         done, result = self.run_job(self.full_params(model_dir="/nonexistent/ckpt"))
         self.assertEqual(done.returncode, 2)
-        self.assertIsNone(result)
         self.assertIn("model_dir /nonexistent/ckpt is not a directory", done.stderr)
+        self.assertEqual(result, {"error": {
+            "kind": "bad-input", "field": "model_dir", "value": "/nonexistent/ckpt",
+            "message": "model_dir /nonexistent/ckpt is not a directory on this host"}})
 
     def test_no_model_exit_2(self):
         done, result = self.run_job(self.full_params())
         self.assertEqual(done.returncode, 2)
-        self.assertIsNone(result)
+        self.assertEqual(result["error"]["field"], "model")
         self.assertIn("no model given", done.stderr)
+
+    def test_unknown_layer_kind_exit_2(self):
+        cfg = fixture_config("llama-3.1-8b")
+        cfg["layer_types"] = ["full_attention"] * 31 + ["mystery_attention"]
+        done, result = self.run_job(self.full_params(config=cfg))
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("kv_calc: error: config.json layer_types[31] = 'mystery_attention'",
+                      done.stderr)
+        self.assertEqual(result["error"]["field"], "layer_types[31]")
+        self.assertEqual(result["error"]["value"], "mystery_attention")
+
+    def test_plan_mode(self):
+        done, result = self.run_job(self.full_params(
+            mode="plan", model="qwen3.5-397b-a17b-nvfp4", gpus=[8], gpu_memory_gib=95.59,
+            context=[262144]))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(done.stderr, "")
+        self.assertEqual(result["mode"], "plan")
+        self.assertEqual(result["pick"]["kv_dtype"], "bf16")
+        self.assertIn("pick: 8 GPUs", done.stdout)
+        self.assertIn("reason: accuracy rule", done.stdout)
 
     def test_by_hand(self):
         done, result = self.run_job(None, extra_env={"FERRY_RESULT": None},
