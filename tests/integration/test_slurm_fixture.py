@@ -2,6 +2,7 @@
 sshd fixture's test users on the login node. Needs root; missing prerequisites fail, never skip.
 Timings measured along the way are printed to stderr ("slurm timing: ...")."""
 
+import json
 import os
 import re
 import subprocess
@@ -279,6 +280,28 @@ class Lifecycle(unittest.TestCase):
             if not had_one:
                 os.unlink(ETC_SLURM_CONF)
 
+    def test_a_killed_test_run_leaves_no_process_and_the_next_start_cleans_up(self):
+        before = _read_or_none(ETC_SLURM_CONF)
+        child = subprocess.Popen([sys.executable, "-c", _KILLED_RUN], cwd=os.path.dirname(__file__),
+                                 stdout=subprocess.PIPE, text=True)
+        with child:
+            try:
+                line = child.stdout.readline()
+            finally:
+                child.kill()
+        try:
+            self.assertTrue(line.startswith("{"), f"the child run printed {line!r}")
+            started = json.loads(line)
+            self.assertGreaterEqual(len(started["jobs"]), 3, started)
+            # The reapers go down with the test process and take the daemons and jobs along.
+            pids = started["daemons"] + started["jobs"]
+            self.assertTrue(_wait(lambda: not alive(pids), 15), alive(pids))
+            self.assertTrue(os.path.isdir(started["dir"]))
+        finally:
+            SlurmCluster(isolated_node=False).start().stop()  # and the next start cleans up
+        self.assertFalse(os.path.exists(started["dir"]), started["dir"])
+        self.assertEqual(_read_or_none(ETC_SLURM_CONF), before)
+
     def test_a_cluster_that_cannot_start_fails_with_the_daemon_log(self):
         before = _read_or_none(ETC_SLURM_CONF)
         cluster = SlurmCluster(isolated_node=False, extra_config="NoSuchParameter=1")
@@ -288,6 +311,24 @@ class Lifecycle(unittest.TestCase):
         self.assertIn("NoSuchParameter", str(cm.exception))
         self.assertEqual(cluster.daemons, {})
         self.assertEqual(_read_or_none(ETC_SLURM_CONF), before)
+
+
+# A test run that is killed outright (SIGKILL) while a job runs, one process of which
+# has detached (setsid): prints the instance dir and the pids, then waits to be killed.
+_KILLED_RUN = """
+import json, time
+from slurm_fixture import SlurmCluster
+cluster = SlurmCluster(isolated_node=False).start()
+job = int(cluster.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap",
+                       "sleep 300 & setsid sleep 301 & wait"]).stdout)
+cluster.wait_job(job, {"RUNNING"})
+deadline = time.monotonic() + 10
+while len(cluster.job_processes(job)) < 4 and time.monotonic() < deadline:
+    time.sleep(0.1)
+print(json.dumps({"dir": cluster.dir, "daemons": cluster.daemon_pids(),
+                  "jobs": cluster.job_processes(job)}), flush=True)
+time.sleep(120)
+"""
 
 
 def _read_or_none(path: str) -> str | None:
