@@ -20,9 +20,13 @@ all files in a fresh root-owned directory under FERRY_TEST_ROOT/slurm that stop(
   that `slurmd -C` reports.
 Nodes n1 and n2 are in partitions `debug` (default) and `gpu`. With isolated_node=True there is
 also n3, alone in partition `isolated`: its slurmd (and so every job step on it) runs in a
-private mount namespace where each of `hidden_paths` (default: the sshd fixture's home base,
+its own mount namespace where each of `hidden_paths` (default: the sshd fixture's home base,
 where ferry's remote run directories live) is covered by an empty root-owned tmpfs. That is a
-node that cannot see the run directory, while n1/n2 share it with the login node.
+node that cannot see the run directory, while n1/n2 share it with the login node. Measured on
+n3: a batch job whose output file is in a hidden directory (the default slurm-%j.out in the
+submit dir) never starts its script: FAILED, Reason=JobLaunchFailure, ExitCode 0:53; with its
+output elsewhere, the step prints "couldn't chdir to ...: going to /tmp instead" and runs in
+/tmp, where a path under the hidden dirs does not exist.
 
 /etc/slurm/slurm.conf gets a copy of the cluster's slurm.conf, because clients started by ssh
 users read only that path (they never see SLURM_CONF). A slurm.conf that was there before is
@@ -62,13 +66,13 @@ Why the things below are the way they are (Debian 12, Slurm 22.05, measured on a
 
 Measured on this machine type (2 shared cores, Debian 12, Slurm 22.05.8; medians, ranges):
 - apt-get install: slurmctld slurmd slurm-client munge ~14 s; slurmdbd mariadb-server-core ~9 s.
-- start 0.6 s without accounting; 3.3-4.7 s with it (mariadbd + slurmdbd ~1.2 s, slurmctld's
+- start 0.5-1.0 s without accounting; 3.0-4.9 s with it (mariadbd + slurmdbd ~1.2 s, slurmctld's
   registration with slurmdbd ~2 s). stop 0.3 s / 2.5 s.
 - sbatch 0.01 s locally, ~0.4 s through ssh; submit to RUNNING 0.85 s (0.6-2.6 s);
   `sbatch --wait` of `true` 2.0 s; `srun -N2 true` 0.09 s locally, ~0.45 s through ssh.
 - sacct shows the final state 0.1-0.4 s after scontrol does; scancel to no job process 0.5 s.
 - controller stop 1.7 s, start 1.0 s (jobs survive; nodes idle again at once).
-- TIMEOUT of a --time=1 job: run time 71-85 s. The whole self-test: ~95 s.
+- TIMEOUT of a --time=1 job: run time 71-85 s. The whole self-test: 95-100 s.
 """
 
 from __future__ import annotations
@@ -281,7 +285,7 @@ class SlurmCluster:
 
     def __init__(self, accounting: bool = False, isolated_node: bool = True,
                  hidden_paths: tuple[str, ...] = (HOME_BASE,), extra_config: str = ""):
-        """accounting: also run mariadbd + slurmdbd so that `sacct` works (+~2 s to start).
+        """accounting: also run mariadbd + slurmdbd so that `sacct` works (+~3 s to start).
         isolated_node: add n3 (partition `isolated`) that cannot see hidden_paths.
         extra_config: slurm.conf lines appended after the fixture's own."""
         self.accounting = accounting
