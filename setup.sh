@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libsqlite3-dev libtomlplusplus-dev
   openssh-server openssh-client zsh fish tcsh dash bash python3 hyperfine procps
   clang libclang-rt-14-dev clang-format clang-tidy iproute2 ansible-core time
+  slurmctld slurmd slurm-client munge slurmdbd mariadb-server-core mount
 )
 
 missing=()
