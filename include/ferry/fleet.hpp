@@ -36,6 +36,11 @@ public:
   // Before anything runs: how many runs there will be.
   virtual void batch_started(std::size_t /*total*/) {}
   virtual void run_started(const RunRef& /*run*/) {}
+  // Output of a running job as it arrives (after the launcher's own lines are taken out).
+  virtual void run_output(const RunRef& /*run*/, OutputStream /*stream*/,
+                          std::string_view /*bytes*/)
+  {
+  }
   // A run has ended; the observer may take what it needs from the record (or add to it).
   virtual void run_finished(RunRecord& record) = 0;
   virtual void progress(const FleetProgress& /*progress*/) {}

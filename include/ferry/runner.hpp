@@ -21,6 +21,7 @@ struct RunOptions {
   std::optional<std::string> replay_of;
   bool verbose = false; // `-v`: each step with its time on stderr
   StopToken stop;       // stopped: the runs end as on an interrupt (status interrupted)
+  OutputSink on_output; // optional: the job's output as it arrives
 };
 
 // `-v` output: "ferry: gpu1 kv_calc: upload 0.004 s".

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,20 +27,33 @@ struct CapturedStream {
   bool saw_sentinel = false;
 };
 
-// Feeds raw stream bytes; drops what precedes the launcher's sentinel line, keeps at most `cap`
-// bytes of what follows. Memory stays bounded however much arrives.
+enum class OutputStream { out, err };
+
+// What a job printed, passed on as it arrives (live output); called from the thread that runs
+// the job.
+using OutputSink = std::function<void(OutputStream, std::string_view)>;
+
+// Feeds raw stream bytes; drops what precedes the launcher's sentinel line and the launcher's
+// own last line (`end_marker`), keeps at most `cap` bytes of the rest and passes all of it to
+// `sink` as it comes. Memory stays bounded however much arrives.
 class OutputCapture {
 public:
-  OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker = {});
+  OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker = {},
+                std::function<void(std::string_view)> sink = {});
   void feed(std::string_view data);
   [[nodiscard]] CapturedStream finish() &&;
 
 private:
+  void take(std::string_view job_bytes);
+  void keep(std::string_view job_bytes);
+
   std::string m_marker; // sentinel + "\n"
   std::string m_end;    // end_marker + "\n": the launcher's last line, not the job's
   std::size_t m_cap;
+  std::function<void(std::string_view)> m_sink;
   CapturedStream m_out;
   std::string m_pending; // bytes before the sentinel, not yet known to be noise
+  std::string m_held;    // the last bytes, held back while they could be the end marker
 };
 
 // Set from the signal handler; every transport polls it while it waits.
@@ -78,8 +92,12 @@ struct ExecRequest {
   // ferry's own backstop: past it, the job is signalled (the launcher's deadline comes first).
   std::chrono::steady_clock::duration deadline = std::chrono::seconds(300);
   std::chrono::steady_clock::duration grace = std::chrono::seconds(2);
-  StopToken stop; // stopped: the job is stopped as on an interrupt
+  StopToken stop;       // stopped: the job is stopped as on an interrupt
+  OutputSink on_output; // optional: the job's output as it arrives
 };
+
+// The capture of one stream of `request`'s job, passing what arrives to its on_output.
+[[nodiscard]] OutputCapture capture_for(const ExecRequest& request, OutputStream stream);
 
 // How an exec ended.
 enum class ExecEnd {

@@ -47,7 +47,8 @@ private:
              connect_s);
     for (std::size_t r = 0; r < m_runs.size(); ++r) {
       announce(session, *m_runs[r].job);
-      RunRecord record = connected ? run_job(session, *m_runs[r].job, m_runs[r].params, m_options)
+      RunRecord record = connected ? run_job(session, *m_runs[r].job, m_runs[r].params,
+                                             with_output(session, *m_runs[r].job))
                                    : not_connected(session, m_runs[r], connected.error());
       if (r == 0) {
         record.timings.connect = connect_s;
@@ -66,6 +67,18 @@ private:
     record.unreachable = !interrupted && error.kind == ErrorKind::unreachable;
     record.replay_of = m_options.replay_of;
     return record;
+  }
+
+  // The options for one run, its output passed to the observer as it arrives.
+  RunOptions with_output(const HostSession& session, const Job& job)
+  {
+    RunOptions options = m_options;
+    options.on_output = [this, host = session.label(), name = job.name](OutputStream stream,
+                                                                        std::string_view bytes) {
+      std::lock_guard guard(m_lock);
+      m_observer.run_output(RunRef{host, name}, stream, bytes);
+    };
+    return options;
   }
 
   void announce(const HostSession& session, const Job& job)

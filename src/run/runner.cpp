@@ -140,6 +140,7 @@ Expected<ExecOutcome> execute(const Run& run, const Staged& staged)
   request.grace = std::chrono::seconds(run.options.grace_s);
   request.deadline = std::chrono::seconds(run.timeout_s + run.options.grace_s + 5);
   request.stop = run.options.stop;
+  request.on_output = run.options.on_output;
   auto outcome = run.session.exec(request);
   run.record.timings.exec = seconds_since(start);
   run.step("exec", run.record.timings.exec);

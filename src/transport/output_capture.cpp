@@ -7,9 +7,11 @@ namespace {
 constexpr std::size_t k_noise_cap = 64 * 1024;
 } // namespace
 
-OutputCapture::OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker)
+OutputCapture::OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker,
+                             std::function<void(std::string_view)> sink)
     : m_marker(sentinel.empty() ? std::string() : sentinel + "\n"),
-      m_end(end_marker.empty() ? std::string() : end_marker + "\n"), m_cap(cap + m_end.size())
+      m_end(end_marker.empty() ? std::string() : end_marker + "\n"), m_cap(cap),
+      m_sink(std::move(sink))
 {
   m_out.saw_sentinel = m_marker.empty();
 }
@@ -44,12 +46,40 @@ void OutputCapture::feed(std::string_view data)
     feed(data); // rest is bounded by the pending cap
     return;
   }
+  take(data);
+}
+
+void OutputCapture::take(std::string_view job_bytes)
+{
+  if (m_end.empty()) {
+    keep(job_bytes);
+    return;
+  }
+  // Hold back only the longest tail that could still become the end marker, so a job's line
+  // is passed on as soon as it arrives.
+  m_held.append(job_bytes);
+  std::size_t hold = std::min(m_held.size(), m_end.size());
+  while (hold > 0 && m_held.compare(m_held.size() - hold, hold, m_end, 0, hold) != 0) {
+    --hold;
+  }
+  keep(std::string_view(m_held).substr(0, m_held.size() - hold));
+  m_held.erase(0, m_held.size() - hold);
+}
+
+void OutputCapture::keep(std::string_view job_bytes)
+{
+  if (job_bytes.empty()) {
+    return;
+  }
+  if (m_sink) {
+    m_sink(job_bytes);
+  }
   const std::size_t room = m_cap > m_out.bytes.size() ? m_cap - m_out.bytes.size() : 0;
-  if (data.size() <= room) {
-    m_out.bytes.append(data);
+  if (job_bytes.size() <= room) {
+    m_out.bytes.append(job_bytes);
   } else {
-    m_out.bytes.append(data.substr(0, room));
-    m_out.dropped += data.size() - room;
+    m_out.bytes.append(job_bytes.substr(0, room));
+    m_out.dropped += job_bytes.size() - room;
     m_out.truncated = true;
   }
 }
@@ -61,17 +91,25 @@ CapturedStream OutputCapture::finish() &&
     m_out.bytes = m_out.before_sentinel + m_pending;
     m_out.before_sentinel.clear();
   }
-  if (!m_end.empty() && m_out.bytes.size() >= m_end.size() &&
-      m_out.bytes.compare(m_out.bytes.size() - m_end.size(), m_end.size(), m_end) == 0) {
-    m_out.bytes.resize(m_out.bytes.size() - m_end.size());
+  if (m_held != m_end) {
+    keep(m_held); // not the launcher's last line after all: the job's
   }
-  const std::size_t cap = m_cap - m_end.size();
-  if (m_out.bytes.size() > cap) {
-    m_out.dropped += m_out.bytes.size() - cap;
-    m_out.bytes.resize(cap);
-    m_out.truncated = true;
-  }
+  m_held.clear();
   return std::move(m_out);
+}
+
+OutputCapture capture_for(const ExecRequest& request, OutputStream stream)
+{
+  std::function<void(std::string_view)> sink;
+  if (request.on_output) {
+    sink = [on_output = request.on_output, stream](std::string_view bytes) {
+      on_output(stream, bytes);
+    };
+  }
+  // Only stdout carries the launcher's last line.
+  return OutputCapture(request.sentinel, request.output_cap,
+                       stream == OutputStream::out ? request.end_marker : std::string(),
+                       std::move(sink));
 }
 
 } // namespace ferry

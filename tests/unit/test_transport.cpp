@@ -112,3 +112,30 @@ TEST_CASE("the launcher's last line is not the job's", "[capture]")
   CHECK(out.bytes == "no newline");
   CHECK_FALSE(out.truncated);
 }
+
+TEST_CASE("live output passes on the job's bytes as they come, without the launcher's lines",
+          "[capture]")
+{
+  std::string streamed;
+  OutputCapture capture("ferry-start-1", 4, "ferry-end-1",
+                        [&](std::string_view bytes) { streamed += bytes; });
+  capture.feed("noise\nferry-start-1\nline 1\n");
+  CHECK(streamed == "line 1\n"); // at once: nothing held back that cannot be the end marker
+  capture.feed("line 2\nferry-en");
+  capture.feed("d-1\n");
+  const CapturedStream out = std::move(capture).finish();
+  CHECK(streamed == "line 1\nline 2\n");
+  CHECK(out.bytes == "line");
+  CHECK(out.dropped == 10); // the job's bytes past the cap, not the launcher's last line
+}
+
+TEST_CASE("a job line that only starts like the end marker is the job's", "[capture]")
+{
+  std::string streamed;
+  OutputCapture capture("s", 100, "ferry-end-1",
+                        [&](std::string_view bytes) { streamed += bytes; });
+  capture.feed("s\nferry-end-2\n");
+  const CapturedStream out = std::move(capture).finish();
+  CHECK(streamed == "ferry-end-2\n");
+  CHECK(out.bytes == "ferry-end-2\n");
+}

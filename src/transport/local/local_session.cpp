@@ -150,8 +150,8 @@ Expected<ExecOutcome> LocalSession::exec(const ExecRequest& request)
     return fail(ErrorKind::failed, "cannot start {}: {}", request.argv.front(),
                 spawn_error.message());
   }
-  OutputCapture out(request.sentinel, request.output_cap, request.end_marker);
-  OutputCapture err(request.sentinel, request.output_cap);
+  OutputCapture out = capture_for(request, OutputStream::out);
+  OutputCapture err = capture_for(request, OutputStream::err);
   pollfd fds[2] = {{out_pipe.native_source(), POLLIN, 0}, {err_pipe.native_source(), POLLIN, 0}};
   OutputCapture* captures[2] = {&out, &err};
   int open_streams = 2;

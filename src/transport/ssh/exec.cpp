@@ -182,8 +182,7 @@ Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const Ex
                 ssh_get_error(session));
   }
   ExecOutcome outcome;
-  Streams streams{OutputCapture(request.sentinel, request.output_cap, request.end_marker),
-                  OutputCapture(request.sentinel, request.output_cap)};
+  Streams streams{capture_for(request, OutputStream::out), capture_for(request, OutputStream::err)};
   pump(session, channel.get(), request, watch, streams, outcome);
   if (outcome.end != ExecEnd::lost) {
     if (!watch.exited && !outcome.output_held_open) {
