@@ -50,8 +50,17 @@ public:
   virtual void error(const Error& error) = 0;
 };
 
+struct TerminalOptions {
+  // Job output goes to a terminal as it is (control sequences included); ferry's own lines are
+  // escaped whatever this says.
+  bool raw_output = false;
+};
+
+// Everything from a job, a host or a user that ferry shows in its own lines is escaped
+// (terminal_safe), and so is job output written to a terminal unless `raw_output`.
 [[nodiscard]] std::unique_ptr<Reporter> make_terminal_reporter(std::FILE* out = stdout,
-                                                               std::FILE* err = stderr);
+                                                               std::FILE* err = stderr,
+                                                               TerminalOptions options = {});
 [[nodiscard]] std::unique_ptr<Reporter> make_json_reporter(std::FILE* out = stdout,
                                                            std::FILE* err = stderr);
 

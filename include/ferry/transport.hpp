@@ -25,6 +25,9 @@ struct CapturedStream {
   std::uint64_t dropped = 0;   // bytes past the cap
   std::string before_sentinel; // what the login shell printed before the launcher (capped)
   bool saw_sentinel = false;
+  // What the launcher printed after its end marker on stdout ("CODE CAUSE\n"); nullopt when it
+  // never did (it did not run, or the connection was lost).
+  std::optional<std::string> launcher_report;
 };
 
 enum class OutputStream { out, err };
@@ -33,14 +36,17 @@ enum class OutputStream { out, err };
 // the job.
 using OutputSink = std::function<void(OutputStream, std::string_view)>;
 
-// Feeds raw stream bytes; drops what precedes the launcher's sentinel line and the launcher's
-// own last line (`end_marker`), keeps at most `cap` bytes of the rest and passes all of it to
-// `sink` as it comes. Memory stays bounded however much arrives.
+// Feeds raw stream bytes; sets aside what precedes the launcher's sentinel line and the report
+// the launcher prints after its `end_marker` (a line "END_MARKER CODE CAUSE"), keeps at most
+// `cap` bytes of the rest and passes all of it to `sink` as it comes. Memory stays bounded
+// however much arrives.
 class OutputCapture {
 public:
   OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker = {},
                 std::function<void(std::string_view)> sink = {});
   void feed(std::string_view data);
+  // The launcher's sentinel has arrived (or none was expected).
+  [[nodiscard]] bool started() const { return m_out.saw_sentinel; }
   [[nodiscard]] CapturedStream finish() &&;
 
 private:
@@ -48,7 +54,7 @@ private:
   void keep(std::string_view job_bytes);
 
   std::string m_marker; // sentinel + "\n"
-  std::string m_end;    // end_marker + "\n": the launcher's last line, not the job's
+  std::string m_end;    // end_marker + " ": the start of the launcher's report, not the job's
   std::size_t m_cap;
   std::function<void(std::string_view)> m_sink;
   CapturedStream m_out;
@@ -92,6 +98,8 @@ struct ExecRequest {
   // ferry's own backstop: past it, the job is signalled (the launcher's deadline comes first).
   std::chrono::steady_clock::duration deadline = std::chrono::seconds(300);
   std::chrono::steady_clock::duration grace = std::chrono::seconds(2);
+  // The launcher's first line must arrive within this (the login shell runs first).
+  std::chrono::steady_clock::duration start_limit = std::chrono::seconds(20);
   StopToken stop;       // stopped: the job is stopped as on an interrupt
   OutputSink on_output; // optional: the job's output as it arrives
 };
@@ -104,6 +112,7 @@ enum class ExecEnd {
   exited,      // the launcher exited (its status in exit_code, none when a signal killed it)
   interrupted, // ferry was interrupted (SIGINT/SIGTERM) and stopped the job
   deadline,    // ferry's backstop deadline passed and it stopped the job
+  no_start,    // the launcher never started within the start limit (a hanging login shell)
   lost,        // the connection was lost mid-run (why in lost_reason)
 };
 
@@ -113,6 +122,7 @@ struct ExecOutcome {
   CapturedStream out;
   CapturedStream err;
   std::string lost_reason;
+  double start_limit_s = 0; // no_start: the limit the launcher missed
   // The launcher exited but something it left behind (a daemon that escaped the job's process
   // group) kept the output streams open; ferry stopped waiting for them.
   bool output_held_open = false;
@@ -120,6 +130,14 @@ struct ExecOutcome {
 
 // How long to wait for the output streams to close once the launcher itself has exited.
 inline constexpr std::chrono::milliseconds k_output_linger{1500};
+
+// A file of the run directory as fetch_file found it.
+struct FetchedFile {
+  enum class Kind { missing, regular, other };
+  Kind kind = Kind::missing;
+  std::string bytes; // regular: its bytes (more than the cap means it is over the cap)
+  std::string other; // other: what it is instead ("a directory", "a symbolic link", ...)
+};
 
 class HostSession {
 public:
@@ -130,15 +148,19 @@ public:
   [[nodiscard]] virtual std::string label() const = 0;
 
   [[nodiscard]] virtual Expected<void> connect() = 0;
+  // What later calls honour as a request to stop (a run's own token; the process's interrupt is
+  // always honoured): blocking steps end within a few seconds of it.
+  virtual void bind_stop(const StopToken& /*stop*/) {}
   // A new, private (0700) run directory; returns its absolute path.
   [[nodiscard]] virtual Expected<std::string> create_run_dir() = 0;
   // Writes a 0600 file under a temporary name and renames it into place.
   [[nodiscard]] virtual Expected<void> put_file(const std::string& path,
                                                 std::string_view bytes) = 0;
   [[nodiscard]] virtual Expected<ExecOutcome> exec(const ExecRequest& request) = 0;
-  // The file's bytes (at most `cap`; nullopt when it does not exist).
-  [[nodiscard]] virtual Expected<std::optional<std::string>> fetch_file(const std::string& path,
-                                                                        std::size_t cap) = 0;
+  // The file, read only when it is a regular file (lstat first: a symbolic link, FIFO, device
+  // or directory is never opened or followed), at most `cap` + 1 bytes of it.
+  [[nodiscard]] virtual Expected<FetchedFile> fetch_file(const std::string& path,
+                                                         std::size_t cap) = 0;
   [[nodiscard]] virtual Expected<bool> file_exists(const std::string& path) = 0;
   [[nodiscard]] virtual Expected<void> remove_run_dir(const std::string& path) = 0;
 };

@@ -52,7 +52,8 @@ struct Context {
 
   // The reporter every output goes through: the terminal one unless a command asked for JSON.
   [[nodiscard]] Reporter& reporter();
-  void use_json(bool json);
+  // JSON Lines, or the terminal reporter (showing job output raw with `raw_output`).
+  void use_json(bool json, bool raw_output = false);
 
 private:
   std::unique_ptr<Reporter> m_reporter;

@@ -15,6 +15,7 @@ struct RunCommand {
   std::optional<int> timeout_s;
   int parallel = 8;
   bool json = false;
+  bool raw_output = false;
   bool keep_remote = false;
   bool no_archive = false;
   std::size_t output_cap_mib = 16;
@@ -102,7 +103,7 @@ Expected<std::vector<Job>> find_jobs(const RunCommand& cmd, const JobPath& path)
 
 Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
 {
-  ctx.use_json(cmd.json);
+  ctx.use_json(cmd.json, cmd.raw_output);
   // Everything is checked before any host is contacted: jobs, parameters, targets.
   FERRY_TRY_ASSIGN(const auto jobs, find_jobs(cmd, ctx.job_path()));
   FERRY_TRY_ASSIGN(const auto file, read_params_file(cmd.params_file));
@@ -140,6 +141,9 @@ void add_run_command(CLI::App& app, Context& ctx)
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   sub->add_flag("--json", cmd->json, "print one JSON run record per line (JSON Lines)");
+  sub->add_flag("--raw-output", cmd->raw_output,
+                "write job output to a terminal as it is, control sequences included (by default "
+                "they are shown escaped; ferry's own lines always are)");
   sub->add_flag("--keep-remote", cmd->keep_remote,
                 "keep the run directory on the host and print its path");
   sub->add_flag("--no-archive", cmd->no_archive, "do not record the runs in the archive");

@@ -12,10 +12,10 @@ namespace ferry::cli {
 
 namespace {
 
-extern "C" void on_interrupt_signal(int signal)
+extern "C" void on_interrupt_signal(int /*signal*/)
 {
-  if (interrupt_requested() && signal == SIGINT) {
-    _exit(to_int(ExitCode::interrupted)); // a second Ctrl-C: stop waiting for cleanup
+  if (interrupt_requested()) {
+    _exit(to_int(ExitCode::interrupted)); // a second signal: stop waiting for cleanup
   }
   request_interrupt();
 }

@@ -5,9 +5,18 @@
 #   the whole group is killed, children included. Job control (`set -m`) is not an option: dash
 #   turns it off without a tty, and exec channels have none.
 # - sshd's `signal` request kills the launcher's group (not the job's): the trap forwards it.
+# - The deadline lives in the launcher's memory: the watchdog signals USR1 when it passes, so
+#   the job is stopped even when no file can be written (a full or read-only disk, a job that
+#   removed its run directory). The marker file is only a courtesy for someone looking.
+# - SIGPIPE is ignored by the launcher (never by the job): when ferry's connection is gone, a
+#   write to the dead output must fail, not kill the launcher before it cleans up.
 # - The watchdog's streams go to /dev/null, or its sleep would hold the channel open.
 # - Anything the job leaves in its group after it exits is killed too: no stray process keeps
 #   the channel (and the user's session) open.
+# - The last stdout line is `END_MARKER CODE CAUSE` (cause: exit, timeout or stopped); ferry
+#   reads the cause from it. When it cannot be written, nobody reads any more: the launcher
+#   removes the run directory itself.
+trap '' PIPE
 FERRY_RUN_DIR=@run_dir@
 FERRY_PARAMS=@run_dir@/params.json
 FERRY_RESULT=@run_dir@/result.json
@@ -16,6 +25,10 @@ export FERRY_RUN_DIR FERRY_PARAMS FERRY_RESULT FERRY_JOB
 printf '%s\n' @sentinel@
 printf '%s\n' @sentinel@ >&2
 cd "$FERRY_RUN_DIR" || exit 125
+# Who runs here and until when, for ferry's sweep of directories nobody will clean up: a run
+# directory is only removed once this launcher is gone and this deadline has passed.
+printf '%s %s\n' "$$" "$(($(date +%s 2>/dev/null || echo 0) + @timeout@ + @grace@))" \
+  >"$FERRY_RUN_DIR"/@state_file@ 2>/dev/null
 interpreter=@interpreter@
 if ! command -v "$interpreter" >/dev/null 2>&1; then
   printf '@no_interp_prefix@%s not found on this host (PATH=%s); install it or set an absolute path in the job'"'"'s interpreter\n' "$interpreter" "$PATH" >&2
@@ -24,18 +37,26 @@ fi
 grouped=0
 if command -v setsid >/dev/null 2>&1; then
   grouped=1
-  setsid "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null &
+  (trap - PIPE; exec setsid "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null) &
 else
-  "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null &
+  (trap - PIPE; exec "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null) &
 fi
 job=$!
+# Sleeps $1 seconds; false when a TERM cut it short. The sleep never outlives a TERM, whenever
+# it comes (before the sleep starts, before its pid is known, or during the wait).
+nap() {
+  napping=
+  cut=0
+  trap 'cut=1; [ -n "$napping" ] && kill "$napping" 2>/dev/null' TERM
+  sleep "$1" &
+  napping=$!
+  [ "$cut" = 1 ] && kill "$napping" 2>/dev/null
+  wait "$napping" && [ "$cut" = 0 ]
+}
 (
-  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
-  sleep @timeout@ &
-  nap=$!
-  wait "$nap" || exit 0
-  : >"$FERRY_RUN_DIR"/@timeout_marker@
-  kill -TERM $$ 2>/dev/null
+  nap @timeout@ || exit 0
+  true >"$FERRY_RUN_DIR"/@timeout_marker@ 2>/dev/null # a failure must not end the watchdog
+  kill -USR1 $$ 2>/dev/null
 ) </dev/null >/dev/null 2>&1 &
 watchdog=$!
 signal_job() {
@@ -43,35 +64,30 @@ signal_job() {
   kill -"$1" "$job" 2>/dev/null
 }
 finish() {
-  trap '' PIPE
-  printf '%s\n' @end_marker@ 2>/dev/null || rm -rf "$FERRY_RUN_DIR"
+  rm -f "$FERRY_RUN_DIR"/@state_file@ 2>/dev/null
+  printf '%s %s %s\n' @end_marker@ "$1" "$2" 2>/dev/null || rm -rf "$FERRY_RUN_DIR"
   exit "$1"
 }
 stop() {
-  trap '' TERM INT HUP
-  code=$1
-  [ -e "$FERRY_RUN_DIR"/@timeout_marker@ ] && code=@timeout_exit@
+  trap '' TERM INT HUP USR1
   signal_job TERM
   (
-    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
-    sleep @grace@ &
-    nap=$!
-    wait "$nap" || exit 0
+    nap @grace@ || exit 0
     signal_job KILL
   ) </dev/null >/dev/null 2>&1 &
   killer=$!
-  wait "$job"
+  wait "$job" 2>/dev/null
   signal_job KILL
   kill "$killer" "$watchdog" 2>/dev/null
-  finish "$code"
+  finish "$1" "$2"
 }
-trap 'stop 143' TERM
-trap 'stop 130' INT
-trap 'stop 129' HUP
-wait "$job"
+trap 'stop @timeout_exit@ timeout' USR1
+trap 'stop 143 stopped' TERM
+trap 'stop 130 stopped' INT
+trap 'stop 129 stopped' HUP
+wait "$job" 2>/dev/null
 status=$?
-trap '' TERM INT HUP
+trap '' TERM INT HUP USR1
 if [ "$grouped" = 1 ]; then kill -KILL -"$job" 2>/dev/null; fi
 kill "$watchdog" 2>/dev/null
-[ -e "$FERRY_RUN_DIR"/@timeout_marker@ ] && status=@timeout_exit@
-finish "$status"
+finish "$status" exit

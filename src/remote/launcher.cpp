@@ -1,5 +1,6 @@
 #include "ferry/remote/launcher.hpp"
 
+#include <charconv>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -58,6 +59,90 @@ std::string_view remote_script(std::string_view file_name)
   throw std::logic_error(fmt::format("no remote script {} was embedded", file_name));
 }
 
+std::optional<LauncherReport> parse_launcher_report(std::string_view text)
+{
+  if (text.empty() || text.back() != '\n') {
+    return std::nullopt;
+  }
+  text.remove_suffix(1);
+  const auto space = text.find(' ');
+  if (space == std::string_view::npos) {
+    return std::nullopt;
+  }
+  LauncherReport report;
+  const std::string_view code = text.substr(0, space);
+  const auto [end, ec] = std::from_chars(code.data(), code.data() + code.size(), report.code);
+  if (ec != std::errc() || end != code.data() + code.size()) {
+    return std::nullopt;
+  }
+  const std::string_view cause = text.substr(space + 1);
+  if (cause == "exit") {
+    report.cause = LauncherCause::exited;
+  } else if (cause == "timeout") {
+    report.cause = LauncherCause::timeout;
+  } else if (cause == "stopped") {
+    report.cause = LauncherCause::stopped;
+  } else {
+    return std::nullopt;
+  }
+  return report;
+}
+
+namespace {
+// After the deadline, a margin before the sweep touches a directory; one a launcher never ran in
+// (an upload that broke off) is left a day, as an upload may still be under way.
+constexpr long long k_sweep_margin_s = 60;
+constexpr long long k_unstarted_age_s = 24 * 3600;
+
+std::optional<long long> number(std::string_view text)
+{
+  long long value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
+} // namespace
+
+std::optional<long> state_file_pid(std::string_view state)
+{
+  const auto space = state.find(' ');
+  const auto pid = number(state.substr(0, space));
+  return pid && *pid > 1 ? std::optional<long>(static_cast<long>(*pid)) : std::nullopt;
+}
+
+bool is_stale_run(const StaleRunCheck& check)
+{
+  if (check.launcher_alive) {
+    return false;
+  }
+  if (!check.state) {
+    return check.now - check.modified > k_unstarted_age_s;
+  }
+  std::string_view state = *check.state;
+  while (!state.empty() && (state.back() == '\n' || state.back() == '\r')) {
+    state.remove_suffix(1);
+  }
+  const auto space = state.find(' ');
+  const auto deadline =
+      space == std::string_view::npos ? std::nullopt : number(state.substr(space + 1));
+  // A launcher that could not tell its deadline: the directory's own age stands in for it.
+  const long long until =
+      deadline && *deadline > 0 ? *deadline : check.modified + k_unstarted_age_s;
+  return check.now > until + k_sweep_margin_s;
+}
+
+bool is_run_dir_name(std::string_view name)
+{
+  // ferry- + 16 (20261130T221500Z) + - + 32 hex
+  if (name.size() != 6 + 16 + 1 + 32 || name.substr(0, 6) != "ferry-" || name[22] != '-') {
+    return false;
+  }
+  const std::string_view hex = name.substr(23);
+  return hex.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
 std::string make_launcher(const LauncherSpec& spec)
 {
   return fill_template(remote_script("launch.sh"),
@@ -74,6 +159,7 @@ std::string make_launcher(const LauncherSpec& spec)
                            {"timeout_exit", std::to_string(k_launcher_timeout_exit)},
                            {"no_interp_prefix", k_launcher_no_interpreter_prefix},
                            {"no_interp_exit", std::to_string(k_launcher_no_interpreter_exit)},
+                           {"state_file", k_launcher_state_file},
                        });
 }
 

@@ -53,21 +53,29 @@ std::string status_text(RunStatus status, bool colour)
   return fmt::format("\033[{}m{}\033[0m", code, text);
 }
 
+// ferry's own line about a run: every part that came from a job, a host or a user is escaped.
 std::string summary_line(const RunRecord& record, bool colour)
 {
-  std::string line = fmt::format("{} @ {}: {} in {:.2f} s", record.job, record.host_label,
+  std::string line = fmt::format("{} @ {}: {} in {:.2f} s", terminal_safe(record.job),
+                                 terminal_safe(record.host_label),
                                  status_text(record.status, colour), record.duration_s);
   if (record.error) {
-    line += " — " + *record.error;
+    line += " — " + terminal_safe(*record.error);
   }
   for (const auto& warning : record.warnings) {
-    line += fmt::format("\n  warning: {}", warning.value("message", ""));
+    line += fmt::format("\n  warning: {}", terminal_safe(warning.value("message", "")));
   }
   return line + "\n";
 }
 
-std::string render_table(const Table& table)
+std::string render_table(const Table& raw)
 {
+  Table table = raw; // cells escaped first, so the columns line up as shown
+  for (auto& row : table.rows) {
+    for (auto& cell : row) {
+      cell = terminal_safe(cell);
+    }
+  }
   const std::size_t columns = table.header.size();
   std::vector<std::size_t> widths(columns);
   for (std::size_t c = 0; c < columns; ++c) {
@@ -93,10 +101,18 @@ std::string render_table(const Table& table)
   return text;
 }
 
+// A job's own output: as it is, or, on a terminal, with control sequences made visible.
+std::string job_output(std::string_view bytes, bool escape)
+{
+  return escape ? terminal_safe(bytes, Newlines::keep) : std::string(bytes);
+}
+
 class TerminalReporter final : public Reporter {
 public:
-  TerminalReporter(std::FILE* out, std::FILE* err)
-      : m_out(out), m_err(err), m_colour(wants_colour(out))
+  TerminalReporter(std::FILE* out, std::FILE* err, TerminalOptions options)
+      : m_out(out), m_err(err), m_colour(wants_colour(out)),
+        m_escape_out(!options.raw_output && isatty(fileno(out)) != 0),
+        m_escape_err(!options.raw_output && isatty(fileno(err)) != 0)
   {
   }
 
@@ -112,9 +128,10 @@ public:
   {
     clear_progress();
     if (m_many) {
-      put(m_out, fmt::format("== {} @ {} ==\n", record.job, record.host_label));
+      put(m_out, fmt::format("== {} @ {} ==\n", terminal_safe(record.job),
+                             terminal_safe(record.host_label)));
     }
-    put(m_out, record.stdout_text);
+    put(m_out, job_output(record.stdout_text, m_escape_out));
     if (!record.stdout_text.empty() && record.stdout_text.back() != '\n') {
       put(m_out, "\n");
     }
@@ -123,7 +140,7 @@ public:
     }
     if (record.status != RunStatus::ok && !record.stderr_text.empty()) {
       std::fflush(m_out);
-      put(m_err, tail_lines(record.stderr_text, 20));
+      put(m_err, job_output(tail_lines(record.stderr_text, 20), m_escape_err));
       if (record.stderr_text.back() != '\n') {
         put(m_err, "\n");
       }
@@ -170,7 +187,7 @@ public:
   void document(std::string_view text, const nlohmann::json&) override
   {
     clear_progress();
-    put(m_out, text);
+    put(m_out, terminal_safe(text, Newlines::keep));
     std::fflush(m_out);
   }
 
@@ -184,14 +201,14 @@ public:
   {
     clear_progress();
     std::fflush(m_out);
-    put(m_err, fmt::format("ferry: {}\n", text));
+    put(m_err, fmt::format("ferry: {}\n", terminal_safe(text, Newlines::keep)));
   }
 
   void error(const Error& error) override
   {
     clear_progress();
     std::fflush(m_out);
-    put(m_err, fmt::format("ferry: error: {}\n", error.message));
+    put(m_err, fmt::format("ferry: error: {}\n", terminal_safe(error.message, Newlines::keep)));
   }
 
 private:
@@ -206,6 +223,8 @@ private:
   std::FILE* m_out;
   std::FILE* m_err;
   bool m_colour;
+  bool m_escape_out; // job output shown on a terminal is escaped (unless --raw-output)
+  bool m_escape_err;
   bool m_many = false;
   bool m_show_progress = false;
   bool m_progress_shown = false;
@@ -214,9 +233,10 @@ private:
 
 } // namespace
 
-std::unique_ptr<Reporter> make_terminal_reporter(std::FILE* out, std::FILE* err)
+std::unique_ptr<Reporter> make_terminal_reporter(std::FILE* out, std::FILE* err,
+                                                 TerminalOptions options)
 {
-  return std::make_unique<TerminalReporter>(out, err);
+  return std::make_unique<TerminalReporter>(out, err, options);
 }
 
 std::string result_digest(const RunRecord& record, std::size_t width)

@@ -182,21 +182,37 @@ struct Verdict {
   std::string error;
 };
 
-// How the exit code reads, before the result is looked at; nullopt: the job exited 0.
-std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome,
-                                     const std::string& run_dir)
+// The login shell exited without running the launcher (no sentinel, no report): an account
+// whose shell refuses commands (/bin/false, nologin), or a shell that cannot run /bin/sh.
+std::optional<Verdict> launcher_never_ran(const Run& run, const ExecOutcome& outcome)
 {
-  const auto timed_out = [&] {
+  if (outcome.out.saw_sentinel || outcome.err.saw_sentinel || outcome.out.launcher_report) {
+    return std::nullopt;
+  }
+  const std::string said(trim(outcome.out.bytes + outcome.err.bytes));
+  return Verdict{
+      RunStatus::error,
+      fmt::format("{}: the login shell did not run ferry's launcher (it exited with {}{}); "
+                  "the account's shell may be /bin/false or nologin, or unable to run "
+                  "/bin/sh. ferry needs an account whose login shell runs commands",
+                  run.session.label(),
+                  outcome.exit_code ? fmt::format("status {}", *outcome.exit_code)
+                                    : std::string("no status"),
+                  said.empty() ? "" : fmt::format(" and said \"{}\"", shorten(said, 200)))};
+}
+
+// How the exit reads, before the result is looked at; nullopt: the job exited 0.
+std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome)
+{
+  if (auto never = launcher_never_ran(run, outcome)) {
+    return never;
+  }
+  const auto report = outcome.out.launcher_report
+                          ? parse_launcher_report(*outcome.out.launcher_report)
+                          : std::nullopt;
+  if ((report && report->cause == LauncherCause::timeout) || outcome.end == ExecEnd::deadline) {
     return Verdict{RunStatus::timeout,
                    fmt::format("the job ran past its {} s timeout and was killed", run.timeout_s)};
-  };
-  if (outcome.exit_code == k_launcher_timeout_exit) {
-    auto marker = run.session.file_exists(run_dir + "/" + k_launcher_timeout_marker);
-    if ((marker && *marker) || outcome.end == ExecEnd::deadline) {
-      return timed_out();
-    }
-  } else if (outcome.end == ExecEnd::deadline) {
-    return timed_out();
   }
   if (outcome.exit_code == k_launcher_no_interpreter_exit &&
       run.record.stderr_text.find(k_launcher_no_interpreter_prefix) != std::string::npos) {
@@ -222,17 +238,24 @@ void collect(const Run& run, const ExecOutcome& outcome, const std::string& run_
 {
   RunRecord& record = run.record;
   const auto start = Clock::now();
-  const auto verdict = classify_exit(run, outcome, run_dir);
+  const auto verdict = classify_exit(run, outcome);
   auto fetched = run.session.fetch_file(run_dir + "/result.json", run.options.result_cap);
   record.timings.fetch = seconds_since(start);
   run.step("fetch", record.timings.fetch);
   if (!fetched) {
     return conclude(record, RunStatus::error, fetched.error().message);
   }
-  if (*fetched) {
-    record.result_bytes = **fetched;
+  std::optional<std::string> file;
+  if (fetched->kind == FetchedFile::Kind::regular) {
+    record.result_bytes = fetched->bytes;
+    file = std::move(fetched->bytes);
   }
-  ParsedResult parsed = parse_result(*fetched, record.stdout_text, run.options.result_cap);
+  ParsedResult parsed = parse_result(file, record.stdout_text, run.options.result_cap);
+  if (fetched->kind == FetchedFile::Kind::other) {
+    parsed.bad = fmt::format("result.json is {}, not a regular file; ferry reads only a file the "
+                             "job wrote itself ($FERRY_RESULT)",
+                             fetched->other);
+  }
   if (!parsed.bad) {
     record.result = std::move(parsed.value);
   } else if (record.result_bytes.size() > run.options.result_cap) {
@@ -247,23 +270,37 @@ void collect(const Run& run, const ExecOutcome& outcome, const std::string& run_
   conclude(record, RunStatus::ok, std::nullopt);
 }
 
+// A phase failed: an error, or, when ferry was asked to stop meanwhile, an interruption.
+void conclude_failure(const Run& run, const Error& error)
+{
+  if (run.options.stop.stop_requested()) {
+    return conclude(run.record, RunStatus::interrupted,
+                    fmt::format("interrupted before the job finished ({})", error.message));
+  }
+  conclude(run.record, RunStatus::error, error.message);
+}
+
 void run_phases(Run& run)
 {
+  run.session.bind_stop(run.options.stop);
   if (run.options.stop.stop_requested()) {
     return conclude(run.record, RunStatus::interrupted, "interrupted before the job started");
   }
   auto dir = run.session.create_run_dir();
   if (!dir) {
-    return conclude(run.record, RunStatus::error, dir.error().message);
+    return conclude_failure(run, dir.error());
   }
   RunDirGuard guard(run, *dir);
   auto staged = stage(run, *dir);
   if (!staged) {
-    return conclude(run.record, RunStatus::error, staged.error().message);
+    return conclude_failure(run, staged.error());
+  }
+  if (run.options.stop.stop_requested()) {
+    return conclude(run.record, RunStatus::interrupted, "interrupted before the job started");
   }
   auto executed = execute(run, *staged);
   if (!executed) {
-    return conclude(run.record, RunStatus::error, executed.error().message);
+    return conclude_failure(run, executed.error());
   }
   record_output(run, *executed);
   switch (executed->end) {
@@ -275,6 +312,14 @@ void run_phases(Run& run)
                                 run.session.label(), executed->lost_reason, run.timeout_s));
   case ExecEnd::interrupted:
     return conclude(run.record, RunStatus::interrupted, "interrupted; the job was stopped");
+  case ExecEnd::no_start:
+    return conclude(
+        run.record, RunStatus::error,
+        fmt::format("{}: the login shell did not start ferry's launcher within {:.0f} s; "
+                    "its startup files (~/.zshenv, ~/.bashrc, "
+                    "~/.config/fish/config.fish, ~/.tcshrc, ...) may hang or wait for "
+                    "input: make them return at once for non-interactive shells",
+                    run.session.label(), executed->start_limit_s));
   case ExecEnd::exited:
   case ExecEnd::deadline:
     break;

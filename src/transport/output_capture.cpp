@@ -5,12 +5,14 @@ namespace ferry {
 namespace {
 // The login shell's startup noise is kept for diagnosis only, up to this much.
 constexpr std::size_t k_noise_cap = 64 * 1024;
+// What the launcher prints after its end marker is at most this long.
+constexpr std::size_t k_report_cap = 64 * 1024;
 } // namespace
 
 OutputCapture::OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker,
                              std::function<void(std::string_view)> sink)
     : m_marker(sentinel.empty() ? std::string() : sentinel + "\n"),
-      m_end(end_marker.empty() ? std::string() : end_marker + "\n"), m_cap(cap),
+      m_end(end_marker.empty() ? std::string() : end_marker + " "), m_cap(cap),
       m_sink(std::move(sink))
 {
   m_out.saw_sentinel = m_marker.empty();
@@ -55,9 +57,21 @@ void OutputCapture::take(std::string_view job_bytes)
     keep(job_bytes);
     return;
   }
-  // Hold back only the longest tail that could still become the end marker, so a job's line
-  // is passed on as soon as it arrives.
   m_held.append(job_bytes);
+  if (const auto at = m_held.find(m_end); at != std::string::npos) {
+    // The launcher's report: everything from the marker on is held for finish(), unless it grows
+    // past what a report can be (then the job printed the marker: its bytes after all).
+    keep(std::string_view(m_held).substr(0, at));
+    m_held.erase(0, at);
+    if (m_held.size() > k_report_cap) {
+      keep(std::string_view(m_held).substr(0, m_end.size()));
+      m_held.erase(0, m_end.size());
+      take({});
+    }
+    return;
+  }
+  // Hold back only the longest tail that could still become the marker, so a job's line is
+  // passed on as soon as it arrives.
   std::size_t hold = std::min(m_held.size(), m_end.size());
   while (hold > 0 && m_held.compare(m_held.size() - hold, hold, m_end, 0, hold) != 0) {
     --hold;
@@ -91,7 +105,9 @@ CapturedStream OutputCapture::finish() &&
     m_out.bytes = m_out.before_sentinel + m_pending;
     m_out.before_sentinel.clear();
   }
-  if (m_held != m_end) {
+  if (!m_end.empty() && m_held.compare(0, m_end.size(), m_end) == 0) {
+    m_out.launcher_report = m_held.substr(m_end.size());
+  } else {
     keep(m_held); // not the launcher's last line after all: the job's
   }
   m_held.clear();

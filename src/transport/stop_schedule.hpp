@@ -15,8 +15,9 @@ public:
 
   StopSchedule(Clock::time_point start, const ExecRequest& request);
 
-  // What the loop must do now; each step is returned once, in order.
-  [[nodiscard]] Step next(Clock::time_point now);
+  // What the loop must do now; each step is returned once, in order. `started`: the launcher's
+  // sentinel has arrived (a login shell that never starts it is stopped after the start limit).
+  [[nodiscard]] Step next(Clock::time_point now, bool started = true);
   // Why the job is being stopped; nullopt while it is not.
   [[nodiscard]] std::optional<ExecEnd> reason() const { return m_reason; }
 
@@ -24,6 +25,7 @@ private:
   Clock::time_point m_start;
   Clock::duration m_deadline;
   Clock::duration m_grace;
+  Clock::duration m_start_limit;
   StopToken m_stop;
   std::optional<Clock::time_point> m_termed_at;
   std::optional<ExecEnd> m_reason;

@@ -21,7 +21,7 @@ build="$repo/build/fuzz-build"
 seconds=20
 regress_only=0
 only=()
-all=(job_meta params run_record)
+all=(job_meta params run_record terminal_safe)
 
 while (($#)); do
   case "$1" in

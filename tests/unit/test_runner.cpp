@@ -19,6 +19,12 @@ namespace {
 
 class FakeSession final : public HostSession {
 public:
+  FakeSession()
+  {
+    // The launcher ran: its sentinel came on both streams.
+    outcome.out.saw_sentinel = true;
+    outcome.err.saw_sentinel = true;
+  }
   std::map<std::string, std::string> files;
   std::vector<std::string> removed;
   std::vector<std::string> executed;
@@ -54,11 +60,11 @@ public:
     }
     return outcome;
   }
-  Expected<std::optional<std::string>> fetch_file(const std::string& path, std::size_t) override
+  Expected<FetchedFile> fetch_file(const std::string& path, std::size_t) override
   {
     auto it = files.find(path);
-    return it == files.end() ? std::optional<std::string>()
-                             : std::optional<std::string>(it->second);
+    return it == files.end() ? FetchedFile{}
+                             : FetchedFile{FetchedFile::Kind::regular, it->second, {}};
   }
   Expected<bool> file_exists(const std::string& path) override { return files.count(path) != 0; }
   Expected<void> remove_run_dir(const std::string& path) override
@@ -96,7 +102,7 @@ TEST_CASE("the runner stages three files and executes only the launcher", "[runn
   CHECK(session.executed[0] == "/bin/sh " + k_dir + "/launch.sh");
   CHECK(session.files.at(k_dir + "/probe.py") == test_job().bytes);
   CHECK(json::parse(session.files.at(k_dir + "/params.json")) == params);
-  CHECK_THAT(session.files.at(k_dir + "/launch.sh"), Catch::Contains("sleep 7 &"));
+  CHECK_THAT(session.files.at(k_dir + "/launch.sh"), Catch::Contains("nap 7 ||"));
   CHECK(session.removed == std::vector<std::string>{k_dir});
   CHECK(record.target["host"] == "h");
   CHECK(record.host_label == "gpu1");
@@ -107,12 +113,10 @@ TEST_CASE("the runner stages three files and executes only the launcher", "[runn
 TEST_CASE("outcomes become statuses", "[runner]")
 {
   FakeSession session;
-  SECTION("timeout: exit 124 with the launcher's marker")
+  SECTION("timeout: exit 124 with the launcher's report")
   {
     session.outcome.exit_code = k_launcher_timeout_exit;
-    session.during_exec = [](FakeSession& s, const std::string& dir) {
-      s.files[dir + "/" + k_launcher_timeout_marker] = "";
-    };
+    session.outcome.out.launcher_report = "124 timeout\n";
     const auto record = run_job(session, test_job(), json::object(), RunOptions{});
     CHECK(record.status == RunStatus::timeout);
     CHECK(record.exit_code == 124);
@@ -121,6 +125,7 @@ TEST_CASE("outcomes become statuses", "[runner]")
   SECTION("a job's own exit 124 is not a timeout")
   {
     session.outcome.exit_code = 124;
+    session.outcome.out.launcher_report = "124 exit\n";
     CHECK(run_job(session, test_job(), json::object(), RunOptions{}).status == RunStatus::failed);
   }
   SECTION("missing interpreter is named")

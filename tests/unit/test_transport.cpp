@@ -2,6 +2,7 @@
 
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
+#include "ferry/text.hpp"
 #include "ferry/transport.hpp"
 
 using namespace ferry;
@@ -51,15 +52,16 @@ TEST_CASE("the launcher sets the contract's variables and never executes the job
              Catch::Contains("FERRY_RESULT='/home/u/.cache/ferry/runs/ferry-1-ab'/result.json"));
   CHECK_THAT(text, Catch::Contains("FERRY_JOB='kv'\\''calc'"));
   CHECK_THAT(text, Catch::Contains("export FERRY_RUN_DIR FERRY_PARAMS FERRY_RESULT FERRY_JOB"));
-  CHECK_THAT(text, Catch::Contains(
-                       "setsid \"$interpreter\" \"$FERRY_RUN_DIR\"/'kv_calc.py' </dev/null &"));
-  CHECK_THAT(text, Catch::Contains("sleep 42 &"));
-  CHECK_THAT(text, Catch::Contains("sleep 3 &"));
+  // The job runs with SIGPIPE as it should be; only the launcher ignores it.
+  CHECK_THAT(text, Catch::Contains("(trap - PIPE; exec setsid \"$interpreter\" "
+                                   "\"$FERRY_RUN_DIR\"/'kv_calc.py' </dev/null) &"));
+  CHECK_THAT(text, Catch::Contains("nap 42 ||"));
+  CHECK_THAT(text, Catch::Contains("nap 3 ||"));
   CHECK_THAT(text, Catch::Contains("interpreter='python3'"));
   CHECK_THAT(text, Catch::Contains("printf '%s\\n' 'ferry-start-123'\n"));
   CHECK_THAT(text, Catch::Contains("cd \"$FERRY_RUN_DIR\""));
   // The job file is an argument of the interpreter, never a command of its own.
-  CHECK(text.find("\"$FERRY_RUN_DIR\"/'kv_calc.py' </dev/null &") != std::string::npos);
+  CHECK(text.find("\"$FERRY_RUN_DIR\"/'kv_calc.py' </dev/null) &") != std::string::npos);
   CHECK(text.find("\n\"$FERRY_RUN_DIR\"/'kv_calc.py'") == std::string::npos);
 }
 
@@ -107,7 +109,7 @@ TEST_CASE("the launcher's last line is not the job's", "[capture]")
 {
   OutputCapture capture("ferry-start-1", 10, "ferry-end-1");
   capture.feed("ferry-start-1\nno newline");
-  capture.feed("ferry-end-1\n");
+  capture.feed("ferry-end-1 0 exit\n");
   const CapturedStream out = std::move(capture).finish();
   CHECK(out.bytes == "no newline");
   CHECK_FALSE(out.truncated);
@@ -122,7 +124,7 @@ TEST_CASE("live output passes on the job's bytes as they come, without the launc
   capture.feed("noise\nferry-start-1\nline 1\n");
   CHECK(streamed == "line 1\n"); // at once: nothing held back that cannot be the end marker
   capture.feed("line 2\nferry-en");
-  capture.feed("d-1\n");
+  capture.feed("d-1 0 exit\n");
   const CapturedStream out = std::move(capture).finish();
   CHECK(streamed == "line 1\nline 2\n");
   CHECK(out.bytes == "line");
@@ -134,8 +136,56 @@ TEST_CASE("a job line that only starts like the end marker is the job's", "[capt
   std::string streamed;
   OutputCapture capture("s", 100, "ferry-end-1",
                         [&](std::string_view bytes) { streamed += bytes; });
-  capture.feed("s\nferry-end-2\n");
+  capture.feed("s\nferry-end-2 0 exit\n");
   const CapturedStream out = std::move(capture).finish();
-  CHECK(streamed == "ferry-end-2\n");
-  CHECK(out.bytes == "ferry-end-2\n");
+  CHECK(streamed == "ferry-end-2 0 exit\n");
+  CHECK(out.bytes == "ferry-end-2 0 exit\n");
+}
+
+TEST_CASE("the launcher's report names how the job ended", "[launcher]")
+{
+  const auto timeout = parse_launcher_report("124 timeout\n");
+  REQUIRE(timeout);
+  CHECK(timeout->code == 124);
+  CHECK(timeout->cause == LauncherCause::timeout);
+  CHECK(parse_launcher_report("0 exit\n")->cause == LauncherCause::exited);
+  CHECK(parse_launcher_report("143 stopped\n")->cause == LauncherCause::stopped);
+  for (const char* bad : {"", "0 exit", "x exit\n", "0 other\n", "0\n", " exit\n"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_launcher_report(bad));
+  }
+}
+
+TEST_CASE("a stale run directory is removed only when no launcher can still need it", "[sweep]")
+{
+  const long long now = 1'000'000;
+  // A live launcher keeps its directory whatever the clock says.
+  CHECK_FALSE(is_stale_run({now, 0, std::string("42 1\n"), true}));
+  // A dead launcher: only after its deadline and a minute's margin.
+  CHECK_FALSE(
+      is_stale_run({now, now - 10, std::string("42 " + std::to_string(now - 30) + "\n"), false}));
+  CHECK(is_stale_run({now, now - 10, std::string("42 " + std::to_string(now - 61) + "\n"), false}));
+  // No launcher ever ran there (an upload broke off): left a day.
+  CHECK_FALSE(is_stale_run({now, now - 3600, std::nullopt, false}));
+  CHECK(is_stale_run({now, now - 25 * 3600, std::nullopt, false}));
+  CHECK(state_file_pid("4242 99\n") == 4242L);
+  CHECK_FALSE(state_file_pid("x 99\n"));
+  CHECK(is_run_dir_name("ferry-20261130T221500Z-0123456789abcdef0123456789abcdef"));
+  CHECK_FALSE(is_run_dir_name("ferry-20261130T221500Z-0123456789abcdef0123456789abcdeg"));
+  CHECK_FALSE(is_run_dir_name("ferry-x"));
+  CHECK_FALSE(is_run_dir_name("other-20261130T221500Z-0123456789abcdef0123456789abcdef"));
+}
+
+TEST_CASE("terminal_safe leaves text and shows controls", "[text]")
+{
+  CHECK(terminal_safe("plain: ümlaut, 日本, tab\there") == "plain: ümlaut, 日本, tab\there");
+  CHECK(terminal_safe("a\nb") == "a\\x0ab");
+  CHECK(terminal_safe("a\nb", Newlines::keep) == "a\nb");
+  CHECK(terminal_safe("\x1b]52;c;aGk=\x07") == "\\x1b]52;c;aGk=\\x07");
+  CHECK(terminal_safe("\x7f") == "\\x7f");
+  CHECK(terminal_safe("\xc2\x9b"
+                      "31m") == "\\xc2\\x9b31m"); // C1 CSI
+  CHECK(terminal_safe("\xe2\x80\xae"
+                      "evil") == "\\u{202E}evil"); // right-to-left override
+  CHECK(terminal_safe("\xff") == "\\xff");
 }

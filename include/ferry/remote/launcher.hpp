@@ -5,6 +5,7 @@
 // on the host, so a dropped connection cannot leave the job running. Its text is
 // src/remote/launch.sh, embedded at build time (docs/run-protocol.md describes it).
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -27,9 +28,20 @@ struct LauncherSpec {
 inline constexpr int k_launcher_timeout_exit = 124;
 inline constexpr int k_launcher_no_interpreter_exit = 127;
 inline constexpr const char* k_launcher_timeout_marker = ".ferry-timeout";
+// "PID DEADLINE" (epoch seconds) while the launcher runs; see StaleRun.
+inline constexpr const char* k_launcher_state_file = ".ferry-launcher";
 inline constexpr const char* k_launcher_no_interpreter_prefix = "ferry-launcher: interpreter ";
 
 [[nodiscard]] std::string make_launcher(const LauncherSpec& spec);
+
+// How the launcher says the job ended, on its last stdout line after the end marker.
+enum class LauncherCause { exited, timeout, stopped };
+struct LauncherReport {
+  int code = 0;
+  LauncherCause cause = LauncherCause::exited;
+};
+// "CODE CAUSE\n" as the launcher prints it; nullopt for anything else.
+[[nodiscard]] std::optional<LauncherReport> parse_launcher_report(std::string_view text);
 
 // 'text' quoted for POSIX sh (single quotes; ' becomes '\'').
 [[nodiscard]] std::string sh_quote(std::string_view text);
@@ -38,6 +50,21 @@ inline constexpr const char* k_launcher_no_interpreter_prefix = "ferry-launcher:
 // again). An @ that starts no known field is kept as it is.
 [[nodiscard]] std::string fill_template(std::string_view script,
                                         const std::map<std::string, std::string>& fields);
+
+// Whether a run directory left on a host may be removed: never while its launcher lives or
+// before its deadline; a directory no launcher ever started only after a day. Times are the
+// host's (epoch seconds); `state` is the launcher's state file ("PID DEADLINE"), if any.
+struct StaleRunCheck {
+  long long now = 0;      // the host's clock
+  long long modified = 0; // the directory's mtime
+  std::optional<std::string> state;
+  bool launcher_alive = false;
+};
+[[nodiscard]] bool is_stale_run(const StaleRunCheck& check);
+// The launcher's pid from its state file, if it names one.
+[[nodiscard]] std::optional<long> state_file_pid(std::string_view state);
+// "ferry-YYYYMMDDTHHMMSSZ-<32 hex>": the name of a run directory ferry creates.
+[[nodiscard]] bool is_run_dir_name(std::string_view name);
 
 // A script of src/remote/ by file name ("launch.sh"), as embedded at build time.
 [[nodiscard]] std::string_view remote_script(std::string_view file_name);

@@ -14,6 +14,7 @@
 #include <boost/process.hpp>
 
 #include "ferry/fd.hpp"
+#include "ferry/remote/launcher.hpp"
 #include "ferry/sessions.hpp"
 #include "ferry/util.hpp"
 #include "transport/stop_schedule.hpp"
@@ -49,6 +50,7 @@ public:
                   std::strerror(errno));
     }
     ::chmod(dir.c_str(), 0700); // the umask is not trusted
+    sweep_stale(base, dir);
     return dir.string();
   }
 
@@ -59,30 +61,7 @@ public:
 
   Expected<ExecOutcome> exec(const ExecRequest& request) override;
 
-  Expected<std::optional<std::string>> fetch_file(const std::string& path, std::size_t cap) override
-  {
-    std::error_code ec;
-    if (!fs::exists(path, ec)) {
-      return std::optional<std::string>();
-    }
-    const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-    if (!fd) {
-      return fail(ErrorKind::failed, "cannot read {}: {}", path, std::strerror(errno));
-    }
-    std::string bytes;
-    char buffer[65536];
-    while (bytes.size() <= cap) {
-      const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
-      if (n < 0 && errno == EINTR) {
-        continue;
-      }
-      if (n <= 0) {
-        break;
-      }
-      bytes.append(buffer, static_cast<std::size_t>(n));
-    }
-    return std::optional<std::string>(std::move(bytes));
-  }
+  Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override;
 
   Expected<bool> file_exists(const std::string& path) override
   {
@@ -101,8 +80,107 @@ public:
   }
 
 private:
+  void sweep_stale(const fs::path& base, const fs::path& new_dir);
+
   LocalTarget m_target;
+  bool m_swept = false;
 };
+
+std::optional<std::string> read_small(const fs::path& path)
+{
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd) {
+    return std::nullopt;
+  }
+  std::string bytes(4096, '\0');
+  const ssize_t n = ::read(fd.get(), bytes.data(), bytes.size());
+  if (n < 0) {
+    return std::nullopt;
+  }
+  bytes.resize(static_cast<std::size_t>(n));
+  return bytes;
+}
+
+bool launcher_alive(const fs::path& dir, const std::string& state)
+{
+  const auto pid = state_file_pid(state);
+  if (!pid || ::kill(static_cast<pid_t>(*pid), 0) != 0) {
+    return false;
+  }
+  const auto cmdline = read_small(fmt::format("/proc/{}/cmdline", *pid));
+  return !cmdline || cmdline->find(dir.string()) != std::string::npos; // no /proc: assume it is
+}
+
+// Once per process, as over SSH: this user's run directories in the base that no launcher will
+// ever remove.
+void LocalSession::sweep_stale(const fs::path& base, const fs::path& new_dir)
+{
+  if (std::exchange(m_swept, true)) {
+    return;
+  }
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(base, ec)) {
+    const fs::path& path = entry.path();
+    struct stat st {};
+    if (path == new_dir || !is_run_dir_name(path.filename().string()) ||
+        ::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) {
+      continue;
+    }
+    StaleRunCheck check{now, st.st_mtime, read_small(path / k_launcher_state_file), false};
+    check.launcher_alive = check.state && launcher_alive(path, *check.state);
+    if (is_stale_run(check)) {
+      fs::remove_all(path, ec);
+    }
+  }
+}
+
+std::string_view file_type_name(mode_t mode)
+{
+  if (S_ISDIR(mode)) {
+    return "a directory";
+  }
+  if (S_ISLNK(mode)) {
+    return "a symbolic link";
+  }
+  if (S_ISFIFO(mode)) {
+    return "a FIFO";
+  }
+  return "a socket or device";
+}
+
+Expected<FetchedFile> LocalSession::fetch_file(const std::string& path, std::size_t cap)
+{
+  // lstat first, and O_NONBLOCK: a FIFO is never opened for a read that could block, a link
+  // never followed (the same rule as over SFTP).
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      return FetchedFile{};
+    }
+    return fail(ErrorKind::failed, "cannot inspect {}: {}", path, std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return FetchedFile{FetchedFile::Kind::other, {}, std::string(file_type_name(st.st_mode))};
+  }
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd) {
+    return fail(ErrorKind::failed, "cannot read {}: {}", path, std::strerror(errno));
+  }
+  FetchedFile fetched{FetchedFile::Kind::regular, {}, {}};
+  char buffer[65536];
+  while (fetched.bytes.size() <= cap) {
+    const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      break;
+    }
+    fetched.bytes.append(buffer, static_cast<std::size_t>(n));
+  }
+  return fetched;
+}
 
 // Reads what is ready on the job's two pipes into their captures; a closed pipe is dropped.
 void drain(pollfd (&fds)[2], OutputCapture* (&captures)[2], int& open_streams,
@@ -123,9 +201,9 @@ void drain(pollfd (&fds)[2], OutputCapture* (&captures)[2], int& open_streams,
 }
 
 // Signals the launcher as the stop schedule says (its trap stops the job's process group).
-void apply_stop_step(StopSchedule& schedule, const bp::child& child)
+void apply_stop_step(StopSchedule& schedule, const bp::child& child, bool started)
 {
-  switch (schedule.next(std::chrono::steady_clock::now())) {
+  switch (schedule.next(std::chrono::steady_clock::now(), started)) {
   case StopSchedule::Step::term:
     ::kill(child.id(), SIGTERM);
     break;
@@ -158,6 +236,7 @@ Expected<ExecOutcome> LocalSession::exec(const ExecRequest& request)
   StopSchedule schedule(std::chrono::steady_clock::now(), request);
   std::optional<std::chrono::steady_clock::time_point> exited_at;
   ExecOutcome outcome;
+  outcome.start_limit_s = std::chrono::duration<double>(request.start_limit).count();
   std::vector<char> buffer(65536);
   while (open_streams > 0) {
     if (::poll(fds, 2, 100) < 0 && errno != EINTR) {
@@ -171,7 +250,7 @@ Expected<ExecOutcome> LocalSession::exec(const ExecRequest& request)
       outcome.output_held_open = true;
       break;
     }
-    apply_stop_step(schedule, child);
+    apply_stop_step(schedule, child, out.started() || err.started());
   }
   std::error_code wait_error;
   child.wait(wait_error);

@@ -112,9 +112,10 @@ void lose(ExecOutcome& outcome, std::string reason)
 }
 
 // Applies the stop schedule's step; false when ferry gives up on the job.
-bool apply_stop_step(StopSchedule& schedule, ssh_channel channel, ExecOutcome& outcome)
+bool apply_stop_step(StopSchedule& schedule, ssh_channel channel, const Streams& streams,
+                     ExecOutcome& outcome)
 {
-  switch (schedule.next(Clock::now())) {
+  switch (schedule.next(Clock::now(), streams.out.started() || streams.err.started())) {
   case StopSchedule::Step::term:
     // OpenSSH >= 7.9 kills the session's process group; the launcher forwards it to the job.
     ssh_channel_request_send_signal(channel, "TERM");
@@ -152,7 +153,7 @@ void pump(ssh_session session, ssh_channel channel, const ExecRequest& request,
       outcome.output_held_open = true;
       break;
     }
-    if (!apply_stop_step(schedule, channel, outcome)) {
+    if (!apply_stop_step(schedule, channel, streams, outcome)) {
       break;
     }
     if (!got_data && ssh_event_dopoll(event.get(), 100) == SSH_ERROR &&
@@ -167,32 +168,51 @@ void pump(ssh_session session, ssh_channel channel, const ExecRequest& request,
   }
 }
 
+// Why a blocking step failed: the watchdog's reason when it cut the connection, else libssh's.
+std::string failure(ssh_session session, const CallWatchdog& watchdog)
+{
+  const auto cut = watchdog.fired();
+  return cut ? *cut : std::string(ssh_get_error(session));
+}
+
 } // namespace
 
-Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const ExecRequest& request)
+Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const ExecRequest& request,
+                           CallWatchdog& watchdog, const std::function<bool()>& free_a_channel)
 {
   FERRY_TRY_ASSIGN(const auto command, shell_neutral_command(request.argv));
   ExitWatch watch;
-  ExecChannel channel(session, watch);
-  if (!channel.open()) {
-    return fail(ErrorKind::failed, "{}: cannot open a channel: {}", label, ssh_get_error(session));
-  }
-  if (ssh_channel_request_exec(channel.get(), command.c_str()) != SSH_OK) {
-    return fail(ErrorKind::failed, "{}: cannot start `{}`: {}", label, command,
-                ssh_get_error(session));
+  std::optional<ExecChannel> channel(std::in_place, session, watch);
+  {
+    const auto armed = watchdog.arm("open a channel", &request.stop);
+    bool opened = channel->open();
+    if (!opened && !watchdog.fired() && free_a_channel && free_a_channel()) {
+      channel.emplace(session, watch);
+      opened = channel->open();
+    }
+    if (!opened) {
+      return fail(ErrorKind::failed, "{}: cannot open a channel: {}", label,
+                  failure(session, watchdog));
+    }
+    if (ssh_channel_request_exec(channel->get(), command.c_str()) != SSH_OK) {
+      return fail(ErrorKind::failed, "{}: cannot start `{}`: {}", label, command,
+                  failure(session, watchdog));
+    }
   }
   ExecOutcome outcome;
+  outcome.start_limit_s = std::chrono::duration<double>(request.start_limit).count();
   Streams streams{capture_for(request, OutputStream::out), capture_for(request, OutputStream::err)};
-  pump(session, channel.get(), request, watch, streams, outcome);
+  pump(session, channel->get(), request, watch, streams, outcome);
   if (outcome.end != ExecEnd::lost) {
+    const auto armed = watchdog.arm("read the exit status", nullptr);
     if (!watch.exited && !outcome.output_held_open) {
       // EOF came first; the status follows right behind it.
-      if (const int status = ssh_channel_get_exit_status(channel.get()); status >= 0) {
+      if (const int status = ssh_channel_get_exit_status(channel->get()); status >= 0) {
         watch.status = status;
       }
     }
     outcome.exit_code = watch.status;
-    ssh_channel_close(channel.get());
+    ssh_channel_close(channel->get());
   }
   outcome.out = std::move(streams.out).finish();
   outcome.err = std::move(streams.err).finish();

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
 #include "ferry/text.hpp"
 #include "ferry/util.hpp"
@@ -11,19 +12,28 @@
 namespace ferry::ssh {
 
 namespace {
-constexpr int k_max_remove_depth = 32;
 constexpr std::size_t k_noise_shown = 200;
+// Cleanup runs even after a stop request, but no longer than this then.
+constexpr std::chrono::seconds k_cleanup_after_stop{3};
 } // namespace
 
 SftpFiles::SftpFiles(ssh_session session, std::string label, std::string user,
-                     std::string remote_base)
+                     std::string remote_base, CallWatchdog& watchdog, const StopToken& stop)
     : m_session(session), m_label(std::move(label)), m_user(std::move(user)),
-      m_remote_base(std::move(remote_base))
+      m_remote_base(std::move(remote_base)), m_watchdog(watchdog), m_stop(stop)
 {
+}
+
+CallWatchdog::Armed SftpFiles::arm(std::string what)
+{
+  return m_watchdog.arm(std::move(what), &m_stop);
 }
 
 std::string SftpFiles::error(std::string_view what, std::string_view path) const
 {
+  if (const auto cut = m_watchdog.fired()) {
+    return fmt::format("{}: cannot {} {} on the host: {}", m_label, what, path, *cut);
+  }
   const int code = m_sftp ? sftp_get_error(m_sftp.get()) : -1;
   std::string_view reason;
   switch (code) {
@@ -52,23 +62,32 @@ std::string SftpFiles::error(std::string_view what, std::string_view path) const
   return fmt::format("{}: cannot {} {} on the host: {}", m_label, what, path, reason);
 }
 
-std::string SftpFiles::startup_noise()
+SftpFiles::ShellProbe SftpFiles::probe_login_shell()
 {
-  // Ask the login shell to run `true`: anything that comes back was printed by its startup files.
+  // Ask the login shell to run `true`: anything that comes back was printed by its startup
+  // files, and a failure means it runs no command at all.
+  const auto armed = arm("ask the login shell to run `true`");
   Channel channel(ssh_channel_new(m_session));
+  ShellProbe probe;
   if (!channel || ssh_channel_open_session(channel.get()) != SSH_OK ||
       ssh_channel_request_exec(channel.get(), "true") != SSH_OK) {
-    return {};
+    return probe;
   }
-  std::string noise;
   char buffer[4096];
-  int n = 0;
-  while ((n = ssh_channel_read_timeout(channel.get(), buffer, sizeof buffer, 0, 5000)) > 0 &&
-         noise.size() < 4096) {
-    noise.append(buffer, static_cast<std::size_t>(n));
+  for (int is_stderr = 0; is_stderr < 2; ++is_stderr) {
+    int n = 0;
+    while (probe.output.size() < 4096 &&
+           (n = ssh_channel_read_timeout(channel.get(), buffer, sizeof buffer, is_stderr, 5000)) >
+               0) {
+      probe.output.append(buffer, static_cast<std::size_t>(n));
+    }
   }
+  probe.status = ssh_channel_get_exit_status(channel.get());
   ssh_channel_close(channel.get());
-  return noise;
+  while (!probe.output.empty() && (probe.output.back() == '\n' || probe.output.back() == '\r')) {
+    probe.output.pop_back();
+  }
+  return probe;
 }
 
 Expected<void> SftpFiles::start()
@@ -81,15 +100,33 @@ Expected<void> SftpFiles::start()
     return fail(ErrorKind::failed, "{}: cannot open an SFTP channel: {}", m_label,
                 ssh_get_error(m_session));
   }
-  if (sftp_init(m_sftp.get()) == SSH_OK) {
-    return {};
+  {
+    const auto armed = arm("start SFTP");
+    if (sftp_init(m_sftp.get()) == SSH_OK) {
+      return {};
+    }
   }
   const std::string libssh_error = ssh_get_error(m_session);
   m_sftp.reset();
-  std::string noise = startup_noise();
-  while (!noise.empty() && (noise.back() == '\n' || noise.back() == '\r')) {
-    noise.pop_back();
+  if (const auto cut = m_watchdog.fired()) {
+    return fail(ErrorKind::failed,
+                "{}: SFTP did not start: {}. With an external sftp-server the login shell of {} "
+                "starts it: check that the shell's startup files do not wait for input or hang",
+                m_label, *cut, m_user);
   }
+  const ShellProbe probe = probe_login_shell();
+  if (probe.status > 0) {
+    return fail(ErrorKind::failed,
+                "{}: SFTP did not start, and the login shell of {} runs no command (`true` exited "
+                "with status {}{}): the account's shell may be /bin/false or nologin. ferry needs "
+                "an account whose login shell runs commands",
+                m_label, m_user, probe.status,
+                probe.output.empty()
+                    ? ""
+                    : fmt::format(", saying \"{}\"",
+                                  std::string_view(probe.output).substr(0, k_noise_shown)));
+  }
+  const std::string& noise = probe.output;
   if (!noise.empty()) {
     return fail(ErrorKind::failed,
                 "{}: SFTP did not start because the login shell of {} prints text when it "
@@ -103,6 +140,15 @@ Expected<void> SftpFiles::start()
               "{}: SFTP did not start ({}); ferry needs the sftp subsystem enabled in the host's "
               "sshd_config (`Subsystem sftp internal-sftp`)",
               m_label, libssh_error);
+}
+
+bool SftpFiles::suspend()
+{
+  if (!m_sftp) {
+    return false;
+  }
+  m_sftp.reset(); // sends the channel's close; nothing waits for an answer
+  return true;
 }
 
 Expected<void> SftpFiles::check_base_dir(const std::string& dir, bool is_base)
@@ -144,6 +190,7 @@ Expected<void> SftpFiles::prepare_base()
     return {};
   }
   FERRY_TRY(start());
+  const auto armed = arm("prepare the run base");
   std::string base = m_remote_base;
   std::vector<std::string> to_create = {base};
   if (base.empty()) {
@@ -172,6 +219,7 @@ Expected<void> SftpFiles::prepare_base()
 Expected<std::string> SftpFiles::create_run_dir()
 {
   FERRY_TRY(prepare_base());
+  const auto armed = arm("create the run directory");
   const std::string dir = fmt::format(
       "{}/ferry-{}-{}", m_base, utc_compact(std::chrono::system_clock::now()), random_hex(16));
   if (sftp_mkdir(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
@@ -181,7 +229,67 @@ Expected<std::string> SftpFiles::create_run_dir()
   if (sftp_chmod(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
     return fail(ErrorKind::failed, "{}", error("set mode 0700 on", dir));
   }
+  sweep_stale(dir);
   return dir;
+}
+
+std::optional<std::string> SftpFiles::read_small(const std::string& path)
+{
+  File file(sftp_open(m_sftp.get(), path.c_str(), O_RDONLY, 0));
+  if (!file) {
+    return std::nullopt;
+  }
+  std::string bytes(4096, '\0');
+  const ssize_t n = sftp_read(file.get(), bytes.data(), bytes.size());
+  if (n < 0) {
+    return std::nullopt;
+  }
+  bytes.resize(static_cast<std::size_t>(n));
+  return bytes;
+}
+
+// Over SFTP, /proc tells whether the launcher still runs: its pid's command line names the run
+// directory. A host without /proc: the deadline alone decides.
+bool SftpFiles::launcher_alive(const std::string& dir, const std::string& state)
+{
+  const auto pid = state_file_pid(state);
+  if (!pid) {
+    return false;
+  }
+  const auto cmdline = read_small(fmt::format("/proc/{}/cmdline", *pid));
+  return cmdline && cmdline->find(dir) != std::string::npos;
+}
+
+// Once per session, right after this run's directory was made: the user's own run directories
+// under the base that no launcher will ever remove (the launcher was killed, or never started
+// because an upload broke off) are removed. Best effort, bounded like any step.
+void SftpFiles::sweep_stale(const std::string& new_dir)
+{
+  if (std::exchange(m_swept, true)) {
+    return;
+  }
+  const auto armed = arm("sweep stale run directories");
+  const Attributes created(sftp_lstat(m_sftp.get(), new_dir.c_str()));
+  Dir dir(sftp_opendir(m_sftp.get(), m_base.c_str()));
+  if (!created || !dir) {
+    return;
+  }
+  std::vector<std::pair<std::string, long long>> candidates;
+  while (const Attributes entry{sftp_readdir(m_sftp.get(), dir.get())}) {
+    const std::string name = entry->name != nullptr ? entry->name : "";
+    if (entry->type == SSH_FILEXFER_TYPE_DIRECTORY && is_run_dir_name(name) &&
+        m_base + "/" + name != new_dir) {
+      candidates.emplace_back(m_base + "/" + name, entry->mtime);
+    }
+  }
+  for (const auto& [path, modified] : candidates) {
+    StaleRunCheck check{created->mtime, modified, read_small(path + "/" + k_launcher_state_file),
+                        false};
+    check.launcher_alive = check.state && launcher_alive(path, *check.state);
+    if (is_stale_run(check) && !m_watchdog.fired()) {
+      (void)remove_tree(path);
+    }
+  }
 }
 
 Expected<void> SftpFiles::write_all(sftp_file file, const std::string& path, std::string_view bytes)
@@ -189,6 +297,7 @@ Expected<void> SftpFiles::write_all(sftp_file file, const std::string& path, std
   constexpr std::size_t chunk = 32 * 1024;
   for (std::size_t done = 0; done < bytes.size();) {
     const std::size_t n = std::min(chunk, bytes.size() - done);
+    const auto armed = arm("write " + path);
     if (sftp_write(file, bytes.data() + done, n) != static_cast<ssize_t>(n)) {
       return fail(ErrorKind::failed, "{}", error("write", path));
     }
@@ -205,15 +314,21 @@ Expected<void> SftpFiles::put_file(const std::string& path, std::string_view byt
   // before the upload is over.
   FERRY_TRY(start());
   sftp_session sftp = m_sftp.get();
-  File file(sftp_open(sftp, path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600));
+  File file;
+  {
+    const auto armed = arm("create " + path);
+    file.reset(sftp_open(sftp, path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600));
+  }
   if (!file) {
     return fail(ErrorKind::failed, "{}", error("create", path));
   }
   if (auto written = write_all(file.get(), path, bytes); !written) {
+    const auto armed = arm("remove " + path);
     file.reset();
     sftp_unlink(sftp, path.c_str());
     return written;
   }
+  const auto armed = arm("finish writing " + path);
   if (sftp_close(file.release()) != SSH_OK) {
     auto message = error("finish writing", path);
     sftp_unlink(sftp, path.c_str());
@@ -223,19 +338,49 @@ Expected<void> SftpFiles::put_file(const std::string& path, std::string_view byt
   return {};
 }
 
-Expected<std::optional<std::string>> SftpFiles::fetch_file(const std::string& path, std::size_t cap)
+namespace {
+std::string_view sftp_type_name(int type)
+{
+  switch (type) {
+  case SSH_FILEXFER_TYPE_DIRECTORY:
+    return "a directory";
+  case SSH_FILEXFER_TYPE_SYMLINK:
+    return "a symbolic link";
+  case SSH_FILEXFER_TYPE_SPECIAL:
+    return "a FIFO, socket or device";
+  default:
+    return "not a regular file";
+  }
+}
+} // namespace
+
+Expected<FetchedFile> SftpFiles::fetch_file(const std::string& path, std::size_t cap)
 {
   FERRY_TRY(start());
-  File file(sftp_open(m_sftp.get(), path.c_str(), O_RDONLY, 0));
-  if (!file) {
-    if (sftp_get_error(m_sftp.get()) == SSH_FX_NO_SUCH_FILE) {
-      return std::optional<std::string>();
+  File file;
+  {
+    // lstat first: a FIFO would block sftp-server's open forever, a link could lead anywhere.
+    const auto armed = arm("inspect " + path);
+    const Attributes attributes(sftp_lstat(m_sftp.get(), path.c_str()));
+    if (!attributes) {
+      if (sftp_get_error(m_sftp.get()) == SSH_FX_NO_SUCH_FILE && !m_watchdog.fired()) {
+        return FetchedFile{};
+      }
+      return fail(ErrorKind::failed, "{}", error("inspect", path));
     }
+    if (attributes->type != SSH_FILEXFER_TYPE_REGULAR) {
+      return FetchedFile{
+          FetchedFile::Kind::other, {}, std::string(sftp_type_name(attributes->type))};
+    }
+    file.reset(sftp_open(m_sftp.get(), path.c_str(), O_RDONLY, 0));
+  }
+  if (!file) {
     return fail(ErrorKind::failed, "{}", error("open", path));
   }
-  std::string bytes;
+  FetchedFile fetched{FetchedFile::Kind::regular, {}, {}};
   std::vector<char> buffer(64 * 1024);
-  while (bytes.size() <= cap) {
+  while (fetched.bytes.size() <= cap) {
+    const auto armed = arm("read " + path);
     const ssize_t n = sftp_read(file.get(), buffer.data(), buffer.size());
     if (n < 0) {
       return fail(ErrorKind::failed, "{}", error("read", path));
@@ -243,50 +388,59 @@ Expected<std::optional<std::string>> SftpFiles::fetch_file(const std::string& pa
     if (n == 0) {
       break;
     }
-    bytes.append(buffer.data(), static_cast<std::size_t>(n));
+    fetched.bytes.append(buffer.data(), static_cast<std::size_t>(n));
   }
-  return std::optional<std::string>(std::move(bytes));
+  const auto armed = arm("close " + path);
+  file.reset();
+  return fetched;
 }
 
 Expected<bool> SftpFiles::file_exists(const std::string& path)
 {
   FERRY_TRY(start());
+  const auto armed = arm("inspect " + path);
   Attributes attributes(sftp_lstat(m_sftp.get(), path.c_str()));
   if (attributes) {
     return true;
   }
-  if (sftp_get_error(m_sftp.get()) == SSH_FX_NO_SUCH_FILE) {
+  if (sftp_get_error(m_sftp.get()) == SSH_FX_NO_SUCH_FILE && !m_watchdog.fired()) {
     return false;
   }
   return fail(ErrorKind::failed, "{}", error("inspect", path));
 }
 
-Expected<void> SftpFiles::remove_tree(const std::string& path, int depth)
+// Removes `path` and everything under it, without recursion (no depth is too deep) and without
+// following links: a directory's entries first, then the directories themselves, deepest first.
+Expected<void> SftpFiles::remove_tree(const std::string& path)
 {
   sftp_session sftp = m_sftp.get();
-  if (depth > k_max_remove_depth) {
-    return fail(ErrorKind::failed, "{}: {} is nested too deeply to remove", m_label, path);
-  }
-  {
-    Dir dir(sftp_opendir(sftp, path.c_str()));
+  std::vector<std::string> pending = {path};
+  std::vector<std::string> directories;
+  while (!pending.empty()) {
+    const std::string dir_path = std::move(pending.back());
+    pending.pop_back();
+    directories.push_back(dir_path);
+    Dir dir(sftp_opendir(sftp, dir_path.c_str()));
     if (!dir) {
-      return fail(ErrorKind::failed, "{}", error("list", path));
+      return fail(ErrorKind::failed, "{}", error("list", dir_path));
     }
     while (Attributes entry{sftp_readdir(sftp, dir.get())}) {
       const std::string name = entry->name != nullptr ? entry->name : "";
       if (name == "." || name == ".." || name.empty()) {
         continue;
       }
-      const std::string child = path + "/" + name;
+      const std::string child = dir_path + "/" + name;
       if (entry->type == SSH_FILEXFER_TYPE_DIRECTORY) {
-        FERRY_TRY(remove_tree(child, depth + 1));
+        pending.push_back(child);
       } else if (sftp_unlink(sftp, child.c_str()) != SSH_OK) {
         return fail(ErrorKind::failed, "{}", error("remove", child));
       }
     }
   }
-  if (sftp_rmdir(sftp, path.c_str()) != SSH_OK) {
-    return fail(ErrorKind::failed, "{}", error("remove the directory", path));
+  for (auto it = directories.rbegin(); it != directories.rend(); ++it) {
+    if (sftp_rmdir(sftp, it->c_str()) != SSH_OK) {
+      return fail(ErrorKind::failed, "{}", error("remove the directory", *it));
+    }
   }
   return {};
 }
@@ -294,6 +448,11 @@ Expected<void> SftpFiles::remove_tree(const std::string& path, int depth)
 Expected<void> SftpFiles::remove_run_dir(const std::string& path)
 {
   FERRY_TRY(start());
+  // The whole cleanup is one bounded step; after a stop request it still runs, briefly.
+  const auto armed = m_watchdog.arm(
+      "remove " + path, nullptr,
+      m_stop.stop_requested() ? std::optional<CallWatchdog::Clock::duration>(k_cleanup_after_stop)
+                              : std::nullopt);
   // The usual run directory holds what ferry put there and result.json: remove those by name,
   // then the directory (half the round trips of listing it). Anything else there, a job's own
   // files or the timeout marker, makes rmdir fail, and the listing walk removes the rest.
@@ -307,7 +466,7 @@ Expected<void> SftpFiles::remove_run_dir(const std::string& path)
   if (sftp_rmdir(sftp, path.c_str()) == SSH_OK) {
     return {};
   }
-  return remove_tree(path, 0);
+  return remove_tree(path);
 }
 
 } // namespace ferry::ssh

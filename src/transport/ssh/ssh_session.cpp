@@ -49,11 +49,17 @@ public:
   {
     return files().put_file(path, bytes);
   }
+  void bind_stop(const StopToken& stop) override { m_stop = stop; }
   Expected<ExecOutcome> exec(const ExecRequest& request) override
   {
-    return ssh::exec(m_session.get(), m_target.spec, request);
+    // A host with MaxSessions 1 refuses a second channel while SFTP holds one: SFTP steps
+    // aside for the exec and starts again for the fetch.
+    const auto free_a_channel = [this] { return m_files && m_files->suspend(); };
+    ExecRequest bounded = request;
+    bounded.start_limit = watchdog().limits().call; // the login shell runs before the launcher
+    return ssh::exec(m_session.get(), m_target.spec, bounded, watchdog(), free_a_channel);
   }
-  Expected<std::optional<std::string>> fetch_file(const std::string& path, std::size_t cap) override
+  Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override
   {
     return files().fetch_file(path, cap);
   }
@@ -68,9 +74,23 @@ private:
   ssh::SftpFiles& files()
   {
     if (!m_files) {
-      m_files.emplace(m_session.get(), m_target.spec, m_where.user, m_target.remote_base);
+      m_files.emplace(m_session.get(), m_target.spec, m_where.user, m_target.remote_base,
+                      watchdog(), m_stop);
     }
     return *m_files;
+  }
+  ssh::CallWatchdog& watchdog()
+  {
+    if (!m_watchdog) {
+      // A blocking step may take twice the connect timeout (at least 5 s) before the host is
+      // taken to have stopped answering.
+      const double connect_s = m_target.connect_timeout_s > 0 ? m_target.connect_timeout_s : 10;
+      ssh::CallWatchdog::Limits limits;
+      limits.call =
+          std::chrono::milliseconds(static_cast<long>(std::max(5.0, 2 * connect_s) * 1000));
+      m_watchdog.emplace(m_session.get(), limits);
+    }
+    return *m_watchdog;
   }
   std::string connect_failure_hint() const
   {
@@ -80,8 +100,11 @@ private:
   }
 
   SshTarget m_target;
+  StopToken m_stop;
   ssh::Session m_session;
-  std::optional<ssh::SftpFiles> m_files; // after m_session: SFTP ends before the connection
+  // After m_session: they end before the connection does.
+  std::optional<ssh::CallWatchdog> m_watchdog;
+  std::optional<ssh::SftpFiles> m_files;
   ssh::Resolved m_where;
   std::string m_host_key_sha256;
 };
@@ -105,6 +128,7 @@ Expected<void> SshSession::connect()
 Expected<void> SshSession::connect_once()
 {
   m_files.reset();
+  m_watchdog.reset();
   m_session.reset(ssh_new());
   if (!m_session) {
     return fail(ErrorKind::failed, "{}: cannot allocate an SSH session", m_target.spec);
