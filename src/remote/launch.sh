@@ -27,8 +27,8 @@ printf '%s\n' @sentinel@ >&2
 cd "$FERRY_RUN_DIR" || exit 125
 # Who runs here and until when, for ferry's sweep of directories nobody will clean up: a run
 # directory is only removed once this launcher is gone and this deadline has passed.
-printf '%s %s\n' "$$" "$(($(date +%s 2>/dev/null || echo 0) + @timeout@ + @grace@))" \
-  >"$FERRY_RUN_DIR"/@state_file@ 2>/dev/null
+(umask 077 && printf '%s %s\n' "$$" "$(($(date +%s 2>/dev/null || echo 0) + @timeout@ + @grace@))" \
+  >"$FERRY_RUN_DIR"/@state_file@) 2>/dev/null
 interpreter=@interpreter@
 if ! command -v "$interpreter" >/dev/null 2>&1; then
   printf '@no_interp_prefix@%s not found on this host (PATH=%s); install it or set an absolute path in the job'"'"'s interpreter\n' "$interpreter" "$PATH" >&2

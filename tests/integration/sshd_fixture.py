@@ -542,26 +542,47 @@ class SshServer:
         """Make that user's login shell print a line whenever sshd starts it (`SHELL -c CMD`).
         Returns the line printed. Works for zsh, bash, fish and tcsh; dash reads no startup
         file when run as `dash -c CMD`, so for dash this raises ValueError."""
+        line = f"hello from {os.path.basename(SshServer._startup_file(user))}"
+        SshServer.set_startup_script(user, f"echo '{line}'\n" if on else None)
+        return line
+
+    @staticmethod
+    def _startup_file(user: str) -> str:
         name = _as_user(user)
         shell = name[len(USER_PREFIX):]
         if shell not in NOISE_FILES:
             raise ValueError(f"{name}: {shell} reads no startup file when sshd runs `{shell} -c CMD`, "
                              "so its login shell cannot be made to print on startup")
-        rel = NOISE_FILES[shell]
-        line = f"hello from {os.path.basename(rel)}"
-        path = os.path.join(SshServer.home(name), rel)
-        if on:
-            pw = pwd.getpwnam(name)
-            parent = os.path.dirname(path)
-            _makedirs_owned(parent, pw, stop_at=SshServer.home(name))
-            with open(path, "w") as f:
-                f.write(f"echo '{line}'\n")
-            os.chown(path, pw.pw_uid, pw.pw_gid)
-            os.chmod(path, 0o644)
-        else:
+        return os.path.join(SshServer.home(name), NOISE_FILES[shell])
+
+    @staticmethod
+    def set_startup_script(user: str, script: str | None) -> None:
+        """Put `script` (in that shell's syntax) in the startup file its login shell reads
+        whenever sshd starts it; None removes it. For zsh, bash, fish and tcsh."""
+        name = _as_user(user)
+        path = SshServer._startup_file(name)
+        if script is None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-        return line
+            return
+        pw = pwd.getpwnam(name)
+        _makedirs_owned(os.path.dirname(path), pw, stop_at=SshServer.home(name))
+        with open(path, "w") as f:
+            f.write(script)
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+        os.chmod(path, 0o644)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def login_shell(user: str, shell_path: str):
+        """That user's login shell is `shell_path` (e.g. /usr/sbin/nologin) inside the block."""
+        name = _as_user(user)
+        before = pwd.getpwnam(name).pw_shell
+        _run(["usermod", "-s", shell_path, name])
+        try:
+            yield
+        finally:
+            _run(["usermod", "-s", before, name])
 
     # --- internals ----------------------------------------------------------------------------
 

@@ -107,7 +107,9 @@ class InternalSftp(SshRunBase):
                 result = rec["result"]
                 self.assertEqual(result["dir"], 0o700)
                 self.assertEqual(result["base"], 0o700)
-                self.assertEqual(sorted(result["files"]), ["launch.sh", "modes.py", "params.json"])
+                # What ferry uploaded, and the launcher's state ("PID DEADLINE") for the sweep.
+                self.assertEqual(sorted(result["files"]),
+                                 [".ferry-launcher", "launch.sh", "modes.py", "params.json"])
                 self.assertTrue(all(m == 0o600 for m in result["files"].values()), result["files"])
                 # ferry-<UTC time>-<128-bit random hex>
                 self.assertRegex(result["name"], r"^ferry-\d{8}T\d{6}Z-[0-9a-f]{32}$")

@@ -1,5 +1,6 @@
 #include "transport/ssh/exec.hpp"
 
+#include <thread>
 #include <vector>
 
 #include <libssh/callbacks.h>
@@ -187,8 +188,13 @@ Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const Ex
     const auto armed = watchdog.arm("open a channel", &request.stop);
     bool opened = channel->open();
     if (!opened && !watchdog.fired() && free_a_channel && free_a_channel()) {
-      channel.emplace(session, watch);
-      opened = channel->open();
+      // The server frees the other channel's slot once it has reaped what ran there.
+      for (int wait_ms = 0; !opened && wait_ms <= 640 && !watchdog.fired();
+           wait_ms = std::max(20, wait_ms * 2)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+        channel.emplace(session, watch);
+        opened = channel->open();
+      }
     }
     if (!opened) {
       return fail(ErrorKind::failed, "{}: cannot open a channel: {}", label,

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "ferry/remote/launcher.hpp"
@@ -95,10 +97,21 @@ Expected<void> SftpFiles::start()
   if (m_sftp) {
     return {};
   }
-  m_sftp.reset(sftp_new(m_session));
+  const bool was_suspended = std::exchange(m_suspended, false);
+  {
+    const auto armed = arm("open an SFTP channel");
+    m_sftp.reset(sftp_new(m_session));
+    // A host with MaxSessions 1 frees the exec channel's slot only once it has reaped the
+    // command: a refused open right after an exec is tried again, briefly.
+    for (int wait_ms = 20; !m_sftp && wait_ms <= 640 && !m_watchdog.fired() && was_suspended;
+         wait_ms *= 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+      m_sftp.reset(sftp_new(m_session));
+    }
+  }
   if (!m_sftp) {
     return fail(ErrorKind::failed, "{}: cannot open an SFTP channel: {}", m_label,
-                ssh_get_error(m_session));
+                m_watchdog.fired().value_or(ssh_get_error(m_session)));
   }
   {
     const auto armed = arm("start SFTP");
@@ -148,6 +161,7 @@ bool SftpFiles::suspend()
     return false;
   }
   m_sftp.reset(); // sends the channel's close; nothing waits for an answer
+  m_suspended = true;
   return true;
 }
 

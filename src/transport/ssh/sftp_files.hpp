@@ -55,6 +55,7 @@ private:
   Sftp m_sftp;
   std::string m_base; // the run base, checked once per session
   bool m_swept = false;
+  bool m_suspended = false; // SFTP stepped aside for an exec (MaxSessions 1)
   std::map<std::string, std::vector<std::string>> m_uploaded; // run dir -> files put there
 };
 

@@ -1,0 +1,307 @@
+"""A hostile host, a hostile job and an unlucky operator (issue 11): nothing hangs, nothing is
+left behind, nothing a host or job sends repaints the terminal. Real sshd, real shells."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+from ferry_harness import SshTestCase, ferry_bin, run_ferry, write_job
+from sshd_fixture import SshServer
+
+# Control sequences a hostile job or host might send: a clipboard write (OSC 52), a title
+# change, clear screen, a C1 CSI, DEL, a right-to-left override.
+HOSTILE_BYTES = "\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07\x1b[2J\x1b[32mok\x1b[0m\u009b31m\x7f\u202eevil"
+FORBIDDEN = [b"\x1b", b"\x07", b"\xc2\x9b", b"\x7f", "\u202e".encode()]
+
+
+def popen_ferry(*args, env=None):
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.Popen([ferry_bin(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=full_env)
+
+
+def wait_for(predicate, timeout_s: float, interval_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    return predicate()
+
+
+def run_in_pty(argv, env, timeout_s=60) -> tuple[int, bytes]:
+    """Runs argv with stdout and stderr on a pseudo-terminal; returns (exit code, what it showed)."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(argv[0], argv, env)
+    shown = b""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), shown
+
+
+class HostileJobsOverSsh(SshTestCase):
+    def test_result_that_is_a_fifo_dir_or_link_is_named_never_opened(self):
+        cases = {
+            "fifo": ("mkfifo \"$FERRY_RESULT\"\n", "is a FIFO, socket or device"),
+            "dir": ("mkdir \"$FERRY_RESULT\"\n", "is a directory"),
+            "link": ("ln -s /etc/shadow \"$FERRY_RESULT\"\n", "is a symbolic link"),
+        }
+        for name, (body, said) in cases.items():
+            with self.subTest(case=name):
+                job = write_job(self.tmp, "result_" + name, body, interpreter="sh")
+                start = time.monotonic()
+                res = self.ferry("run", job, "--json", timeout=60)
+                self.assertLess(time.monotonic() - start, 20, res)
+                self.assertEqual(res.code, 1, res)
+                rec = res.record
+                self.assertEqual(rec["status"], "bad-result", rec)
+                self.assertIn(said, rec["error"])
+                self.assertIsNone(rec["result"])
+                self.assertNoRunDirs("bash")
+
+    def test_run_dir_deeper_than_anything_is_removed(self):
+        job = write_job(self.tmp, "deep", 'p="$FERRY_RUN_DIR"\nfor i in $(seq 60); do p="$p/d"; done\n'
+                        'mkdir -p "$p" && echo x > "$p/f"\n', interpreter="sh")
+        res = self.ferry("run", job, "--json")
+        self.assertEqual(res.code, 0, res)
+        self.assertNoRunDirs("bash")
+
+    def test_launcher_cleans_up_after_every_lost_connection(self):
+        job = write_job(self.tmp, "lost", 'echo started\nsleep 1\necho done\n', interpreter="sh", timeout=20)
+        user = self.srv.user("dash")
+        for attempt in range(12):
+            proc = popen_ferry("run", job, "--host", self.srv.alias("dash"), "--ssh-config",
+                               self.srv.ssh_config, env=self.env)
+            running = wait_for(lambda: self.srv.run_dirs(user) and
+                               any("sleep" in open(f"/proc/{p}/cmdline").read()
+                                   for p in self.srv.processes_of(user) if os.path.exists(f"/proc/{p}")), 20)
+            self.assertTrue(running, f"attempt {attempt}: the job never started")
+            proc.kill()  # the connection is lost while the job runs
+            proc.wait()
+        left = wait_for(lambda: not self.srv.run_dirs(user) and not self.srv.processes_of(user), 15)
+        self.assertTrue(left, f"left behind: {self.srv.run_dirs(user)}\n{self.srv.describe_processes(user)}")
+
+    def test_deadline_holds_when_no_marker_can_be_written(self):
+        # The job removes its own run directory (no marker file possible), then overruns.
+        job = write_job(self.tmp, "unmarked", 'rm -rf "$FERRY_RUN_DIR"\necho gone\nsleep 40\n',
+                        interpreter="sh", timeout=3)
+        user = self.srv.user("bash")
+        proc = popen_ferry("run", job, "--host", self.srv.alias("bash"), "--ssh-config",
+                           self.srv.ssh_config, env=self.env)
+        started = time.monotonic()
+        self.assertTrue(wait_for(lambda: any("sleep 40" in open(f"/proc/{p}/cmdline").read().replace("\0", " ")
+                                             for p in self.srv.processes_of(user)
+                                             if os.path.exists(f"/proc/{p}/cmdline")), 20))
+        proc.kill()
+        proc.wait()
+        # Nobody is connected; the launcher's own deadline (3 s + 2 s grace) ends the job.
+        self.assertEqual(self.srv.wait_no_processes(user, timeout_s=12), [],
+                         self.srv.describe_processes(user))
+        self.assertLess(time.monotonic() - started, 15)
+
+    def test_job_output_on_a_terminal_cannot_repaint_it(self):
+        job = write_job(self.tmp, "painter", f'''
+            import json, os, sys
+            evil = {HOSTILE_BYTES!r}
+            print("stdout " + evil)
+            print("stderr " + evil, file=sys.stderr)
+            json.dump({{"k" + evil: evil}}, open(os.environ["FERRY_RESULT"], "w"))
+            sys.exit(3)
+            ''')
+        env = {**os.environ, **self.env, "NO_COLOR": "1"}
+        argv = [ferry_bin(), "run", job, "--host", self.srv.alias("zsh"), "--ssh-config",
+                self.srv.ssh_config]
+        code, shown = run_in_pty(argv, env)
+        self.assertEqual(code, 1, shown)
+        self.assertIn(b"stdout", shown)
+        for forbidden in FORBIDDEN:
+            self.assertNotIn(forbidden, shown, shown)
+        self.assertIn(b"\\x1b]52;c;", shown)  # shown, escaped
+        # --raw-output passes the job's own bytes through; ferry's own lines stay escaped.
+        code, raw = run_in_pty(argv + ["--raw-output"], env)
+        self.assertEqual(code, 1, raw)
+        self.assertIn(b"stdout \x1b]52;c;", raw)
+        summary = [line for line in raw.split(b"\r\n") if b"painter @" in line]
+        self.assertEqual(len(summary), 1, raw)
+        self.assertNotIn(b"\x1b", summary[0])
+        # Piped, the job's bytes stay exact; ferry's own summary line is escaped.
+        res = self.ferry("run", job, shell="zsh")
+        self.assertIn(("stdout " + HOSTILE_BYTES).encode(), res.stdout)
+        own = [line for line in res.stdout.splitlines() if b"painter @" in line]
+        self.assertEqual(len(own), 1, res)
+        for forbidden in FORBIDDEN:
+            self.assertNotIn(forbidden, own[0])
+        # `show` escapes what the archive holds, params and result included.
+        page = run_ferry("show", "last", env=self.env)
+        self.assertEqual(page.code, 0, page)
+        for forbidden in FORBIDDEN:
+            self.assertNotIn(forbidden, page.stdout, page)
+
+    def test_startup_file_noise_is_escaped_in_the_warning(self):
+        user = self.srv.user("zsh")
+        self.srv.set_startup_script(user, "printf '\\033]0;owned\\007hi\\n'\n")
+        try:
+            job = write_job(self.tmp, "quiet", "print('ok')\n")
+            res = self.ferry("run", job, shell="zsh")
+            self.assertEqual(res.code, 0, res)
+            self.assertIn(b"login shell printed", res.stdout)
+            self.assertNotIn(b"\x1b", res.stdout)
+            self.assertNotIn(b"\x07", res.stdout)
+        finally:
+            self.srv.set_startup_script(user, None)
+
+    def test_hanging_login_shell_is_named_not_a_timeout(self):
+        user = self.srv.user("zsh")
+        self.srv.set_startup_script(user, "sleep 1000\n")
+        try:
+            job = write_job(self.tmp, "never", "print('never runs')\n", timeout=300)
+            start = time.monotonic()
+            res = self.ferry("run", job, "--json", "--connect-timeout", "3", shell="zsh", timeout=60)
+            self.assertLess(time.monotonic() - start, 30, res)
+            rec = res.record
+            self.assertEqual(rec["status"], "error", rec)
+            self.assertIn("did not start ferry's launcher", rec["error"])
+            self.assertIn("startup files", rec["error"])
+        finally:
+            self.srv.set_startup_script(user, None)
+        self.assertNoRunDirs("zsh")
+
+    def test_accounts_that_run_no_command_are_named(self):
+        for shell_path in ("/usr/sbin/nologin", "/bin/false"):
+            with self.subTest(shell=shell_path), SshServer.login_shell(self.srv.user("bash"), shell_path):
+                job = write_job(self.tmp, "refused", "print('x')\n")
+                rec = self.ferry("run", job, "--json").record
+                self.assertEqual(rec["status"], "error", rec)
+                self.assertIn("did not run ferry's launcher", rec["error"])
+                self.assertIn("nologin", rec["error"])
+
+    def test_sigterm_during_a_run_ends_ferry_in_seconds_and_archives_it(self):
+        job = write_job(self.tmp, "long", "import time\nprint('up', flush=True)\ntime.sleep(100)\n", timeout=200)
+        user = self.srv.user("bash")
+        proc = popen_ferry("run", job, "--host", self.srv.alias("bash"), "--ssh-config",
+                           self.srv.ssh_config, env=self.env)
+        self.assertTrue(wait_for(lambda: self.srv.run_dirs(user) and len(self.srv.processes_of(user)) > 3, 20))
+        time.sleep(0.5)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        self.assertLess(time.monotonic() - sent, 8)
+        self.assertEqual(proc.returncode, 130)
+        log = run_ferry("log", "--json", "--limit", "1", env=self.env)
+        self.assertEqual(log.records[0]["status"], "interrupted")
+        self.assertEqual(self.srv.wait_no_processes(user, 10), [])
+        self.assertNoRunDirs("bash")
+
+    def assertNoRunDirs(self, shell: str):
+        user = self.srv.user(shell)
+        left = wait_for(lambda: not self.srv.run_dirs(user), 5)
+        self.assertTrue(left, self.srv.run_dirs(user))
+
+
+class HostileHostExternalSftp(SshTestCase):
+    sftp = "external"
+
+    def test_sftp_that_never_starts_is_bounded_and_sigterm_ends_it(self):
+        user = self.srv.user("zsh")
+        self.srv.set_startup_script(user, "sleep 1000\n")
+        try:
+            job = write_job(self.tmp, "stuck", "print('x')\n")
+            start = time.monotonic()
+            res = self.ferry("run", job, "--json", "--connect-timeout", "3", shell="zsh", timeout=60)
+            self.assertLess(time.monotonic() - start, 25, res)
+            rec = res.record
+            self.assertEqual(rec["status"], "error", rec)
+            self.assertIn("SFTP did not start", rec["error"])
+            self.assertIn("took longer than 6 s", rec["error"])
+            # SIGTERM while it hangs: ferry ends within seconds, the run archived as interrupted.
+            proc = popen_ferry("run", job, "--host", self.srv.alias("zsh"), "--ssh-config",
+                               self.srv.ssh_config, env=self.env)
+            time.sleep(2)
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+            self.assertLess(time.monotonic() - sent, 6)
+            self.assertEqual(proc.returncode, 130)
+            log = run_ferry("log", "--json", "--limit", "1", env=self.env)
+            self.assertEqual(log.records[0]["status"], "interrupted", log.records[0])
+        finally:
+            self.srv.set_startup_script(user, None)
+            SshServer.kill_user_processes(user)
+
+    def test_an_account_that_runs_no_command_is_named_for_sftp_too(self):
+        with SshServer.login_shell(self.srv.user("bash"), "/usr/sbin/nologin"):
+            job = write_job(self.tmp, "nosftp", "print('x')\n")
+            rec = self.ferry("run", job, "--json").record
+            self.assertEqual(rec["status"], "error", rec)
+            self.assertIn("runs no command", rec["error"])
+            self.assertIn("nologin", rec["error"])
+
+
+class MaxSessionsOne(unittest.TestCase):
+    def test_a_host_that_allows_one_channel_runs_jobs(self):
+        with SshServer(extra_config="MaxSessions 1") as srv, tempfile.TemporaryDirectory() as tmp:
+            job = write_job(tmp, "one", "import json, os\nprint('hi')\n"
+                            "json.dump({'x': 1}, open(os.environ['FERRY_RESULT'], 'w'))\n")
+            env = {"FERRY_ARCHIVE": os.path.join(tmp, "a.db")}
+            res = run_ferry("run", job, job, "--host", srv.alias("bash"), "--ssh-config", srv.ssh_config,
+                            "--json", env=env)
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r["result"] for r in res.records], [{"x": 1}, {"x": 1}])
+            self.assertEqual(srv.run_dirs(srv.user("bash")), [])
+
+
+class HostileLocal(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ferry-hostile-")
+        self.env = {"FERRY_ARCHIVE": os.path.join(self.tmp, "a.db")}
+
+    def test_fifo_result_locally_is_named_not_opened(self):
+        job = write_job(self.tmp, "fifo", 'mkfifo "$FERRY_RESULT"\n', interpreter="sh")
+        res = run_ferry("run", job, "--json", env=self.env, timeout=30)
+        self.assertEqual(res.record["status"], "bad-result")
+        self.assertIn("is a FIFO", res.record["error"])
+
+    def test_job_listing_and_errors_escape_what_job_files_say(self):
+        jobs = os.path.join(self.tmp, "jobs")
+        os.makedirs(jobs)
+        write_job(jobs, "painted", "print(1)\n")
+        path = os.path.join(jobs, "painted.py")
+        with open(path, encoding="utf-8") as f:
+            text = f.read().replace('description = "test job painted"',
+                                    'description = "\\u001b]52;c;ZXZpbA==\\u0007 looks fine"')
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        res = run_ferry("jobs", "--jobs-dir", jobs, env=self.env)
+        self.assertEqual(res.code, 0, res)
+        self.assertIn(b"looks fine", res.stdout)
+        for forbidden in FORBIDDEN:
+            self.assertNotIn(forbidden, res.stdout + res.stderr)
+        res = run_ferry("run", "nosuch\x1b[2J", env=self.env)
+        self.assertEqual(res.code, 2)
+        self.assertNotIn(b"\x1b", res.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
