@@ -32,6 +32,8 @@ struct JobMeta {
   std::string interpreter;
   int timeout_s = 300;
   std::vector<ParamSpec> params; // in declaration order
+  // `result = "required"` (the default): a run that returns no result is `no-result`.
+  bool result_required = true;
 };
 
 struct Job {

@@ -11,7 +11,7 @@
 
 namespace ferry {
 
-enum class RunStatus { ok, failed, timeout, bad_result, error, interrupted };
+enum class RunStatus { ok, failed, timeout, bad_result, no_result, error, interrupted };
 
 [[nodiscard]] std::string_view to_string(RunStatus status);
 [[nodiscard]] std::optional<RunStatus> run_status_from(std::string_view text);

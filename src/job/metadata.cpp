@@ -327,9 +327,17 @@ Expected<void> set_meta_key(JobMeta& meta, std::string_view key, const toml::nod
   if (key == "params") {
     return set_params(meta, value, source);
   }
+  if (key == "result") {
+    const auto mode = value.value<std::string>();
+    if (!mode || (*mode != "required" && *mode != "optional")) {
+      return source.refuse(value, "result must be \"required\" (the default) or \"optional\"");
+    }
+    meta.result_required = *mode == "required";
+    return {};
+  }
   return source.refuse(value,
                        "unknown key '{}' in the `/// ferry` block (known: description, "
-                       "interpreter, timeout, params)",
+                       "interpreter, timeout, result, params)",
                        key);
 }
 

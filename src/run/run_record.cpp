@@ -18,6 +18,8 @@ std::string_view to_string(RunStatus status)
     return "timeout";
   case RunStatus::bad_result:
     return "bad-result";
+  case RunStatus::no_result:
+    return "no-result";
   case RunStatus::error:
     return "error";
   case RunStatus::interrupted:
@@ -29,7 +31,7 @@ std::string_view to_string(RunStatus status)
 std::optional<RunStatus> run_status_from(std::string_view text)
 {
   for (auto status : {RunStatus::ok, RunStatus::failed, RunStatus::timeout, RunStatus::bad_result,
-                      RunStatus::error, RunStatus::interrupted}) {
+                      RunStatus::no_result, RunStatus::error, RunStatus::interrupted}) {
     if (to_string(status) == text) {
       return status;
     }
