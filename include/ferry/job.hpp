@@ -32,6 +32,9 @@ struct JobMeta {
   std::string interpreter;
   int timeout_s = 300;
   std::vector<ParamSpec> params; // in declaration order
+  // A JSON Schema (an object) the job's result follows; `ferry mcp` publishes it as the tool's
+  // output schema.
+  std::optional<nlohmann::json> result_schema;
 };
 
 struct Job {

@@ -311,6 +311,20 @@ Expected<void> set_timeout(JobMeta& meta, const toml::node& value, const Source&
   return {};
 }
 
+// A JSON Schema for the result: a table, so that it is a schema object (MCP requires one).
+Expected<void> set_result_schema(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  if (!value.is_table()) {
+    return source.refuse(value, "result_schema must be a table (a JSON Schema object), e.g. "
+                                "[result_schema] with type = \"object\"");
+  }
+  if (has_non_finite(value)) {
+    return source.refuse(value, "result_schema holds inf or nan, which JSON cannot carry");
+  }
+  meta.result_schema = to_json(value);
+  return {};
+}
+
 Expected<void> set_meta_key(JobMeta& meta, std::string_view key, const toml::node& value,
                             const Source& source)
 {
@@ -327,9 +341,12 @@ Expected<void> set_meta_key(JobMeta& meta, std::string_view key, const toml::nod
   if (key == "params") {
     return set_params(meta, value, source);
   }
+  if (key == "result_schema") {
+    return set_result_schema(meta, value, source);
+  }
   return source.refuse(value,
                        "unknown key '{}' in the `/// ferry` block (known: description, "
-                       "interpreter, timeout, params)",
+                       "interpreter, timeout, params, result_schema)",
                        key);
 }
 
