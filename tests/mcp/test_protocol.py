@@ -97,6 +97,27 @@ sleep 100
                 self.assertIn("no tool for free-form commands", result["instructions"])
                 self.assertEqual(server.close(), 0)
 
+    def test_jobs_that_cannot_be_tools_are_left_out(self):
+        jobs = os.path.join(self.tmp, "odd-jobs")
+        os.mkdir(jobs)
+        write_job(jobs, "fine", "print(1)\n")
+        write_job(jobs, "picky", "print(1)\n", params='[params.target]\ntype = "string"')
+        write_job(jobs, "has space", "print(1)\n")
+        write_job(jobs, "shapeless", "print(1)\n", params='result_schema = "object"')
+        server = RawServer(["--local", "--jobs", jobs, "--archive", self.archive], self.env)
+        self.addCleanup(server.kill)
+        server.initialize()
+        server.request(1, "tools/list")
+        names = [t["name"] for t in server.response(1)["result"]["tools"]]
+        self.assertIn("fine", names)
+        self.assertEqual([n for n in names if n in ("picky", "has space", "shapeless")], [])
+        self.assertEqual(server.close(), 0)
+        stderr = server.stderr_text()
+        self.assertIn("job picky left out: it declares a parameter named 'target'", stderr)
+        self.assertIn("job has space left out: its name is not a valid MCP tool name", stderr)
+        self.assertIn("job shapeless left out:", stderr)
+        self.assertIn("result_schema must be a table", stderr)
+
     def test_malformed_and_unknown(self):
         server = self.server()
         server.request(1, "ping")
