@@ -34,6 +34,9 @@ struct JobMeta {
   std::vector<ParamSpec> params; // in declaration order
   // `result = "required"` (the default): a run that returns no result is `no-result`.
   bool result_required = true;
+  // A JSON Schema (an object) the job's result follows; `ferry mcp` publishes it as the tool's
+  // output schema.
+  std::optional<nlohmann::json> result_schema;
 };
 
 struct Job {

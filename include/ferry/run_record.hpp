@@ -44,6 +44,9 @@ struct RunRecord {
   std::optional<std::string> replay_of;
   std::string ferry_version;
   nlohmann::json warnings = nlohmann::json::array(); // ferry's own notes about the run
+  // {"name","version"} of the MCP client that asked for the run (`ferry mcp`); null for runs
+  // the command line started, and then absent from the JSON record.
+  nlohmann::json client;
 
   // Not part of the JSON record: the exact bytes that ran, the name they travelled under, and
   // the result file's bytes as they came back.

@@ -52,6 +52,7 @@ void add_commands(CLI::App& app, Context& ctx)
   add_show_command(app, ctx);
   add_export_command(app, ctx);
   add_replay_command(app, ctx);
+  add_mcp_command(app, ctx);
 }
 
 // The command's outcome as the process's exit status; an error is printed once, here.

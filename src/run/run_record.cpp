@@ -73,6 +73,9 @@ json to_json(const RunRecord& r, bool with_streams)
   if (!r.warnings.empty()) {
     j["warnings"] = r.warnings;
   }
+  if (!r.client.is_null()) {
+    j["client"] = r.client;
+  }
   return j;
 }
 
@@ -116,6 +119,9 @@ Expected<RunRecord> run_record_from_json(const json& j)
     }
     r.ferry_version = j.value("ferry_version", "");
     r.warnings = j.value("warnings", json::array());
+    if (const auto client = j.find("client"); client != j.end() && client->is_object()) {
+      r.client = *client;
+    }
   } catch (const json::exception& e) {
     return fail(ErrorKind::failed, "malformed run record: {}", e.what());
   }
