@@ -14,10 +14,10 @@ Reporter& Context::reporter()
   return *m_reporter;
 }
 
-void Context::use_json(bool json, bool raw_output)
+void Context::use_json(bool json, TerminalOptions terminal)
 {
-  m_reporter = json ? make_json_reporter()
-                    : make_terminal_reporter(stdout, stderr, TerminalOptions{raw_output});
+  m_reporter = json ? make_json_reporter(stdout, stderr, terminal.stream)
+                    : make_terminal_reporter(stdout, stderr, terminal);
 }
 
 void on_chosen(CLI::App& command, Context& ctx, Action action)

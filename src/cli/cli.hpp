@@ -52,8 +52,8 @@ struct Context {
 
   // The reporter every output goes through: the terminal one unless a command asked for JSON.
   [[nodiscard]] Reporter& reporter();
-  // JSON Lines, or the terminal reporter (showing job output raw with `raw_output`).
-  void use_json(bool json, bool raw_output = false);
+  // JSON Lines (with output events when `terminal.stream`), or the terminal reporter.
+  void use_json(bool json, TerminalOptions terminal = {});
 
 private:
   std::unique_ptr<Reporter> m_reporter;

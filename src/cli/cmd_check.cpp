@@ -41,7 +41,7 @@ class CheckView final : public RunObserver {
 public:
   explicit CheckView(Reporter& reporter) : m_reporter(reporter) {}
 
-  void batch_started(std::size_t total) override { m_reporter.batch_started(total); }
+  void batch_started(const BatchInfo& batch) override { m_reporter.batch_started(batch); }
   void progress(const FleetProgress& progress) override { m_reporter.progress(progress); }
   void batch_finished() override { m_reporter.batch_finished(); }
 

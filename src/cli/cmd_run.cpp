@@ -16,6 +16,7 @@ struct RunCommand {
   int parallel = 8;
   bool json = false;
   bool raw_output = false;
+  bool stream = false;
   bool keep_remote = false;
   bool no_archive = false;
   std::size_t output_cap_mib = 16;
@@ -103,7 +104,7 @@ Expected<std::vector<Job>> find_jobs(const RunCommand& cmd, const JobPath& path)
 
 Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
 {
-  ctx.use_json(cmd.json, cmd.raw_output);
+  ctx.use_json(cmd.json, TerminalOptions{cmd.raw_output, cmd.stream});
   // Everything is checked before any host is contacted: jobs, parameters, targets.
   FERRY_TRY_ASSIGN(const auto jobs, find_jobs(cmd, ctx.job_path()));
   FERRY_TRY_ASSIGN(const auto file, read_params_file(cmd.params_file));
@@ -141,6 +142,9 @@ void add_run_command(CLI::App& app, Context& ctx)
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   sub->add_flag("--json", cmd->json, "print one JSON run record per line (JSON Lines)");
+  sub->add_flag("--stream", cmd->stream,
+                "show every host's output as it arrives, each line prefixed with its host (one "
+                "host's output is always shown as it arrives); with --json, output events");
   sub->add_flag("--raw-output", cmd->raw_output,
                 "write job output to a terminal as it is, control sequences included (by default "
                 "they are shown escaped; ferry's own lines always are)");

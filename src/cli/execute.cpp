@@ -37,8 +37,12 @@ public:
     }
   }
 
-  void batch_started(std::size_t total) override { m_view.batch_started(total); }
+  void batch_started(const BatchInfo& batch) override { m_view.batch_started(batch); }
   void run_started(const RunRef& run) override { m_view.run_started(run); }
+  void run_output(const RunRef& run, OutputStream stream, std::string_view bytes) override
+  {
+    m_view.run_output(run, stream, bytes);
+  }
   void progress(const FleetProgress& progress) override { m_view.progress(progress); }
   void batch_finished() override { m_view.batch_finished(); }
 
