@@ -1,4 +1,5 @@
-// The everyday command line: did-you-mean, the job path, parameter input and its limits.
+// The everyday command line: did-you-mean, the job path, parameter input and its limits, and
+// the completion table (every option of ferry's has a completion kind).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -7,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "cli/cli.hpp"
 #include "ferry/job.hpp"
 #include "ferry/params.hpp"
 #include "ferry/suggest.hpp"
@@ -292,4 +294,27 @@ TEST_CASE("parameter input larger than 64 MiB is refused by its size before it i
   REQUIRE(small);
   CHECK(small->size() == 1000);
   CHECK_FALSE(check_params_json_limits(std::string(k_max_params_bytes + 1, ' '), "x"));
+}
+
+TEST_CASE("every option and argument of every command has a completion kind", "[completion]")
+{
+  CLI::App app;
+  cli::Context ctx;
+  cli::add_commands(app, ctx);
+  std::vector<std::string> unknown;
+  auto check = [&](const CLI::App& owner, const std::string& where) {
+    for (const auto* option : owner.get_options()) {
+      if ((option->get_positional() || cli::takes_value(*option)) &&
+          cli::completion_kind(*option).kind == cli::ValueKind::unknown) {
+        unknown.push_back(where + " " + option->get_name());
+      }
+    }
+  };
+  check(app, "ferry");
+  const auto commands = cli::visible_commands(app);
+  CHECK(commands.size() >= 10);
+  for (const auto* command : commands) {
+    check(*command, command->get_name());
+  }
+  CHECK(unknown == std::vector<std::string>{});
 }
