@@ -220,7 +220,7 @@ TEST_CASE("repeating -p for a list parameter appends", "[params]")
              Catch::Contains("not one of the choices"));
 }
 
-TEST_CASE("-p KEY=@FILE takes the file's contents, typed by the declaration", "[params]")
+TEST_CASE("a value -p KEY=@FILE gives is the file's contents, typed by the declaration", "[params]")
 {
   ScratchDir dir;
   const std::string note = "line one\nline two\n\xE2\x9C\x93 \"quoted\"\n";
