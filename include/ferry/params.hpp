@@ -1,6 +1,7 @@
 #pragma once
 // Typing and validation of job parameters (docs/parameters.md), done before any host is
 // contacted: every refusal is ErrorKind::usage and names the parameter and expected type.
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +29,11 @@ inline constexpr std::size_t k_max_params_bytes = std::size_t{64} << 20;
 [[nodiscard]] Expected<std::string> read_params_input(const std::string& path,
                                                       std::string_view what);
 
+// How `-p KEY=@FILE` reads FILE: read_params_input, unless a caller (a test, a fuzzer) that must
+// not touch the file system passes its own.
+using ParamFileReader =
+    std::function<Expected<std::string>(const std::string& path, std::string_view what)>;
+
 // VALUE from `-p KEY=VALUE`, typed by the declaration.
 [[nodiscard]] Expected<nlohmann::json> parse_param_text(const ParamSpec& spec,
                                                         std::string_view text);
@@ -40,9 +46,9 @@ check_param_value(const ParamSpec& spec, const nlohmann::json& value, std::strin
 // `-p KEY=VALUE` strings (VALUE `@FILE` reads the file, `@@…` stands for `@…`; repeating KEY
 // appends for a list, else the last wins); `file` the object from `--params` (its values win
 // less).
-[[nodiscard]] Expected<nlohmann::json> resolve_params(const Job& job,
-                                                      const std::vector<std::string>& assignments,
-                                                      const std::optional<nlohmann::json>& file,
-                                                      std::string_view file_label = "--params");
+[[nodiscard]] Expected<nlohmann::json>
+resolve_params(const Job& job, const std::vector<std::string>& assignments,
+               const std::optional<nlohmann::json>& file, std::string_view file_label = "--params",
+               const ParamFileReader& read_file = read_params_input);
 
 } // namespace ferry

@@ -324,7 +324,8 @@ Expected<json> parse_param_file(const ParamSpec& spec, const std::string& bytes,
 }
 
 // VALUE of `-p KEY=VALUE`: text, or the contents of FILE for `@FILE` (`@@…` is the text `@…`).
-Expected<json> assignment_value(const ParamSpec& spec, std::string_view text)
+Expected<json> assignment_value(const ParamSpec& spec, std::string_view text,
+                                const ParamFileReader& read_file)
 {
   if (!text.starts_with('@') || text.starts_with("@@")) {
     return parse_param_text(spec, text.starts_with('@') ? text.substr(1) : text);
@@ -337,14 +338,14 @@ Expected<json> assignment_value(const ParamSpec& spec, std::string_view text)
                 spec.name);
   }
   const std::string what = fmt::format("-p {}=@{}", spec.name, file);
-  FERRY_TRY_ASSIGN(const auto bytes, read_params_input(file, what));
+  FERRY_TRY_ASSIGN(const auto bytes, read_file(file, what));
   return parse_param_file(spec, bytes, what);
 }
 
 // The values `-p KEY=VALUE` gives, typed by their declarations; they win over the file's. A list
 // parameter given again gets the new elements appended.
 Expected<void> add_assignments(const Job& job, const std::vector<std::string>& assignments,
-                               json& given)
+                               const ParamFileReader& read_file, json& given)
 {
   std::set<std::string> assigned;
   for (const auto& assignment : assignments) {
@@ -357,8 +358,9 @@ Expected<void> add_assignments(const Job& job, const std::vector<std::string>& a
     if (spec == nullptr) {
       return fail(ErrorKind::usage, "-p {}: {}", key, no_such_param(job, key));
     }
-    FERRY_TRY_ASSIGN(json value,
-                     assignment_value(*spec, std::string_view(assignment).substr(eq + 1)));
+    FERRY_TRY_ASSIGN(
+        json value,
+        assignment_value(*spec, std::string_view(assignment).substr(eq + 1), read_file));
     const bool again = !assigned.insert(key).second;
     if (again && spec->type == ParamType::list) {
       given[key].insert(given[key].end(), value.begin(), value.end());
@@ -381,13 +383,14 @@ Expected<json> parse_param_text(const ParamSpec& spec, std::string_view text)
 }
 
 Expected<json> resolve_params(const Job& job, const std::vector<std::string>& assignments,
-                              const std::optional<json>& file, std::string_view file_label)
+                              const std::optional<json>& file, std::string_view file_label,
+                              const ParamFileReader& read_file)
 {
   json given = json::object();
   if (file) {
     FERRY_TRY(add_file_values(job, *file, file_label, given));
   }
-  FERRY_TRY(add_assignments(job, assignments, given));
+  FERRY_TRY(add_assignments(job, assignments, read_file, given));
   json params = json::object();
   for (const auto& spec : job.meta.params) {
     if (given.contains(spec.name)) {
