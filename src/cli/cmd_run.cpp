@@ -22,16 +22,20 @@ struct RunCommand {
   std::size_t output_cap_mib = 16;
 };
 
+// `--params FILE` or `--params -` (standard input): its size and nesting are checked before it
+// is parsed, so no input can make ferry recurse itself to death or hold more than the cap.
 Expected<std::optional<nlohmann::json>> read_params_file(const std::string& path)
 {
   if (path.empty()) {
     return std::optional<nlohmann::json>();
   }
-  FERRY_TRY_ASSIGN(const auto text, read_file(path));
+  const std::string what = path == "-" ? "--params - (standard input)" : "--params " + path;
+  FERRY_TRY_ASSIGN(const auto text, read_params_input(path, what));
+  FERRY_TRY(check_params_json_limits(text, what));
   auto value = nlohmann::json::parse(text, nullptr, false);
   if (value.is_discarded()) {
-    return fail(ErrorKind::usage,
-                "--params {}: not valid JSON; give a JSON object like {{\"tp\": 8}}", path);
+    return fail(ErrorKind::usage, "{}: not valid JSON; give a JSON object like {{\"tp\": 8}}",
+                what);
   }
   return std::optional<nlohmann::json>(std::move(value));
 }
@@ -132,9 +136,12 @@ void add_run_command(CLI::App& app, Context& ctx)
   auto* sub = app.add_subcommand("run", "Run jobs on hosts (or here) and collect their results");
   sub->add_option("JOB", cmd->jobs, "job names on the job path, or paths to job files")->required();
   add_target_options(*sub, cmd->target);
-  sub->add_option("-p,--param", cmd->assignments, "KEY=VALUE, typed by the job's declaration")
+  sub->add_option("-p,--param", cmd->assignments,
+                  "KEY=VALUE, typed by the job's declaration; KEY=@FILE reads the value from FILE; "
+                  "repeating a list parameter appends")
       ->allow_extra_args(false);
-  sub->add_option("--params", cmd->params_file, "JSON file with an object of parameters");
+  sub->add_option("--params", cmd->params_file,
+                  "JSON file with an object of parameters (- reads standard input)");
   sub->add_option("--timeout", cmd->timeout_s,
                   "seconds before the job is killed (default: the job's)")
       ->check(CLI::Range(1, 7 * 24 * 3600));

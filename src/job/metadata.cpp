@@ -388,6 +388,15 @@ std::string_view to_string(ParamType type)
   return "?";
 }
 
+bool has_job_block(std::string_view bytes)
+{
+  const auto lines = split_lines(bytes);
+  return std::any_of(lines.begin(), lines.end(), [](std::string_view line) {
+    const auto body = comment_body(line);
+    return body && trim(*body) == "/// ferry";
+  });
+}
+
 Expected<JobMeta> parse_job_meta(std::string_view bytes, std::string_view label)
 {
   FERRY_TRY_ASSIGN(const auto block, find_block(bytes, label));
