@@ -14,8 +14,9 @@ namespace ferry {
 namespace fs = std::filesystem;
 using archive::archive_error;
 using archive::Database;
+using archive::explained;
 using archive::SqliteError;
-using archive::SqliteStatus;
+using archive::SqliteResult;
 using archive::Statement;
 using nlohmann::json;
 
@@ -43,20 +44,12 @@ struct SchemaInfo {
 };
 
 // One statement, so one read snapshot: a concurrent first open cannot be seen half-way.
-Expected<SchemaInfo> read_schema_info(Database& db, const fs::path& path)
+SqliteResult<SchemaInfo> query_schema_info(Database& db)
 {
-  Statement stmt;
-  bool row = false;
-  SqliteStatus error = db.prepare("SELECT (SELECT user_version FROM pragma_user_version), "
-                                  "(SELECT application_id FROM pragma_application_id), "
-                                  "(SELECT count(*) FROM sqlite_master)",
-                                  stmt);
-  if (!error) {
-    error = stmt.step(row);
-  }
-  if (error) {
-    return archive_error(path, "read archive", *error, &db);
-  }
+  FERRY_TRY_ASSIGN(auto stmt, db.prepare("SELECT (SELECT user_version FROM pragma_user_version), "
+                                         "(SELECT application_id FROM pragma_application_id), "
+                                         "(SELECT count(*) FROM sqlite_master)"));
+  FERRY_TRY_ASSIGN(const bool row, stmt.step());
   SchemaInfo info;
   if (row) {
     info.version = static_cast<int>(stmt.column_int(0));
@@ -64,6 +57,11 @@ Expected<SchemaInfo> read_schema_info(Database& db, const fs::path& path)
     info.objects = stmt.column_int(2);
   }
   return info;
+}
+
+Expected<SchemaInfo> read_schema_info(Database& db, const fs::path& path)
+{
+  return explained(query_schema_info(db), path, "read archive", &db);
 }
 
 // Refuses what ferry must not touch: a newer schema, or an SQLite file that is not an archive.
@@ -85,60 +83,48 @@ Expected<void> check_schema(const SchemaInfo& info, const fs::path& path)
   return {};
 }
 
+// The steps after the archive's version, inside the caller's transaction.
+Expected<void> run_migrations(Database& db, const fs::path& path)
+{
+  FERRY_TRY_ASSIGN(auto info, read_schema_info(db, path));
+  FERRY_TRY(check_schema(info, path));
+  for (const auto& step : archive::migrations()) {
+    if (step.to_version <= info.version) {
+      continue;
+    }
+    FERRY_TRY(explained(db.exec(std::string(step.sql)), path,
+                        fmt::format("upgrade archive to schema v{}", step.to_version), &db));
+    FERRY_TRY(explained(db.exec(fmt::format("PRAGMA user_version = {}", step.to_version)), path,
+                        "upgrade archive", &db));
+  }
+  return explained(db.exec("COMMIT"), path, "upgrade archive", &db);
+}
+
 // Runs the migrations after the archive's version in one transaction. BEGIN IMMEDIATE and the
 // version read inside it make concurrent first opens safe: the loser sees the winner's work.
 Expected<void> migrate(Database& db, const fs::path& path)
 {
-  if (auto error = db.exec("BEGIN IMMEDIATE")) {
-    return archive_error(path, "prepare archive", *error, &db);
+  FERRY_TRY(explained(db.exec("BEGIN IMMEDIATE"), path, "prepare archive", &db));
+  auto migrated = run_migrations(db, path);
+  if (!migrated) {
+    (void)db.exec("ROLLBACK");
   }
-  auto rollback_on_error = [&](Expected<void> result) {
-    if (!result) {
-      (void)db.exec("ROLLBACK");
-    }
-    return result;
-  };
-  return rollback_on_error([&]() -> Expected<void> {
-    FERRY_TRY_ASSIGN(auto info, read_schema_info(db, path));
-    FERRY_TRY(check_schema(info, path));
-    for (const auto& step : archive::migrations()) {
-      if (step.to_version <= info.version) {
-        continue;
-      }
-      if (auto error = db.exec(std::string(step.sql))) {
-        return archive_error(path, fmt::format("upgrade archive to schema v{}", step.to_version),
-                             *error, &db);
-      }
-      if (auto error = db.exec(fmt::format("PRAGMA user_version = {}", step.to_version))) {
-        return archive_error(path, "upgrade archive", *error, &db);
-      }
-    }
-    if (auto error = db.exec("COMMIT")) {
-      return archive_error(path, "upgrade archive", *error, &db);
-    }
-    return {};
-  }());
+  return migrated;
 }
 
 Expected<Database> open_database(const fs::path& path, int flags, const std::string& name = {})
 {
-  Database db;
-  if (auto error = Database::open(name.empty() ? path.string() : name, flags, db)) {
-    return archive_error(path, "open archive", *error);
-  }
+  FERRY_TRY_ASSIGN(auto db, explained(Database::open(name.empty() ? path.string() : name, flags),
+                                      path, "open archive"));
   sqlite3_busy_timeout(db.handle(), busy_timeout_ms);
   return db;
 }
 
 // The first read, with SQLite's own error.
-SqliteStatus probe(Database& db)
+SqliteResult<bool> probe(Database& db)
 {
-  Statement stmt;
-  bool row = false;
-  if (auto error = db.prepare("PRAGMA user_version", stmt)) {
-    return error;
-  }
-  return stmt.step(row);
+  FERRY_TRY_ASSIGN(auto stmt, db.prepare("PRAGMA user_version"));
+  return stmt.step();
 }
 
 // A reader of a WAL database needs its -shm file, which it cannot create in a directory it
@@ -192,76 +178,64 @@ void crash_here_if_asked(std::string_view step)
 Expected<void> insert_script(Database& db, const fs::path& path, const RunRecord& run,
                              const std::string& sha256)
 {
-  Statement stmt;
-  SqliteStatus error = db.prepare(
-      "INSERT INTO scripts(sha256, name, bytes) VALUES(?1, ?2, ?3) ON CONFLICT(sha256) DO NOTHING",
-      stmt);
-  if (!error) {
-    error = stmt.bind(1, sha256).bind(2, run.script_name).bind_blob(3, run.script).run();
+  const auto insert = [&]() -> SqliteResult<> {
+    FERRY_TRY_ASSIGN(auto stmt, db.prepare("INSERT INTO scripts(sha256, name, bytes) "
+                                           "VALUES(?1, ?2, ?3) ON CONFLICT(sha256) DO NOTHING"));
+    return stmt.bind(1, sha256).bind(2, run.script_name).bind_blob(3, run.script).run();
+  };
+  return explained(insert(), path, fmt::format("record run {}", run.run_id), &db);
+}
+
+SqliteResult<> insert_run_row(Database& db, const RunRecord& run,
+                              const std::optional<std::string>& script_sha256)
+{
+  const json record = to_json(run, false); // stdout/stderr are kept byte-exact in their own columns
+  const std::string host = host_of(run);
+  FERRY_TRY_ASSIGN(auto stmt, db.prepare(R"sql(
+INSERT INTO runs(run_id, job, job_sha256, script_sha256, script_name, host, host_label, status,
+                 exit_code, error, started_at, duration_s, replay_of, ferry_version, record,
+                 result_bytes, stdout, stderr)
+VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18))sql"));
+  stmt.bind(1, run.run_id)
+      .bind(2, run.job)
+      .bind(3, run.job_sha256)
+      .bind_optional(4, script_sha256)
+      .bind(5, run.script_name)
+      .bind(6, host)
+      .bind(7, run.host_label.empty() ? host : run.host_label)
+      .bind(8, to_string(run.status))
+      .bind_optional(9, run.exit_code)
+      .bind_optional(10, run.error)
+      .bind(11, run.started_at)
+      .bind(12, run.duration_s)
+      .bind_optional(13, run.replay_of)
+      .bind(14, run.ferry_version)
+      .bind(15, to_json_line(record))
+      .bind_zeroblob(17, run.stdout_text.size())
+      .bind_zeroblob(18, run.stderr_text.size());
+  if (run.result_bytes.empty()) {
+    stmt.bind_null(16);
+  } else {
+    stmt.bind_zeroblob(16, run.result_bytes.size());
   }
-  if (error) {
-    return archive_error(path, fmt::format("record run {}", run.run_id), *error, &db);
-  }
-  return {};
+  FERRY_TRY(stmt.run());
+  // The large columns are filled in place, chunk by chunk, inside the same transaction.
+  const std::int64_t rowid = sqlite3_last_insert_rowid(db.handle());
+  FERRY_TRY(write_blob(db, "runs", "result_bytes", rowid, run.result_bytes));
+  FERRY_TRY(write_blob(db, "runs", "stdout", rowid, run.stdout_text));
+  return write_blob(db, "runs", "stderr", rowid, run.stderr_text);
 }
 
 Expected<void> insert_run(Database& db, const fs::path& path, const RunRecord& run,
                           const std::optional<std::string>& script_sha256)
 {
-  const json record = to_json(run, false); // stdout/stderr are kept byte-exact in their own columns
-  const std::string host = host_of(run);
-  Statement stmt;
-  SqliteStatus error = db.prepare(R"sql(
-INSERT INTO runs(run_id, job, job_sha256, script_sha256, script_name, host, host_label, status,
-                 exit_code, error, started_at, duration_s, replay_of, ferry_version, record,
-                 result_bytes, stdout, stderr)
-VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18))sql",
-                                  stmt);
-  if (!error) {
-    stmt.bind(1, run.run_id)
-        .bind(2, run.job)
-        .bind(3, run.job_sha256)
-        .bind_optional(4, script_sha256)
-        .bind(5, run.script_name)
-        .bind(6, host)
-        .bind(7, run.host_label.empty() ? host : run.host_label)
-        .bind(8, to_string(run.status))
-        .bind_optional(9, run.exit_code)
-        .bind_optional(10, run.error)
-        .bind(11, run.started_at)
-        .bind(12, run.duration_s)
-        .bind_optional(13, run.replay_of)
-        .bind(14, run.ferry_version)
-        .bind(15, to_json_line(record))
-        .bind_zeroblob(17, run.stdout_text.size())
-        .bind_zeroblob(18, run.stderr_text.size());
-    if (run.result_bytes.empty()) {
-      stmt.bind_null(16);
-    } else {
-      stmt.bind_zeroblob(16, run.result_bytes.size());
-    }
-    error = stmt.run();
-  }
-  // The large columns are filled in place, chunk by chunk, inside the same transaction.
-  const std::int64_t rowid = sqlite3_last_insert_rowid(db.handle());
-  if (!error) {
-    error = write_blob(db, "runs", "result_bytes", rowid, run.result_bytes);
-  }
-  if (!error) {
-    error = write_blob(db, "runs", "stdout", rowid, run.stdout_text);
-  }
-  if (!error) {
-    error = write_blob(db, "runs", "stderr", rowid, run.stderr_text);
-  }
-  if (error && error->code == SQLITE_CONSTRAINT_PRIMARYKEY) {
+  auto inserted = insert_run_row(db, run, script_sha256);
+  if (!inserted && inserted.error().code == SQLITE_CONSTRAINT_PRIMARYKEY) {
     return fail(ErrorKind::failed,
                 "cannot record run {}: archive {} already holds a run with that id", run.run_id,
                 path.string());
   }
-  if (error) {
-    return archive_error(path, fmt::format("record run {}", run.run_id), *error, &db);
-  }
-  return {};
+  return explained(std::move(inserted), path, fmt::format("record run {}", run.run_id), &db);
 }
 
 // A row selected with record_columns back into a RunRecord.
@@ -336,18 +310,17 @@ Expected<Archive> Archive::open(const fs::path& path)
   FERRY_TRY(archive::prepare_for_writing(path));
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  FERRY_TRY_ASSIGN(auto db, open_database(path, SQLITE_OPEN_READWRITE));
-  impl->db = std::move(db);
+  FERRY_TRY_ASSIGN(impl->db, open_database(path, SQLITE_OPEN_READWRITE));
 
   // Read before anything writes: a newer or foreign database is refused unchanged.
   FERRY_TRY_ASSIGN(auto info, read_schema_info(impl->db, path));
   FERRY_TRY(check_schema(info, path));
 
   // A small page cache: runs carry blobs of up to 16 MiB each, and the cache need not hold them.
-  if (auto error = impl->db.exec(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -1024")) {
-    return archive_error(path, "open archive", *error, &impl->db);
-  }
+  FERRY_TRY(explained(
+      impl->db.exec(
+          "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -1024"),
+      path, "open archive", &impl->db));
   if (info.version < archive::schema_version()) {
     FERRY_TRY(migrate(impl->db, path));
   }
@@ -363,13 +336,11 @@ Expected<Archive> Archive::open_read_only(const fs::path& path)
   if (!exists) {
     return Archive(std::move(impl));
   }
-  FERRY_TRY_ASSIGN(auto db, open_database(path, SQLITE_OPEN_READONLY));
-  impl->db = std::move(db);
-  if (const auto error = probe(impl->db);
-      error && needs_shared_memory(*error) && !has_unmerged_wal(path)) {
-    FERRY_TRY_ASSIGN(auto immutable, open_database(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
-                                              immutable_uri(path)));
-    impl->db = std::move(immutable);
+  FERRY_TRY_ASSIGN(impl->db, open_database(path, SQLITE_OPEN_READONLY));
+  if (const auto probed = probe(impl->db);
+      !probed && needs_shared_memory(probed.error()) && !has_unmerged_wal(path)) {
+    FERRY_TRY_ASSIGN(
+        impl->db, open_database(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, immutable_uri(path)));
   }
   FERRY_TRY_ASSIGN(auto info, read_schema_info(impl->db, path));
   FERRY_TRY(check_schema(info, path));
@@ -392,9 +363,8 @@ Expected<void> Archive::record(const RunRecord& run)
     return fail(ErrorKind::failed, "cannot record run {}: archive {} was opened read-only",
                 run.run_id, path.string());
   }
-  if (auto error = db.exec("BEGIN IMMEDIATE")) {
-    return archive_error(path, fmt::format("record run {}", run.run_id), *error, &db);
-  }
+  const std::string doing = fmt::format("record run {}", run.run_id);
+  FERRY_TRY(explained(db.exec("BEGIN IMMEDIATE"), path, doing, &db));
   const auto result = [&]() -> Expected<void> {
     std::optional<std::string> script_sha256;
     if (!run.script.empty()) {
@@ -406,10 +376,7 @@ Expected<void> Archive::record(const RunRecord& run)
     crash_here_if_asked("after-script");
     FERRY_TRY(insert_run(db, path, run, script_sha256));
     crash_here_if_asked("after-run");
-    if (auto error = db.exec("COMMIT")) {
-      return archive_error(path, fmt::format("record run {}", run.run_id), *error, &db);
-    }
-    return {};
+    return explained(db.exec("COMMIT"), path, doing, &db);
   }();
   if (!result) {
     (void)db.exec("ROLLBACK");
@@ -417,15 +384,19 @@ Expected<void> Archive::record(const RunRecord& run)
   return result;
 }
 
-Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
-{
-  std::lock_guard lock(m_impl->mutex);
-  Database& db = m_impl->db;
-  const fs::path& path = m_impl->path;
+namespace {
+
+// The validated filters of `log`: ErrorKind::usage for a bad one.
+struct LogQuery {
+  std::string sql;
   std::optional<std::string> since;
+};
+
+Expected<LogQuery> log_query(const LogFilter& filter)
+{
+  LogQuery query;
   if (filter.since) {
-    FERRY_TRY_ASSIGN(auto normalized, normalize_since(*filter.since));
-    since = std::move(normalized);
+    FERRY_TRY_ASSIGN(query.since, normalize_since(*filter.since));
   }
   if (filter.status && !run_status_from(*filter.status)) {
     return fail(ErrorKind::usage,
@@ -436,10 +407,6 @@ Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
   if (filter.limit < 0) {
     return fail(ErrorKind::usage, "--limit {}: expected 0 (no limit) or more", filter.limit);
   }
-  if (!db || !m_impl->has_schema) {
-    return std::vector<RunRecord>{};
-  }
-
   // Which runs, chosen on the small columns and the indexes; only then their records (and
   // BLOBs), so a sort never drags stdout along.
   std::string which = "SELECT rowid FROM runs WHERE 1";
@@ -452,21 +419,21 @@ Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
   if (filter.status) {
     which += " AND status = ?3";
   }
-  if (since) {
+  if (query.since) {
     which += " AND started_at >= ?4";
   }
   which += " ORDER BY started_at DESC, rowid DESC";
   if (filter.limit > 0) {
     which += " LIMIT ?5";
   }
-  const std::string sql =
+  query.sql =
       fmt::format("SELECT {} FROM runs WHERE rowid IN ({}) ORDER BY started_at DESC, rowid DESC",
                   filter.with_output ? record_columns : record_columns_without_output, which);
+  return query;
+}
 
-  Statement stmt;
-  if (auto error = db.prepare(sql, stmt)) {
-    return archive_error(path, "read archive", *error, &db);
-  }
+void bind_log_filter(Statement& stmt, const LogFilter& filter, const LogQuery& query)
+{
   if (filter.job) {
     stmt.bind(1, *filter.job);
   }
@@ -476,78 +443,65 @@ Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
   if (filter.status) {
     stmt.bind(3, *filter.status);
   }
-  if (since) {
-    stmt.bind(4, *since);
+  if (query.since) {
+    stmt.bind(4, *query.since);
   }
   if (filter.limit > 0) {
     stmt.bind(5, static_cast<std::int64_t>(filter.limit));
   }
+}
+
+// Every row of `stmt` as a RunRecord.
+Expected<std::vector<RunRecord>> read_records(Statement& stmt, Database& db, const fs::path& path)
+{
   std::vector<RunRecord> runs;
   for (;;) {
-    bool row = false;
-    if (auto error = stmt.step(row)) {
-      return archive_error(path, "read archive", *error, &db);
-    }
+    FERRY_TRY_ASSIGN(const bool row, explained(stmt.step(), path, "read archive", &db));
     if (!row) {
-      break;
+      return runs;
     }
     FERRY_TRY_ASSIGN(auto run, record_from_row(stmt, path));
     runs.push_back(std::move(run));
   }
-  return runs;
 }
 
-Expected<RunRecord> Archive::load(std::string_view ref)
+// The statement that finds REF: "last", a run id, or the ids that start with it.
+SqliteResult<Statement> select_run(Database& db, std::string_view ref)
 {
-  std::lock_guard lock(m_impl->mutex);
-  Database& db = m_impl->db;
-  const fs::path& path = m_impl->path;
-  if (ref.empty()) {
-    return fail(ErrorKind::usage, "no run given: pass a run id, a unique prefix of one, or 'last'");
-  }
-  if (!db || !m_impl->has_schema) {
-    return fail(ErrorKind::usage, "no run '{}': archive {} holds no runs yet", ref, path.string());
-  }
-
   const std::string select = fmt::format("SELECT {}, script_sha256 FROM runs ", record_columns);
-  Statement stmt;
-  SqliteStatus error;
   if (ref == "last") {
-    error = db.prepare(select + "ORDER BY started_at DESC, rowid DESC LIMIT 1", stmt);
-  } else {
-    // The id itself, or the ids in [prefix, upper bound) — a range scan of the primary key.
-    // An exact match sorts first, and wins even when it is also a prefix of other ids.
-    const std::string upper = prefix_upper_bound(std::string(ref));
-    error = db.prepare(select + (upper.empty() ? "WHERE run_id >= ?1 ORDER BY run_id LIMIT 6"
-                                               : "WHERE run_id >= ?1 AND run_id < ?2 "
-                                                 "ORDER BY run_id LIMIT 6"),
-                       stmt);
-    if (!error) {
-      stmt.bind(1, ref);
-      if (!upper.empty()) {
-        stmt.bind(2, upper);
-      }
-    }
+    return db.prepare(select + "ORDER BY started_at DESC, rowid DESC LIMIT 1");
   }
-  if (error) {
-    return archive_error(path, "read archive", *error, &db);
+  // The id itself, or the ids in [prefix, upper bound) — a range scan of the primary key.
+  // An exact match sorts first, and wins even when it is also a prefix of other ids.
+  const std::string upper = prefix_upper_bound(std::string(ref));
+  FERRY_TRY_ASSIGN(auto stmt,
+                   db.prepare(select + (upper.empty() ? "WHERE run_id >= ?1 ORDER BY run_id LIMIT 6"
+                                                      : "WHERE run_id >= ?1 AND run_id < ?2 "
+                                                        "ORDER BY run_id LIMIT 6")));
+  stmt.bind(1, ref);
+  if (!upper.empty()) {
+    stmt.bind(2, upper);
   }
+  return stmt;
+}
 
+// The run REF names: the first row of `stmt` (with its script's sha256), unless REF is an
+// ambiguous prefix or names nothing (ErrorKind::usage).
+Expected<std::pair<RunRecord, std::optional<std::string>>>
+pick_run(Statement& stmt, Database& db, const fs::path& path, std::string_view ref)
+{
   std::vector<std::string> candidates;
   std::optional<RunRecord> found;
   std::optional<std::string> script_sha256;
   for (;;) {
-    bool row = false;
-    if (auto step_error = stmt.step(row)) {
-      return archive_error(path, "read archive", *step_error, &db);
-    }
+    FERRY_TRY_ASSIGN(const bool row, explained(stmt.step(), path, "read archive", &db));
     if (!row) {
       break;
     }
     candidates.push_back(stmt.column_bytes(0));
     if (!found) {
-      FERRY_TRY_ASSIGN(auto run, record_from_row(stmt, path));
-      found = std::move(run);
+      FERRY_TRY_ASSIGN(found, record_from_row(stmt, path));
       script_sha256 = stmt.column_optional(8);
     }
   }
@@ -566,22 +520,52 @@ Expected<RunRecord> Archive::load(std::string_view ref)
     return fail(ErrorKind::usage, "run '{}' is ambiguous: it matches {}{}; give more characters",
                 ref, listed, candidates.size() > 5 ? ", …" : "");
   }
+  return std::pair{std::move(*found), std::move(script_sha256)};
+}
 
-  if (script_sha256) {
-    Statement script;
-    bool row = false;
-    error = db.prepare("SELECT bytes FROM scripts WHERE sha256 = ?1", script);
-    if (!error) {
-      error = script.bind(1, *script_sha256).step(row);
-    }
-    if (error) {
-      return archive_error(path, "read archive", *error, &db);
-    }
-    if (row) {
-      found->script = script.column_bytes(0);
-    }
+// The script bytes stored under SHA256; empty when there are none.
+SqliteResult<std::string> script_bytes(Database& db, const std::string& sha256)
+{
+  FERRY_TRY_ASSIGN(auto stmt, db.prepare("SELECT bytes FROM scripts WHERE sha256 = ?1"));
+  FERRY_TRY_ASSIGN(const bool row, stmt.bind(1, sha256).step());
+  return row ? stmt.column_bytes(0) : std::string();
+}
+
+} // namespace
+
+Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
+{
+  std::lock_guard lock(m_impl->mutex);
+  Database& db = m_impl->db;
+  const fs::path& path = m_impl->path;
+  FERRY_TRY_ASSIGN(auto query, log_query(filter));
+  if (!db || !m_impl->has_schema) {
+    return std::vector<RunRecord>{};
   }
-  return std::move(*found);
+  FERRY_TRY_ASSIGN(auto stmt, explained(db.prepare(query.sql), path, "read archive", &db));
+  bind_log_filter(stmt, filter, query);
+  return read_records(stmt, db, path);
+}
+
+Expected<RunRecord> Archive::load(std::string_view ref)
+{
+  std::lock_guard lock(m_impl->mutex);
+  Database& db = m_impl->db;
+  const fs::path& path = m_impl->path;
+  if (ref.empty()) {
+    return fail(ErrorKind::usage, "no run given: pass a run id, a unique prefix of one, or 'last'");
+  }
+  if (!db || !m_impl->has_schema) {
+    return fail(ErrorKind::usage, "no run '{}': archive {} holds no runs yet", ref, path.string());
+  }
+  FERRY_TRY_ASSIGN(auto stmt, explained(select_run(db, ref), path, "read archive", &db));
+  FERRY_TRY_ASSIGN(auto picked, pick_run(stmt, db, path, ref));
+  auto& [run, script_sha256] = picked;
+  if (script_sha256) {
+    FERRY_TRY_ASSIGN(run.script,
+                     explained(script_bytes(db, *script_sha256), path, "read archive", &db));
+  }
+  return std::move(run);
 }
 
 } // namespace ferry

@@ -12,14 +12,14 @@ std::string quick_check_summary(Database* db)
   if (db == nullptr || !*db) {
     return {};
   }
-  Statement check;
-  if (db->prepare("PRAGMA quick_check(3)", check)) {
+  auto check = db->prepare("PRAGMA quick_check(3)");
+  if (!check) {
     return {};
   }
   std::string lines;
-  for (bool row = false; !check.step(row) && row;) {
+  for (auto row = check->step(); row && *row; row = check->step()) {
     lines += lines.empty() ? "" : "; ";
-    lines += check.column_bytes(0);
+    lines += check->column_bytes(0);
   }
   return lines.empty() || lines == "ok" ? std::string() : "; quick_check: " + lines;
 }
@@ -33,7 +33,7 @@ std::string system_error(const Database* db)
 } // namespace
 
 Unexpected<Error> archive_error(const std::filesystem::path& path, std::string_view doing,
-                         const SqliteError& error, Database* db)
+                                const SqliteError& error, Database* db)
 {
   const std::string p = path.string();
   const int err = db != nullptr && *db ? sqlite3_system_errno(db->handle()) : 0;

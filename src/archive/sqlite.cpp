@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <climits>
 
 #include "archive/sqlite.hpp"
@@ -16,41 +17,40 @@ int checked_size(std::size_t size)
 }
 } // namespace
 
-SqliteStatus Database::open(const std::string& path, int flags, Database& out)
+SqliteResult<Database> Database::open(const std::string& path, int flags)
 {
-  sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db, flags | SQLITE_OPEN_EXRESCODE, nullptr);
-  out.m_db.reset(db);
+  sqlite3* handle = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &handle, flags | SQLITE_OPEN_EXRESCODE, nullptr);
+  Database db;
+  db.m_db.reset(handle); // closed on every path, also when the open failed
   if (rc != SQLITE_OK) {
-    SqliteError error = error_of(db, rc);
-    out.m_db.reset();
-    return error;
+    return Unexpected{error_of(handle, rc)};
   }
-  sqlite3_extended_result_codes(db, 1);
-  return std::nullopt;
+  sqlite3_extended_result_codes(handle, 1);
+  return db;
 }
 
-SqliteStatus Database::exec(const std::string& sql)
+SqliteResult<> Database::exec(const std::string& sql)
 {
   const int rc = sqlite3_exec(m_db.get(), sql.c_str(), nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) {
-    return error_of(m_db.get(), sqlite3_extended_errcode(m_db.get()));
+    return Unexpected{last_error()};
   }
-  return std::nullopt;
+  return {};
 }
 
-SqliteStatus Database::prepare(std::string_view sql, Statement& out)
+SqliteResult<Statement> Database::prepare(std::string_view sql)
 {
-  sqlite3_stmt* stmt = nullptr;
+  sqlite3_stmt* handle = nullptr;
   const int rc =
-      sqlite3_prepare_v2(m_db.get(), sql.data(), checked_size(sql.size()), &stmt, nullptr);
-  out.m_stmt.reset(stmt);
-  out.m_db = m_db.get();
-  out.m_bind_error.reset();
+      sqlite3_prepare_v2(m_db.get(), sql.data(), checked_size(sql.size()), &handle, nullptr);
+  Statement stmt;
+  stmt.m_stmt.reset(handle);
+  stmt.m_db = m_db.get();
   if (rc != SQLITE_OK) {
-    return error_of(m_db.get(), sqlite3_extended_errcode(m_db.get()));
+    return Unexpected{last_error()};
   }
-  return std::nullopt;
+  return stmt;
 }
 
 SqliteError Database::last_error() const
@@ -59,7 +59,7 @@ SqliteError Database::last_error() const
 }
 
 namespace {
-void keep_first_error(SqliteStatus& slot, sqlite3* db, int rc)
+void keep_first_error(std::optional<SqliteError>& slot, sqlite3* db, int rc)
 {
   if (rc != SQLITE_OK && !slot) {
     slot = error_of(db, rc);
@@ -94,11 +94,11 @@ Statement& Statement::bind_zeroblob(int index, std::uint64_t size)
   return *this;
 }
 
-SqliteStatus write_blob(Database& db, const char* table, const char* column, std::int64_t rowid,
-                        std::string_view bytes)
+SqliteResult<> write_blob(Database& db, const char* table, const char* column, std::int64_t rowid,
+                          std::string_view bytes)
 {
   if (bytes.empty()) {
-    return std::nullopt;
+    return {};
   }
   sqlite3_blob* blob = nullptr;
   int rc = sqlite3_blob_open(db.handle(), "main", table, column, rowid, 1, &blob);
@@ -107,12 +107,16 @@ SqliteStatus write_blob(Database& db, const char* table, const char* column, std
     const std::size_t n = std::min(chunk, bytes.size() - done);
     rc = sqlite3_blob_write(blob, bytes.data() + done, static_cast<int>(n), static_cast<int>(done));
   }
-  SqliteStatus status;
+  // Read before sqlite3_blob_close, which may overwrite the connection's error.
+  std::optional<SqliteError> error;
   if (rc != SQLITE_OK) {
-    status = db.last_error();
+    error = db.last_error();
   }
   sqlite3_blob_close(blob);
-  return status;
+  if (error) {
+    return Unexpected{std::move(*error)};
+  }
+  return {};
 }
 
 Statement& Statement::bind(int index, std::int64_t value)
@@ -143,30 +147,25 @@ Statement& Statement::bind_optional(int index, const std::optional<int>& value)
   return value ? bind(index, static_cast<std::int64_t>(*value)) : bind_null(index);
 }
 
-SqliteStatus Statement::step(bool& has_row)
+SqliteResult<bool> Statement::step()
 {
-  has_row = false;
   if (m_bind_error) {
-    return m_bind_error;
+    return Unexpected{*m_bind_error};
   }
   const int rc = sqlite3_step(m_stmt.get());
   if (rc == SQLITE_ROW) {
-    has_row = true;
-    return std::nullopt;
+    return true;
   }
   if (rc == SQLITE_DONE) {
-    return std::nullopt;
+    return false;
   }
-  return error_of(m_db, sqlite3_extended_errcode(m_db));
+  return Unexpected{error_of(m_db, sqlite3_extended_errcode(m_db))};
 }
 
-SqliteStatus Statement::run()
+SqliteResult<> Statement::run()
 {
-  bool has_row = false;
-  if (auto error = step(has_row)) {
-    return error;
-  }
-  return std::nullopt;
+  FERRY_TRY(step());
+  return {};
 }
 
 void Statement::reset()

@@ -9,6 +9,8 @@
 
 #include <sqlite3.h>
 
+#include "ferry/expected.hpp"
+
 namespace ferry::archive {
 
 struct SqliteError {
@@ -18,27 +20,21 @@ struct SqliteError {
   [[nodiscard]] int primary() const { return code & 0xff; }
 };
 
-// The result of one SQLite operation: nothing, or the error it gave.
-using SqliteStatus = std::optional<SqliteError>;
+// The result of one SQLite operation: its value, or the error SQLite gave.
+template <typename T = void> using SqliteResult = Expected<T, SqliteError>;
 
 class Statement;
-class Database;
-
-// Writes `bytes` into the (zeroblob-sized) column of row `rowid` in chunks, so a large blob is
-// never copied whole into a row record in memory (SQLite's INSERT would build one).
-[[nodiscard]] SqliteStatus write_blob(Database& db, const char* table, const char* column,
-                                      std::int64_t rowid, std::string_view bytes);
 
 class Database {
 public:
   // flags: SQLITE_OPEN_* (SQLITE_OPEN_EXRESCODE is always added).
-  [[nodiscard]] static SqliteStatus open(const std::string& path, int flags, Database& out);
+  [[nodiscard]] static SqliteResult<Database> open(const std::string& path, int flags);
 
   Database() = default;
 
   // One or more statements without results (sqlite3_exec).
-  [[nodiscard]] SqliteStatus exec(const std::string& sql);
-  [[nodiscard]] SqliteStatus prepare(std::string_view sql, Statement& out);
+  [[nodiscard]] SqliteResult<> exec(const std::string& sql);
+  [[nodiscard]] SqliteResult<Statement> prepare(std::string_view sql);
   [[nodiscard]] SqliteError last_error() const;
 
   [[nodiscard]] sqlite3* handle() const { return m_db.get(); }
@@ -50,6 +46,11 @@ private:
   };
   std::unique_ptr<sqlite3, Closer> m_db;
 };
+
+// Writes `bytes` into the (zeroblob-sized) column of row `rowid` in chunks, so a large blob is
+// never copied whole into a row record in memory (SQLite's INSERT would build one).
+[[nodiscard]] SqliteResult<> write_blob(Database& db, const char* table, const char* column,
+                                        std::int64_t rowid, std::string_view bytes);
 
 class Statement {
 public:
@@ -68,10 +69,10 @@ public:
   Statement& bind_optional(int index, const std::optional<std::string>& text);
   Statement& bind_optional(int index, const std::optional<int>& value);
 
-  // true: a row is ready; false: done. An error ends the statement.
-  [[nodiscard]] SqliteStatus step(bool& has_row);
+  // true: a row is ready; false: done. The first failed bind, or the step's own error.
+  [[nodiscard]] SqliteResult<bool> step();
   // Runs a statement that returns no rows.
-  [[nodiscard]] SqliteStatus run();
+  [[nodiscard]] SqliteResult<> run();
   void reset();
 
   [[nodiscard]] bool is_null(int column) const;
@@ -88,7 +89,7 @@ private:
   };
   std::unique_ptr<sqlite3_stmt, Finalizer> m_stmt;
   sqlite3* m_db = nullptr;
-  SqliteStatus m_bind_error;
+  std::optional<SqliteError> m_bind_error; // the first bind that failed, reported by step()
 };
 
 } // namespace ferry::archive
