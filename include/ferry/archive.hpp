@@ -23,6 +23,11 @@ struct LogFilter {
   bool with_output = true;
 };
 
+struct ArchiveOptions {
+  // How long one operation waits in all for other processes' locks on the archive.
+  std::chrono::milliseconds lock_wait{10'000};
+};
+
 class Archive {
 public:
   // $FERRY_ARCHIVE, else $XDG_DATA_HOME/ferry/archive.db, else ~/.local/share/ferry/archive.db.
@@ -30,11 +35,13 @@ public:
 
   // Opens or creates the archive (directory 0700, file 0600), migrating older schemas. A schema
   // from a newer ferry, a corrupt or unreadable file: an error naming the path and what to do.
-  [[nodiscard]] static Expected<Archive> open(const std::filesystem::path& path);
+  [[nodiscard]] static Expected<Archive> open(const std::filesystem::path& path,
+                                              const ArchiveOptions& options = {});
 
   // For `log`, `show`, `export`: never creates, migrates or changes anything, and works on a
   // read-only file. A missing file reads as an archive with no runs (see exists()).
-  [[nodiscard]] static Expected<Archive> open_read_only(const std::filesystem::path& path);
+  [[nodiscard]] static Expected<Archive> open_read_only(const std::filesystem::path& path,
+                                                        const ArchiveOptions& options = {});
 
   Archive(Archive&&) noexcept;
   Archive& operator=(Archive&&) noexcept;

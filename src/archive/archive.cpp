@@ -5,6 +5,7 @@
 #include "archive/archive_file.hpp"
 #include "archive/errors.hpp"
 #include "archive/schema.hpp"
+#include "archive/setup.hpp"
 #include "archive/sqlite.hpp"
 #include "ferry/archive.hpp"
 #include "ferry/util.hpp"
@@ -24,101 +25,17 @@ struct Archive::Impl {
   fs::path path;
   Database db; // closed when a read-only open found no file
   bool has_schema = false;
+  std::chrono::milliseconds lock_wait{};
   std::mutex mutex; // one SQLite connection: one transaction at a time
 };
 
 namespace {
-
-constexpr int busy_timeout_ms = 10'000;
 
 // The record's columns, in the order log() and load() select them.
 constexpr std::string_view record_columns =
     "run_id, record, error, script_name, host_label, result_bytes, stdout, stderr";
 constexpr std::string_view record_columns_without_output =
     "run_id, record, error, script_name, host_label, NULL, NULL, NULL";
-
-struct SchemaInfo {
-  int version = 0;
-  std::int64_t application = 0;
-  std::int64_t objects = 0; // tables, indexes, ... in sqlite_master
-};
-
-// One statement, so one read snapshot: a concurrent first open cannot be seen half-way.
-SqliteResult<SchemaInfo> query_schema_info(Database& db)
-{
-  FERRY_TRY_ASSIGN(auto stmt, db.prepare("SELECT (SELECT user_version FROM pragma_user_version), "
-                                         "(SELECT application_id FROM pragma_application_id), "
-                                         "(SELECT count(*) FROM sqlite_master)"));
-  FERRY_TRY_ASSIGN(const bool row, stmt.step());
-  SchemaInfo info;
-  if (row) {
-    info.version = static_cast<int>(stmt.column_int(0));
-    info.application = stmt.column_int(1);
-    info.objects = stmt.column_int(2);
-  }
-  return info;
-}
-
-Expected<SchemaInfo> read_schema_info(Database& db, const fs::path& path)
-{
-  return explained(query_schema_info(db), path, "read archive", &db);
-}
-
-// Refuses what ferry must not touch: a newer schema, or an SQLite file that is not an archive.
-Expected<void> check_schema(const SchemaInfo& info, const fs::path& path)
-{
-  if (info.version > archive::schema_version()) {
-    return fail(ErrorKind::failed,
-                "archive {} was written by a newer ferry (schema v{}, this ferry knows v{}); "
-                "upgrade ferry or pass --archive NEW_PATH",
-                path.string(), info.version, archive::schema_version());
-  }
-  const bool foreign = info.application != 0 && info.application != archive::application_id;
-  if (foreign || (info.version == 0 && info.objects > 0)) {
-    return fail(ErrorKind::failed,
-                "{} is an SQLite database but not a ferry archive; ferry left it untouched — "
-                "pass --archive NEW_PATH",
-                path.string());
-  }
-  return {};
-}
-
-// The steps after the archive's version, inside the caller's transaction.
-Expected<void> run_migrations(Database& db, const fs::path& path)
-{
-  FERRY_TRY_ASSIGN(auto info, read_schema_info(db, path));
-  FERRY_TRY(check_schema(info, path));
-  for (const auto& step : archive::migrations()) {
-    if (step.to_version <= info.version) {
-      continue;
-    }
-    FERRY_TRY(explained(db.exec(std::string(step.sql)), path,
-                        fmt::format("upgrade archive to schema v{}", step.to_version), &db));
-    FERRY_TRY(explained(db.exec(fmt::format("PRAGMA user_version = {}", step.to_version)), path,
-                        "upgrade archive", &db));
-  }
-  return explained(db.exec("COMMIT"), path, "upgrade archive", &db);
-}
-
-// Runs the migrations after the archive's version in one transaction. BEGIN IMMEDIATE and the
-// version read inside it make concurrent first opens safe: the loser sees the winner's work.
-Expected<void> migrate(Database& db, const fs::path& path)
-{
-  FERRY_TRY(explained(db.exec("BEGIN IMMEDIATE"), path, "prepare archive", &db));
-  auto migrated = run_migrations(db, path);
-  if (!migrated) {
-    (void)db.exec("ROLLBACK");
-  }
-  return migrated;
-}
-
-Expected<Database> open_database(const fs::path& path, int flags, const std::string& name = {})
-{
-  FERRY_TRY_ASSIGN(auto db, explained(Database::open(name.empty() ? path.string() : name, flags),
-                                      path, "open archive"));
-  sqlite3_busy_timeout(db.handle(), busy_timeout_ms);
-  return db;
-}
 
 // The first read, with SQLite's own error.
 SqliteResult<bool> probe(Database& db)
@@ -305,45 +222,43 @@ fs::path Archive::default_path()
   return fs::path(home_dir()) / ".local" / "share" / "ferry" / "archive.db";
 }
 
-Expected<Archive> Archive::open(const fs::path& path)
+Expected<Archive> Archive::open(const fs::path& path, const ArchiveOptions& options)
 {
   FERRY_TRY(archive::prepare_for_writing(path));
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  FERRY_TRY_ASSIGN(impl->db, open_database(path, SQLITE_OPEN_READWRITE));
-
-  // Read before anything writes: a newer or foreign database is refused unchanged.
-  FERRY_TRY_ASSIGN(auto info, read_schema_info(impl->db, path));
-  FERRY_TRY(check_schema(info, path));
-
-  // A small page cache: runs carry blobs of up to 16 MiB each, and the cache need not hold them.
-  FERRY_TRY(explained(
-      impl->db.exec(
-          "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -1024"),
-      path, "open archive", &impl->db));
-  if (info.version < archive::schema_version()) {
-    FERRY_TRY(migrate(impl->db, path));
+  impl->lock_wait = options.lock_wait;
+  FERRY_TRY_ASSIGN(impl->db, archive::open_database(path, SQLITE_OPEN_READWRITE));
+  impl->db.start_lock_wait(options.lock_wait);
+  FERRY_TRY_ASSIGN(const bool ready, archive::set_up(impl->db, path));
+  if (!ready) {
+    return archive_error(path, "open archive", SqliteError{SQLITE_BUSY, "database is locked"},
+                         &impl->db);
   }
   impl->has_schema = true;
   return Archive(std::move(impl));
 }
 
-Expected<Archive> Archive::open_read_only(const fs::path& path)
+Expected<Archive> Archive::open_read_only(const fs::path& path, const ArchiveOptions& options)
 {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
+  impl->lock_wait = options.lock_wait;
   FERRY_TRY_ASSIGN(auto exists, archive::check_for_reading(path));
   if (!exists) {
     return Archive(std::move(impl));
   }
-  FERRY_TRY_ASSIGN(impl->db, open_database(path, SQLITE_OPEN_READONLY));
+  FERRY_TRY_ASSIGN(impl->db, archive::open_database(path, SQLITE_OPEN_READONLY));
+  impl->db.start_lock_wait(options.lock_wait);
   if (const auto probed = probe(impl->db);
       !probed && needs_shared_memory(probed.error()) && !has_unmerged_wal(path)) {
-    FERRY_TRY_ASSIGN(
-        impl->db, open_database(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, immutable_uri(path)));
+    FERRY_TRY_ASSIGN(impl->db, archive::open_database(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
+                                                      immutable_uri(path)));
+    impl->db.start_lock_wait(options.lock_wait);
   }
-  FERRY_TRY_ASSIGN(auto info, read_schema_info(impl->db, path));
-  FERRY_TRY(check_schema(info, path));
+  FERRY_TRY_ASSIGN(
+      auto info, explained(archive::query_schema_info(impl->db), path, "read archive", &impl->db));
+  FERRY_TRY(archive::check_schema(info, path));
   if (info.version != 0 && info.version < archive::schema_version()) {
     return fail(ErrorKind::failed,
                 "archive {} has schema v{} from an older ferry; it is upgraded to v{} the next "
@@ -364,7 +279,9 @@ Expected<void> Archive::record(const RunRecord& run)
                 run.run_id, path.string());
   }
   const std::string doing = fmt::format("record run {}", run.run_id);
-  FERRY_TRY(explained(db.exec("BEGIN IMMEDIATE"), path, doing, &db));
+  db.start_lock_wait(m_impl->lock_wait);
+  FERRY_TRY(explained(retry_while_locked(db, [&] { return db.exec("BEGIN IMMEDIATE"); }), path,
+                      doing, &db));
   const auto result = [&]() -> Expected<void> {
     std::optional<std::string> script_sha256;
     if (!run.script.empty()) {
@@ -542,6 +459,7 @@ Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
   if (!db || !m_impl->has_schema) {
     return std::vector<RunRecord>{};
   }
+  db.start_lock_wait(m_impl->lock_wait);
   FERRY_TRY_ASSIGN(auto stmt, explained(db.prepare(query.sql), path, "read archive", &db));
   bind_log_filter(stmt, filter, query);
   return read_records(stmt, db, path);
@@ -558,6 +476,7 @@ Expected<RunRecord> Archive::load(std::string_view ref)
   if (!db || !m_impl->has_schema) {
     return fail(ErrorKind::usage, "no run '{}': archive {} holds no runs yet", ref, path.string());
   }
+  db.start_lock_wait(m_impl->lock_wait);
   FERRY_TRY_ASSIGN(auto stmt, explained(select_run(db, ref), path, "read archive", &db));
   FERRY_TRY_ASSIGN(auto picked, pick_run(stmt, db, path, ref));
   auto& [run, script_sha256] = picked;

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <climits>
+#include <random>
+#include <thread>
 
 #include "archive/sqlite.hpp"
 
@@ -15,6 +17,37 @@ int checked_size(std::size_t size)
 {
   return size > static_cast<std::size_t>(INT_MAX) ? -1 : static_cast<int>(size);
 }
+
+using Clock = std::chrono::steady_clock;
+
+// 1, 2, 4 ... 64 ms, each between half and all of that at random: processes that met at one
+// lock do not all come back at the same moment.
+Clock::duration backoff_delay(int attempt)
+{
+  thread_local std::minstd_rand random(std::random_device{}());
+  const int full_us = 1000 << std::clamp(attempt, 0, 6);
+  std::uniform_int_distribution<int> pick(full_us / 2, full_us);
+  return std::chrono::microseconds(pick(random));
+}
+
+void sleep_before_deadline(Clock::duration delay, Clock::time_point deadline)
+{
+  const auto now = Clock::now();
+  if (now < deadline) {
+    std::this_thread::sleep_for(std::min(delay, deadline - now));
+  }
+}
+
+// SQLite's busy handler: wait and try again (non-zero) until the deadline.
+extern "C" int wait_for_lock(void* context, int attempt)
+{
+  const auto* wait = static_cast<const Database::LockWait*>(context);
+  if (Clock::now() >= wait->deadline) {
+    return 0;
+  }
+  sleep_before_deadline(backoff_delay(attempt), wait->deadline);
+  return 1;
+}
 } // namespace
 
 SqliteResult<Database> Database::open(const std::string& path, int flags)
@@ -27,7 +60,38 @@ SqliteResult<Database> Database::open(const std::string& path, int flags)
     return Unexpected{error_of(handle, rc)};
   }
   sqlite3_extended_result_codes(handle, 1);
+  db.m_lock_wait = std::make_unique<LockWait>();
+  db.start_lock_wait(std::chrono::milliseconds(0));
+  sqlite3_busy_handler(handle, wait_for_lock, db.m_lock_wait.get());
   return db;
+}
+
+void Database::start_lock_wait(std::chrono::milliseconds budget)
+{
+  if (m_lock_wait) {
+    m_lock_wait->start = Clock::now();
+    m_lock_wait->deadline = m_lock_wait->start + budget;
+  }
+}
+
+std::chrono::milliseconds Database::lock_waited() const
+{
+  if (!m_lock_wait) {
+    return {};
+  }
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - m_lock_wait->start);
+}
+
+bool Database::lock_wait_over() const
+{
+  return !m_lock_wait || Clock::now() >= m_lock_wait->deadline;
+}
+
+void Database::back_off(int attempt) const
+{
+  if (m_lock_wait) {
+    sleep_before_deadline(backoff_delay(attempt), m_lock_wait->deadline);
+  }
 }
 
 SqliteResult<> Database::exec(const std::string& sql)

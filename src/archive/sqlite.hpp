@@ -1,6 +1,7 @@
 #pragma once
 // Thin RAII over the SQLite C API: a connection, a prepared statement, and errors that keep the
 // SQLite result code so the archive can tell "disk full" from "corrupt" from "read-only".
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -18,6 +19,11 @@ struct SqliteError {
   std::string message;     // sqlite3_errmsg at the time
 
   [[nodiscard]] int primary() const { return code & 0xff; }
+  // Another connection held a lock this one needed.
+  [[nodiscard]] bool locked() const
+  {
+    return primary() == SQLITE_BUSY || primary() == SQLITE_LOCKED;
+  }
 };
 
 // The result of one SQLite operation: its value, or the error SQLite gave.
@@ -37,15 +43,46 @@ public:
   [[nodiscard]] SqliteResult<Statement> prepare(std::string_view sql);
   [[nodiscard]] SqliteError last_error() const;
 
+  // From now on, waits at most `budget` in all for other connections' locks: SQLite's busy
+  // handler waits inside a call, retry_while_locked() between calls that SQLite failed at once.
+  void start_lock_wait(std::chrono::milliseconds budget);
+  // Time since start_lock_wait: how long the current operation has been kept waiting, at most.
+  [[nodiscard]] std::chrono::milliseconds lock_waited() const;
+  [[nodiscard]] bool lock_wait_over() const;
+  // Sleeps before retry number `attempt` (growing, jittered, never past the budget).
+  void back_off(int attempt) const;
+
   [[nodiscard]] sqlite3* handle() const { return m_db.get(); }
   [[nodiscard]] explicit operator bool() const { return m_db != nullptr; }
+
+  struct LockWait {
+    std::chrono::steady_clock::time_point start;
+    std::chrono::steady_clock::time_point deadline;
+  };
 
 private:
   struct Closer {
     void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
   };
   std::unique_ptr<sqlite3, Closer> m_db;
+  // On the heap: SQLite's busy handler keeps a pointer to it across moves of the Database.
+  std::unique_ptr<LockWait> m_lock_wait;
 };
+
+// Runs `attempt` (returning SqliteResult<T>) again while it fails because another connection
+// holds a lock and the wait budget is not spent. SQLite returns SQLITE_BUSY at once, without
+// its busy handler, in a few places: switching to WAL while another process opens the file,
+// a WAL being recovered, a lock upgrade that would deadlock.
+template <typename F> auto retry_while_locked(Database& db, F attempt) -> decltype(attempt())
+{
+  for (int tries = 0;; ++tries) {
+    auto result = attempt();
+    if (result || !result.error().locked() || db.lock_wait_over()) {
+      return result;
+    }
+    db.back_off(tries);
+  }
+}
 
 // Writes `bytes` into the (zeroblob-sized) column of row `rowid` in chunks, so a large blob is
 // never copied whole into a row record in memory (SQLite's INSERT would build one).
