@@ -28,6 +28,13 @@ struct ArchiveOptions {
   std::chrono::milliseconds lock_wait{10'000};
 };
 
+// One run as `ferry log` lists it, read from small columns only.
+struct RunSummary {
+  RunRecord run;           // without params, result, stdout, stderr, script and result bytes
+  std::string result_head; // the result as one JSON line, cut to its first 256 characters;
+                           // empty when there is no result
+};
+
 class Archive {
 public:
   // $FERRY_ARCHIVE, else $XDG_DATA_HOME/ferry/archive.db, else ~/.local/share/ferry/archive.db.
@@ -53,6 +60,10 @@ public:
 
   // Newest first; records carry everything but the script bytes.
   [[nodiscard]] Expected<std::vector<RunRecord>> log(const LogFilter& filter);
+
+  // Newest first, for a listing: reads none of params, results and outputs, so it costs the
+  // same whatever the runs hold. `with_output` is not used.
+  [[nodiscard]] Expected<std::vector<RunSummary>> list(const LogFilter& filter);
 
   // A run by its id, a unique prefix of it, or "last"; with script and raw result bytes.
   // No such run, or an ambiguous prefix: ErrorKind::usage.

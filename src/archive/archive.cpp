@@ -1,5 +1,3 @@
-#include <csignal>
-#include <cstdlib>
 #include <mutex>
 
 #include "archive/archive_file.hpp"
@@ -7,6 +5,7 @@
 #include "archive/schema.hpp"
 #include "archive/setup.hpp"
 #include "archive/sqlite.hpp"
+#include "archive/store.hpp"
 #include "ferry/archive.hpp"
 #include "ferry/util.hpp"
 
@@ -30,12 +29,6 @@ struct Archive::Impl {
 };
 
 namespace {
-
-// The record's columns, in the order log() and load() select them.
-constexpr std::string_view record_columns =
-    "run_id, record, error, script_name, host_label, result_bytes, stdout, stderr";
-constexpr std::string_view record_columns_without_output =
-    "run_id, record, error, script_name, host_label, NULL, NULL, NULL";
 
 // The first read, with SQLite's own error.
 SqliteResult<bool> probe(Database& db)
@@ -71,112 +64,6 @@ std::string immutable_uri(const fs::path& path)
     }
   }
   return uri + "?immutable=1";
-}
-
-std::string host_of(const RunRecord& run)
-{
-  if (const auto host = run.target.find("host"); host != run.target.end() && host->is_string()) {
-    return host->get<std::string>();
-  }
-  return "local";
-}
-
-// Test-only: FERRY_TEST_CRASH_IN_RECORD=after-script|after-run kills this process with SIGKILL
-// at that step inside record()'s open transaction, so the tests can check that a crash
-// mid-record leaves no half run and a sound database. Nothing else reads this variable.
-void crash_here_if_asked(std::string_view step)
-{
-  const char* when = std::getenv("FERRY_TEST_CRASH_IN_RECORD");
-  if (when != nullptr && step == when) {
-    std::raise(SIGKILL);
-  }
-}
-
-Expected<void> insert_script(Database& db, const fs::path& path, const RunRecord& run,
-                             const std::string& sha256)
-{
-  const auto insert = [&]() -> SqliteResult<> {
-    FERRY_TRY_ASSIGN(auto stmt, db.prepare("INSERT INTO scripts(sha256, name, bytes) "
-                                           "VALUES(?1, ?2, ?3) ON CONFLICT(sha256) DO NOTHING"));
-    return stmt.bind(1, sha256).bind(2, run.script_name).bind_blob(3, run.script).run();
-  };
-  return explained(insert(), path, fmt::format("record run {}", run.run_id), &db);
-}
-
-SqliteResult<> insert_run_row(Database& db, const RunRecord& run,
-                              const std::optional<std::string>& script_sha256)
-{
-  const json record = to_json(run, false); // stdout/stderr are kept byte-exact in their own columns
-  const std::string host = host_of(run);
-  FERRY_TRY_ASSIGN(auto stmt, db.prepare(R"sql(
-INSERT INTO runs(run_id, job, job_sha256, script_sha256, script_name, host, host_label, status,
-                 exit_code, error, started_at, duration_s, replay_of, ferry_version, record,
-                 result_bytes, stdout, stderr)
-VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18))sql"));
-  stmt.bind(1, run.run_id)
-      .bind(2, run.job)
-      .bind(3, run.job_sha256)
-      .bind_optional(4, script_sha256)
-      .bind(5, run.script_name)
-      .bind(6, host)
-      .bind(7, run.host_label.empty() ? host : run.host_label)
-      .bind(8, to_string(run.status))
-      .bind_optional(9, run.exit_code)
-      .bind_optional(10, run.error)
-      .bind(11, run.started_at)
-      .bind(12, run.duration_s)
-      .bind_optional(13, run.replay_of)
-      .bind(14, run.ferry_version)
-      .bind(15, to_json_line(record))
-      .bind_zeroblob(17, run.stdout_text.size())
-      .bind_zeroblob(18, run.stderr_text.size());
-  if (run.result_bytes.empty()) {
-    stmt.bind_null(16);
-  } else {
-    stmt.bind_zeroblob(16, run.result_bytes.size());
-  }
-  FERRY_TRY(stmt.run());
-  // The large columns are filled in place, chunk by chunk, inside the same transaction.
-  const std::int64_t rowid = sqlite3_last_insert_rowid(db.handle());
-  FERRY_TRY(write_blob(db, "runs", "result_bytes", rowid, run.result_bytes));
-  FERRY_TRY(write_blob(db, "runs", "stdout", rowid, run.stdout_text));
-  return write_blob(db, "runs", "stderr", rowid, run.stderr_text);
-}
-
-Expected<void> insert_run(Database& db, const fs::path& path, const RunRecord& run,
-                          const std::optional<std::string>& script_sha256)
-{
-  auto inserted = insert_run_row(db, run, script_sha256);
-  if (!inserted && inserted.error().code == SQLITE_CONSTRAINT_PRIMARYKEY) {
-    return fail(ErrorKind::failed,
-                "cannot record run {}: archive {} already holds a run with that id", run.run_id,
-                path.string());
-  }
-  return explained(std::move(inserted), path, fmt::format("record run {}", run.run_id), &db);
-}
-
-// A row selected with record_columns back into a RunRecord.
-Expected<RunRecord> record_from_row(const Statement& row, const fs::path& path)
-{
-  const std::string run_id = row.column_bytes(0);
-  const json j = json::parse(row.column_bytes(1), nullptr, false);
-  if (j.is_discarded()) {
-    return fail(ErrorKind::failed,
-                "archive {}: the record of run {} is not valid JSON; the archive is damaged",
-                path.string(), run_id);
-  }
-  auto parsed = run_record_from_json(j);
-  if (!parsed) {
-    return fail(ErrorKind::failed, "archive {}: {}", path.string(), parsed.error().message);
-  }
-  RunRecord run = std::move(parsed).value();
-  run.error = row.column_optional(2); // the raw bytes, not the JSON's UTF-8-repaired copy
-  run.script_name = row.column_bytes(3);
-  run.host_label = row.column_bytes(4);
-  run.result_bytes = row.column_bytes(5);
-  run.stdout_text = row.column_bytes(6);
-  run.stderr_text = row.column_bytes(7);
-  return run;
 }
 
 // The smallest string greater than every string that starts with `prefix`; empty: none.
@@ -283,16 +170,7 @@ Expected<void> Archive::record(const RunRecord& run)
   FERRY_TRY(explained(retry_while_locked(db, [&] { return db.exec("BEGIN IMMEDIATE"); }), path,
                       doing, &db));
   const auto result = [&]() -> Expected<void> {
-    std::optional<std::string> script_sha256;
-    if (!run.script.empty()) {
-      // Keyed by the bytes themselves, so a record whose job_sha256 is wrong cannot file its
-      // script under another script's hash.
-      script_sha256 = sha256_hex(run.script);
-      FERRY_TRY(insert_script(db, path, run, *script_sha256));
-    }
-    crash_here_if_asked("after-script");
-    FERRY_TRY(insert_run(db, path, run, script_sha256));
-    crash_here_if_asked("after-run");
+    FERRY_TRY(archive::insert_run(db, path, run));
     return explained(db.exec("COMMIT"), path, doing, &db);
   }();
   if (!result) {
@@ -309,7 +187,7 @@ struct LogQuery {
   std::optional<std::string> since;
 };
 
-Expected<LogQuery> log_query(const LogFilter& filter)
+Expected<LogQuery> log_query(const LogFilter& filter, std::string_view columns)
 {
   LogQuery query;
   if (filter.since) {
@@ -345,7 +223,7 @@ Expected<LogQuery> log_query(const LogFilter& filter)
   }
   query.sql =
       fmt::format("SELECT {} FROM runs WHERE rowid IN ({}) ORDER BY started_at DESC, rowid DESC",
-                  filter.with_output ? record_columns : record_columns_without_output, which);
+                  columns, which);
   return query;
 }
 
@@ -368,24 +246,27 @@ void bind_log_filter(Statement& stmt, const LogFilter& filter, const LogQuery& q
   }
 }
 
-// Every row of `stmt` as a RunRecord.
-Expected<std::vector<RunRecord>> read_records(Statement& stmt, Database& db, const fs::path& path)
+// Every row of `stmt`, each made into a T by FROM_ROW.
+template <typename T, typename FromRow>
+Expected<std::vector<T>> read_rows(Statement& stmt, Database& db, const fs::path& path,
+                                   FromRow from_row)
 {
-  std::vector<RunRecord> runs;
+  std::vector<T> rows;
   for (;;) {
     FERRY_TRY_ASSIGN(const bool row, explained(stmt.step(), path, "read archive", &db));
     if (!row) {
-      return runs;
+      return rows;
     }
-    FERRY_TRY_ASSIGN(auto run, record_from_row(stmt, path));
-    runs.push_back(std::move(run));
+    FERRY_TRY_ASSIGN(auto item, from_row(stmt, path));
+    rows.push_back(std::move(item));
   }
 }
 
 // The statement that finds REF: "last", a run id, or the ids that start with it.
 SqliteResult<Statement> select_run(Database& db, std::string_view ref)
 {
-  const std::string select = fmt::format("SELECT {}, script_sha256 FROM runs ", record_columns);
+  const std::string select =
+      fmt::format("SELECT {}, script_sha256 FROM runs ", archive::record_columns);
   if (ref == "last") {
     return db.prepare(select + "ORDER BY started_at DESC, rowid DESC LIMIT 1");
   }
@@ -418,8 +299,8 @@ pick_run(Statement& stmt, Database& db, const fs::path& path, std::string_view r
     }
     candidates.push_back(stmt.column_bytes(0));
     if (!found) {
-      FERRY_TRY_ASSIGN(found, record_from_row(stmt, path));
-      script_sha256 = stmt.column_optional(8);
+      FERRY_TRY_ASSIGN(found, archive::record_from_row(stmt, path));
+      script_sha256 = stmt.column_optional(archive::script_sha256_column);
     }
   }
   if (!found) {
@@ -455,14 +336,31 @@ Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
   std::lock_guard lock(m_impl->mutex);
   Database& db = m_impl->db;
   const fs::path& path = m_impl->path;
-  FERRY_TRY_ASSIGN(auto query, log_query(filter));
+  FERRY_TRY_ASSIGN(auto query,
+                   log_query(filter, filter.with_output ? archive::record_columns
+                                                        : archive::record_columns_without_output));
   if (!db || !m_impl->has_schema) {
     return std::vector<RunRecord>{};
   }
   db.start_lock_wait(m_impl->lock_wait);
   FERRY_TRY_ASSIGN(auto stmt, explained(db.prepare(query.sql), path, "read archive", &db));
   bind_log_filter(stmt, filter, query);
-  return read_records(stmt, db, path);
+  return read_rows<RunRecord>(stmt, db, path, archive::record_from_row);
+}
+
+Expected<std::vector<RunSummary>> Archive::list(const LogFilter& filter)
+{
+  std::lock_guard lock(m_impl->mutex);
+  Database& db = m_impl->db;
+  const fs::path& path = m_impl->path;
+  FERRY_TRY_ASSIGN(auto query, log_query(filter, archive::summary_columns));
+  if (!db || !m_impl->has_schema) {
+    return std::vector<RunSummary>{};
+  }
+  db.start_lock_wait(m_impl->lock_wait);
+  FERRY_TRY_ASSIGN(auto stmt, explained(db.prepare(query.sql), path, "read archive", &db));
+  bind_log_filter(stmt, filter, query);
+  return read_rows<RunSummary>(stmt, db, path, archive::summary_from_row);
 }
 
 Expected<RunRecord> Archive::load(std::string_view ref)
@@ -480,10 +378,11 @@ Expected<RunRecord> Archive::load(std::string_view ref)
   FERRY_TRY_ASSIGN(auto stmt, explained(select_run(db, ref), path, "read archive", &db));
   FERRY_TRY_ASSIGN(auto picked, pick_run(stmt, db, path, ref));
   auto& [run, script_sha256] = picked;
-  if (script_sha256) {
-    FERRY_TRY_ASSIGN(run.script,
-                     explained(script_bytes(db, *script_sha256), path, "read archive", &db));
+  if (!script_sha256) {
+    return std::move(run);
   }
+  FERRY_TRY_ASSIGN(run.script,
+                   explained(script_bytes(db, *script_sha256), path, "read archive", &db));
   return std::move(run);
 }
 

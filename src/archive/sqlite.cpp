@@ -158,29 +158,54 @@ Statement& Statement::bind_zeroblob(int index, std::uint64_t size)
   return *this;
 }
 
+SqliteResult<BlobWriter> BlobWriter::open(Database& db, const char* table, const char* column,
+                                          std::int64_t rowid)
+{
+  sqlite3_blob* handle = nullptr;
+  const int rc = sqlite3_blob_open(db.handle(), "main", table, column, rowid, 1, &handle);
+  BlobWriter writer;
+  writer.m_blob.reset(handle);
+  writer.m_db = &db;
+  if (rc != SQLITE_OK) {
+    return Unexpected{db.last_error()};
+  }
+  return writer;
+}
+
+SqliteResult<> BlobWriter::write(std::uint64_t offset, std::string_view bytes)
+{
+  constexpr std::size_t chunk = 1 << 20;
+  for (std::size_t done = 0; done < bytes.size(); done += chunk) {
+    const std::size_t n = std::min(chunk, bytes.size() - done);
+    const std::uint64_t at = offset + done;
+    if (at + n > static_cast<std::uint64_t>(INT_MAX)) {
+      return Unexpected{SqliteError{SQLITE_TOOBIG, "blob larger than 2 GiB"}};
+    }
+    if (sqlite3_blob_write(m_blob.get(), bytes.data() + done, static_cast<int>(n),
+                           static_cast<int>(at)) != SQLITE_OK) {
+      return Unexpected{m_db->last_error()};
+    }
+  }
+  return {};
+}
+
+SqliteResult<> BlobWriter::close()
+{
+  if (sqlite3_blob_close(m_blob.release()) != SQLITE_OK) {
+    return Unexpected{m_db->last_error()};
+  }
+  return {};
+}
+
 SqliteResult<> write_blob(Database& db, const char* table, const char* column, std::int64_t rowid,
                           std::string_view bytes)
 {
   if (bytes.empty()) {
     return {};
   }
-  sqlite3_blob* blob = nullptr;
-  int rc = sqlite3_blob_open(db.handle(), "main", table, column, rowid, 1, &blob);
-  constexpr std::size_t chunk = 1 << 20;
-  for (std::size_t done = 0; rc == SQLITE_OK && done < bytes.size(); done += chunk) {
-    const std::size_t n = std::min(chunk, bytes.size() - done);
-    rc = sqlite3_blob_write(blob, bytes.data() + done, static_cast<int>(n), static_cast<int>(done));
-  }
-  // Read before sqlite3_blob_close, which may overwrite the connection's error.
-  std::optional<SqliteError> error;
-  if (rc != SQLITE_OK) {
-    error = db.last_error();
-  }
-  sqlite3_blob_close(blob);
-  if (error) {
-    return Unexpected{std::move(*error)};
-  }
-  return {};
+  FERRY_TRY_ASSIGN(auto blob, BlobWriter::open(db, table, column, rowid));
+  FERRY_TRY(blob.write(0, bytes));
+  return blob.close();
 }
 
 Statement& Statement::bind(int index, std::int64_t value)
@@ -255,6 +280,11 @@ double Statement::column_double(int column) const
 }
 
 std::string Statement::column_bytes(int column) const
+{
+  return std::string(column_view(column));
+}
+
+std::string_view Statement::column_view(int column) const
 {
   // sqlite3_column_blob before sqlite3_column_bytes: the documented order that avoids a
   // text/blob conversion.

@@ -84,8 +84,28 @@ template <typename F> auto retry_while_locked(Database& db, F attempt) -> declty
   }
 }
 
-// Writes `bytes` into the (zeroblob-sized) column of row `rowid` in chunks, so a large blob is
-// never copied whole into a row record in memory (SQLite's INSERT would build one).
+// Writes into one (zeroblob-sized) BLOB in place, so a large value never sits whole in a row
+// record in memory (SQLite's INSERT would build one).
+class BlobWriter {
+public:
+  [[nodiscard]] static SqliteResult<BlobWriter> open(Database& db, const char* table,
+                                                     const char* column, std::int64_t rowid);
+  BlobWriter() = default;
+
+  // At byte `offset` of the blob; the blob keeps its size.
+  [[nodiscard]] SqliteResult<> write(std::uint64_t offset, std::string_view bytes);
+  // Closes the handle; its error, if any.
+  [[nodiscard]] SqliteResult<> close();
+
+private:
+  struct Closer {
+    void operator()(sqlite3_blob* blob) const { sqlite3_blob_close(blob); }
+  };
+  std::unique_ptr<sqlite3_blob, Closer> m_blob;
+  Database* m_db = nullptr;
+};
+
+// Writes `bytes` into the (zeroblob-sized) column of row `rowid` with a BlobWriter.
 [[nodiscard]] SqliteResult<> write_blob(Database& db, const char* table, const char* column,
                                         std::int64_t rowid, std::string_view bytes);
 
@@ -117,6 +137,8 @@ public:
   [[nodiscard]] double column_double(int column) const;
   // Text or blob bytes exactly as stored.
   [[nodiscard]] std::string column_bytes(int column) const;
+  // The same bytes without a copy; valid until the next step, reset or column call.
+  [[nodiscard]] std::string_view column_view(int column) const;
   [[nodiscard]] std::optional<std::string> column_optional(int column) const;
 
 private:

@@ -39,15 +39,16 @@ std::string duration_display(double seconds)
   return seconds < 10 ? fmt::format("{:.2f}s", seconds) : fmt::format("{:.0f}s", seconds);
 }
 
-void print_table(const std::vector<RunRecord>& runs)
+void print_table(const std::vector<RunSummary>& runs)
 {
   using Row = std::array<std::string, 7>;
   std::vector<Row> rows;
   rows.push_back({"RUN", "STARTED", "JOB", "HOST", "STATUS", "TIME", "RESULT"});
-  for (const auto& run : runs) {
+  for (const auto& [run, result_head] : runs) {
     rows.push_back({run.run_id, started_display(run.started_at), printable(run.job),
                     printable(target_label(run)), std::string(to_string(run.status)),
-                    duration_display(run.duration_s), printable(result_digest(run, 60))});
+                    duration_display(run.duration_s),
+                    printable(result_digest(run, result_head, 60))});
   }
   std::array<std::size_t, 7> widths{};
   for (const auto& row : rows) {
@@ -81,21 +82,25 @@ int run_log(Context& ctx, const LogCommand& cmd)
     filter.since = cmd.since;
   }
   filter.limit = cmd.limit;
-  filter.with_output = cmd.json;
 
   auto archive = Archive::open_read_only(ctx.archive_path());
   if (!archive) {
     return report_error(archive.error());
   }
-  auto runs = archive->log(filter);
-  if (!runs) {
-    return report_error(runs.error());
-  }
   if (cmd.json) {
+    auto runs = archive->log(filter);
+    if (!runs) {
+      return report_error(runs.error());
+    }
     for (const auto& run : *runs) {
       fmt::print("{}\n", to_json_line(to_json(run)));
     }
     return to_int(ExitCode::ok);
+  }
+  // The table reads only the small columns: params, results and outputs stay on disk.
+  auto runs = archive->list(filter);
+  if (!runs) {
+    return report_error(runs.error());
   }
   if (runs->empty()) {
     const bool filtered = filter.job || filter.host || filter.status || filter.since;

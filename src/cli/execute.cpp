@@ -57,11 +57,16 @@ void install_interrupt_handlers()
 
 std::string result_digest(const RunRecord& record, std::size_t width)
 {
+  return result_digest(record, record.result.is_null() ? "" : to_json_line(record.result), width);
+}
+
+std::string result_digest(const RunRecord& record, std::string_view result_line, std::size_t width)
+{
   std::string text;
   if (record.status != RunStatus::ok && record.error) {
     text = *record.error;
-  } else if (!record.result.is_null()) {
-    text = to_json_line(record.result);
+  } else if (!result_line.empty()) {
+    text = result_line;
   } else {
     text = "-";
   }

@@ -25,5 +25,8 @@ void install_interrupt_handlers();
 
 // "{"gpus":[…]}" shortened to `width` characters for a table cell.
 [[nodiscard]] std::string result_digest(const RunRecord& record, std::size_t width = 60);
+// The same from the result as one JSON line, or its start (empty: no result).
+[[nodiscard]] std::string result_digest(const RunRecord& record, std::string_view result_line,
+                                        std::size_t width);
 
 } // namespace ferry::cli

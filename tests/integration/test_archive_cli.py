@@ -1,6 +1,6 @@
 """The archive through the ferry binary (issue 4): show/export give back the exact bytes,
 replay runs the archived script, concurrent ferry processes all land, a killed ferry leaves
-no half run. Local target: no sshd needed."""
+no half run, `log` reads only what it prints. Local target: no sshd needed."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ferry_harness import ferry_bin, run_ferry, write_job  # noqa: E402
+from ferry_harness import ferry_bin, memory_env, run_ferry, write_job  # noqa: E402
 
 
 class ArchiveCli(unittest.TestCase):
@@ -116,6 +116,24 @@ class ArchiveCli(unittest.TestCase):
         db.close()
         again = self.ferry("run", job, "--json").record
         self.assertEqual({r["run_id"] for r in self.ferry("log", "--json").records}, {ok["run_id"], again["run_id"]})
+
+    def test_log_reads_only_the_columns_it_prints(self):
+        job = write_job(self.tmp, "blob", 'import json, os\n'
+                        'p = json.load(open(os.environ["FERRY_PARAMS"]))\n'
+                        'json.dump({"len": len(p["blob"])}, open(os.environ["FERRY_RESULT"], "w"))\n',
+                        params='[params.blob]\ntype = "string"\n')
+        self.assertEqual(self.ferry("run", job, "-p", "blob=small").code, 0)
+        small = self.ferry("log", env=memory_env())
+        big_params = os.path.join(self.tmp, "big.json")
+        with open(big_params, "w") as f:
+            json.dump({"blob": "x" * (12 << 20)}, f)
+        self.assertEqual(self.ferry("run", job, "--params", big_params).code, 0)
+        res = self.ferry("log", env=memory_env())
+        self.assertEqual(res.code, 0, res)
+        self.assertIn('{"len":12582912}', res.stdout.decode())
+        # Reading the 12 MiB params (as text, then as JSON) would add twice that or more.
+        self.assertLess(res.max_rss_kib, small.max_rss_kib + 6 * 1024,
+                        f"peak RSS {res.max_rss_kib} KiB, {small.max_rss_kib} KiB without the big run")
 
     def test_daemon_that_escapes_the_job_is_reported(self):
         job = write_job(self.tmp, "daemon", "setsid sleep 876 &\nsleep 0.3\necho done\n", interpreter="sh")
