@@ -24,8 +24,18 @@ struct LogFilter {
 };
 
 struct ArchiveOptions {
-  // How long one operation waits in all for other processes' locks on the archive.
+  // How long one operation waits in all for other processes' locks on the archive. A run that
+  // still cannot be written then is spooled (see RecordOutcome).
   std::chrono::milliseconds lock_wait{10'000};
+};
+
+// Where record() put the run.
+struct RecordOutcome {
+  // Set when another process held the archive's lock for all of the wait: the run is in this
+  // file (0600, in the 0700 directory "<archive>.spool"), byte for byte, and the next ferry that
+  // opens the archive for writing moves it in.
+  std::optional<std::filesystem::path> spooled_to;
+  std::string why; // "archive PATH stayed locked by another process for 10.0 s"
 };
 
 // One run as `ferry log` lists it, read from small columns only.
@@ -42,6 +52,8 @@ public:
 
   // Opens or creates the archive (directory 0700, file 0600), migrating older schemas. A schema
   // from a newer ferry, a corrupt or unreadable file: an error naming the path and what to do.
+  // Runs spooled while the archive was locked are moved in. A lock that outlasts the wait here
+  // is no error: record() tries again, and spools the run if it must.
   [[nodiscard]] static Expected<Archive> open(const std::filesystem::path& path,
                                               const ArchiveOptions& options = {});
 
@@ -54,9 +66,10 @@ public:
   Archive& operator=(Archive&&) noexcept;
   ~Archive();
 
-  // Stores the run, its script bytes (once per sha256) and raw outputs in one transaction.
+  // Stores the run, its script bytes (once per sha256) and raw outputs in one transaction,
+  // or, when another process holds the lock past the wait, in a spool file (see RecordOutcome).
   // Safe to call from several threads (calls on one Archive are serialized).
-  [[nodiscard]] Expected<void> record(const RunRecord& run);
+  [[nodiscard]] Expected<RecordOutcome> record(const RunRecord& run);
 
   // Newest first; records carry everything but the script bytes.
   [[nodiscard]] Expected<std::vector<RunRecord>> log(const LogFilter& filter);

@@ -4,6 +4,7 @@
 #include "archive/errors.hpp"
 #include "archive/schema.hpp"
 #include "archive/setup.hpp"
+#include "archive/spool.hpp"
 #include "archive/sqlite.hpp"
 #include "archive/store.hpp"
 #include "ferry/archive.hpp"
@@ -18,24 +19,11 @@ using archive::explained;
 using archive::SqliteError;
 using archive::SqliteResult;
 using archive::Statement;
-using nlohmann::json;
-
-struct Archive::Impl {
-  fs::path path;
-  Database db; // closed when a read-only open found no file
-  bool has_schema = false;
-  std::chrono::milliseconds lock_wait{};
-  std::mutex mutex; // one SQLite connection: one transaction at a time
-};
 
 namespace {
 
-// The first read, with SQLite's own error.
-SqliteResult<bool> probe(Database& db)
-{
-  FERRY_TRY_ASSIGN(auto stmt, db.prepare("PRAGMA user_version"));
-  return stmt.step();
-}
+// Moving spooled runs in is worth a short wait at open, not a long one.
+constexpr std::chrono::milliseconds ingest_wait{2'000};
 
 // A reader of a WAL database needs its -shm file, which it cannot create in a directory it
 // cannot write.
@@ -66,21 +54,57 @@ std::string immutable_uri(const fs::path& path)
   return uri + "?immutable=1";
 }
 
-// The smallest string greater than every string that starts with `prefix`; empty: none.
-std::string prefix_upper_bound(std::string prefix)
+// The first read, with SQLite's own error.
+SqliteResult<bool> probe(Database& db)
 {
-  while (!prefix.empty()) {
-    auto& last = reinterpret_cast<unsigned char&>(prefix.back());
-    if (last != 0xff) {
-      ++last;
-      return prefix;
-    }
-    prefix.pop_back();
-  }
-  return prefix;
+  FERRY_TRY_ASSIGN(auto stmt, db.prepare("PRAGMA user_version"));
+  return stmt.step();
 }
 
+const SqliteError locked_error{SQLITE_BUSY, "database is locked"};
+
 } // namespace
+
+struct Archive::Impl {
+  fs::path path;
+  Database db;           // closed when a read-only open found no file
+  bool writable = false; // opened with open()
+  bool ready = false;    // the schema is there and current
+  std::chrono::milliseconds lock_wait{};
+  std::mutex mutex; // one SQLite connection: one transaction at a time
+
+  // Whether there are runs to read. A writable archive that a lock kept from being set up at
+  // open tries again (an error when the lock outlasts the wait again).
+  Expected<bool> usable()
+  {
+    if (ready || !writable) {
+      return ready;
+    }
+    db.start_lock_wait(lock_wait);
+    FERRY_TRY_ASSIGN(ready, archive::set_up(db, path));
+    if (!ready) {
+      return archive_error(path, "open archive", locked_error, &db);
+    }
+    return true;
+  }
+
+  Expected<RecordOutcome> spool(const RunRecord& run)
+  {
+    const double waited = static_cast<double>(db.lock_waited().count()) / 1000;
+    RecordOutcome outcome;
+    outcome.why = fmt::format("archive {} stayed locked by another process for {:.1f} s",
+                              path.string(), waited);
+    auto spooled = archive::spool_run(path, run);
+    if (!spooled) {
+      return fail(ErrorKind::failed,
+                  "cannot record run {}: {}, and saving it beside the archive "
+                  "failed too: {}",
+                  run.run_id, outcome.why, spooled.error().message);
+    }
+    outcome.spooled_to = std::move(spooled).value();
+    return outcome;
+  }
+};
 
 Archive::Archive(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
 Archive::Archive(Archive&&) noexcept = default;
@@ -114,15 +138,15 @@ Expected<Archive> Archive::open(const fs::path& path, const ArchiveOptions& opti
   FERRY_TRY(archive::prepare_for_writing(path));
   auto impl = std::make_unique<Impl>();
   impl->path = path;
+  impl->writable = true;
   impl->lock_wait = options.lock_wait;
   FERRY_TRY_ASSIGN(impl->db, archive::open_database(path, SQLITE_OPEN_READWRITE));
   impl->db.start_lock_wait(options.lock_wait);
-  FERRY_TRY_ASSIGN(const bool ready, archive::set_up(impl->db, path));
-  if (!ready) {
-    return archive_error(path, "open archive", SqliteError{SQLITE_BUSY, "database is locked"},
-                         &impl->db);
+  FERRY_TRY_ASSIGN(impl->ready, archive::set_up(impl->db, path));
+  if (impl->ready) {
+    impl->db.start_lock_wait(std::min(options.lock_wait, ingest_wait));
+    archive::ingest_spool(impl->db, path);
   }
-  impl->has_schema = true;
   return Archive(std::move(impl));
 }
 
@@ -152,31 +176,42 @@ Expected<Archive> Archive::open_read_only(const fs::path& path, const ArchiveOpt
                 "time ferry records a run in it (which needs write access)",
                 path.string(), info.version, archive::schema_version());
   }
-  impl->has_schema = info.version != 0;
+  impl->ready = info.version != 0;
   return Archive(std::move(impl));
 }
 
-Expected<void> Archive::record(const RunRecord& run)
+Expected<RecordOutcome> Archive::record(const RunRecord& run)
 {
   std::lock_guard lock(m_impl->mutex);
   Database& db = m_impl->db;
   const fs::path& path = m_impl->path;
-  if (!db || !m_impl->has_schema) {
+  if (!m_impl->writable) {
     return fail(ErrorKind::failed, "cannot record run {}: archive {} was opened read-only",
                 run.run_id, path.string());
   }
-  const std::string doing = fmt::format("record run {}", run.run_id);
   db.start_lock_wait(m_impl->lock_wait);
-  FERRY_TRY(explained(retry_while_locked(db, [&] { return db.exec("BEGIN IMMEDIATE"); }), path,
-                      doing, &db));
-  const auto result = [&]() -> Expected<void> {
-    FERRY_TRY(archive::insert_run(db, path, run));
-    return explained(db.exec("COMMIT"), path, doing, &db);
-  }();
-  if (!result) {
-    (void)db.exec("ROLLBACK");
+  if (!m_impl->ready) {
+    FERRY_TRY_ASSIGN(m_impl->ready, archive::set_up(db, path));
   }
-  return result;
+  const std::string doing = fmt::format("record run {}", run.run_id);
+  if (m_impl->ready) {
+    auto begun = retry_while_locked(db, [&] { return db.exec("BEGIN IMMEDIATE"); });
+    if (begun) {
+      auto stored = archive::insert_run(db, path, run);
+      if (stored) {
+        stored = explained(db.exec("COMMIT"), path, doing, &db);
+      }
+      if (!stored) {
+        (void)db.exec("ROLLBACK");
+        return Unexpected{std::move(stored).error()};
+      }
+      return RecordOutcome{};
+    }
+    if (!begun.error().locked()) {
+      return archive_error(path, doing, begun.error(), &db);
+    }
+  }
+  return m_impl->spool(run);
 }
 
 namespace {
@@ -262,6 +297,20 @@ Expected<std::vector<T>> read_rows(Statement& stmt, Database& db, const fs::path
   }
 }
 
+// The smallest string greater than every string that starts with `prefix`; empty: none.
+std::string prefix_upper_bound(std::string prefix)
+{
+  while (!prefix.empty()) {
+    auto& last = reinterpret_cast<unsigned char&>(prefix.back());
+    if (last != 0xff) {
+      ++last;
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return prefix;
+}
+
 // The statement that finds REF: "last", a run id, or the ids that start with it.
 SqliteResult<Statement> select_run(Database& db, std::string_view ref)
 {
@@ -339,7 +388,8 @@ Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
   FERRY_TRY_ASSIGN(auto query,
                    log_query(filter, filter.with_output ? archive::record_columns
                                                         : archive::record_columns_without_output));
-  if (!db || !m_impl->has_schema) {
+  FERRY_TRY_ASSIGN(const bool usable, m_impl->usable());
+  if (!usable) {
     return std::vector<RunRecord>{};
   }
   db.start_lock_wait(m_impl->lock_wait);
@@ -354,7 +404,8 @@ Expected<std::vector<RunSummary>> Archive::list(const LogFilter& filter)
   Database& db = m_impl->db;
   const fs::path& path = m_impl->path;
   FERRY_TRY_ASSIGN(auto query, log_query(filter, archive::summary_columns));
-  if (!db || !m_impl->has_schema) {
+  FERRY_TRY_ASSIGN(const bool usable, m_impl->usable());
+  if (!usable) {
     return std::vector<RunSummary>{};
   }
   db.start_lock_wait(m_impl->lock_wait);
@@ -371,7 +422,8 @@ Expected<RunRecord> Archive::load(std::string_view ref)
   if (ref.empty()) {
     return fail(ErrorKind::usage, "no run given: pass a run id, a unique prefix of one, or 'last'");
   }
-  if (!db || !m_impl->has_schema) {
+  FERRY_TRY_ASSIGN(const bool usable, m_impl->usable());
+  if (!usable) {
     return fail(ErrorKind::usage, "no run '{}': archive {} holds no runs yet", ref, path.string());
   }
   db.start_lock_wait(m_impl->lock_wait);

@@ -93,7 +93,7 @@ Expected<bool> migrate(Database& db, const fs::path& path)
 
 } // namespace
 
-Expected<bool> set_up(Database& db, const fs::path& path)
+Expected<bool> set_up(Database& db, const fs::path& path, JournalMode journal)
 {
   // Read before anything writes: a newer or foreign database is refused unchanged.
   auto info = retry_while_locked(db, [&] { return query_schema_info(db); });
@@ -104,10 +104,10 @@ Expected<bool> set_up(Database& db, const fs::path& path)
 
   // A small page cache: runs carry blobs of up to 16 MiB each, and the cache need not hold them.
   // The switch to WAL is refused at once (no busy handler) while another process opens the file.
-  auto configured = retry_while_locked(db, [&] {
-    return db.exec(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -1024");
-  });
+  const std::string pragmas =
+      fmt::format("PRAGMA journal_mode = {}; PRAGMA synchronous = FULL; PRAGMA cache_size = -1024",
+                  journal == JournalMode::wal ? "WAL" : "OFF");
+  auto configured = retry_while_locked(db, [&] { return db.exec(pragmas); });
   if (!configured) {
     return unless_locked(configured.error(), path, "open archive", db);
   }

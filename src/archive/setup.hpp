@@ -25,9 +25,12 @@ struct SchemaInfo {
 [[nodiscard]] Expected<void> check_schema(const SchemaInfo& info,
                                           const std::filesystem::path& path);
 
-// Checks the schema, switches to WAL and migrates to this ferry's schema, retrying what another
-// process's lock refused until DB's lock wait is spent. false: a lock outlasted the wait
-// (nothing changed that is not complete); an error for anything else.
-[[nodiscard]] Expected<bool> set_up(Database& db, const std::filesystem::path& path);
+// Checks the schema, switches to WAL (or to no journal, for a spool file written once), and
+// migrates to this ferry's schema, retrying what another process's lock refused until DB's lock
+// wait is spent. false: a lock outlasted the wait (nothing changed that is not complete);
+// an error for anything else.
+enum class JournalMode { wal, off };
+[[nodiscard]] Expected<bool> set_up(Database& db, const std::filesystem::path& path,
+                                    JournalMode journal = JournalMode::wal);
 
 } // namespace ferry::archive

@@ -122,6 +122,12 @@ int execute_runs(Context& ctx, std::vector<std::unique_ptr<HostSession>>& sessio
       if (auto stored = archive->record(record); !stored) {
         clear_progress();
         print_error(fmt::format("{} — this run's result is still shown below", stored.error().message));
+      } else if (stored->spooled_to) {
+        clear_progress();
+        fmt::print(stderr,
+                   "ferry: {}; run {} was saved to {} instead, and goes into the archive "
+                   "the next time ferry opens it to record a run\n",
+                   stored->why, record.run_id, stored->spooled_to->string());
       }
     }
     any_failed |= record.status != RunStatus::ok;

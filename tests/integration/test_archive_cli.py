@@ -1,6 +1,7 @@
 """The archive through the ferry binary (issue 4): show/export give back the exact bytes,
-replay runs the archived script, concurrent ferry processes all land, a killed ferry leaves
-no half run, `log` reads only what it prints. Local target: no sshd needed."""
+replay runs the archived script, concurrent ferry processes all land, a run a locked archive
+keeps out is spooled and moved in later, a killed ferry leaves no half run, `log` reads only
+what it prints. Local target: no sshd needed."""
 
 from __future__ import annotations
 
@@ -116,6 +117,32 @@ class ArchiveCli(unittest.TestCase):
         db.close()
         again = self.ferry("run", job, "--json").record
         self.assertEqual({r["run_id"] for r in self.ferry("log", "--json").records}, {ok["run_id"], again["run_id"]})
+
+    def test_a_run_the_locked_archive_keeps_out_is_spooled_then_moved_in(self):
+        job = write_job(self.tmp, "bytes", 'import sys\nsys.stdout.buffer.write(bytes(range(256)) * 3)\n')
+        archive = self.env["FERRY_ARCHIVE"]
+        self.assertEqual(self.ferry("run", job, "--json").code, 0)
+        holder = sqlite3.connect(archive, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # someone holds the write lock past ferry's wait
+        try:
+            res = self.ferry("run", job, "--json", timeout=120)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        self.assertEqual(res.code, 0, res)
+        spooled_id = res.record["run_id"]
+        err = res.stderr.decode()
+        self.assertRegex(err, r"stayed locked by another process for [0-9]+\.[0-9] s")
+        self.assertNotIn("more than 10 s", err)
+        spool_file = os.path.join(archive + ".spool", spooled_id + ".run")
+        self.assertIn(spool_file, err)
+        self.assertEqual(os.stat(spool_file).st_mode & 0o777, 0o600)
+        self.assertEqual(os.stat(archive + ".spool").st_mode & 0o777, 0o700)
+        self.assertEqual(len(self.ferry("log", "--json").records), 1)  # readers do not move it in
+        self.assertEqual(self.ferry("run", job, "--json").code, 0)  # the next writer does
+        self.assertFalse(os.path.exists(spool_file))
+        self.assertEqual(len(self.ferry("log", "--json").records), 3)
+        self.assertEqual(self.ferry("show", spooled_id, "--stdout").stdout, bytes(range(256)) * 3)
 
     def test_log_reads_only_the_columns_it_prints(self):
         job = write_job(self.tmp, "blob", 'import json, os\n'
