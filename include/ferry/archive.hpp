@@ -45,6 +45,12 @@ struct RunSummary {
                            // empty when there is no result
 };
 
+struct LoadOptions {
+  // Check every archived blob the run uses (its script) against the sha256 it is filed under;
+  // a mismatch or a missing blob is an error. For `replay`, which runs them.
+  bool verify_blobs = false;
+};
+
 class Archive {
 public:
   // $FERRY_ARCHIVE, else $XDG_DATA_HOME/ferry/archive.db, else ~/.local/share/ferry/archive.db.
@@ -80,7 +86,7 @@ public:
 
   // A run by its id, a unique prefix of it, or "last"; with script and raw result bytes.
   // No such run, or an ambiguous prefix: ErrorKind::usage.
-  [[nodiscard]] Expected<RunRecord> load(std::string_view ref);
+  [[nodiscard]] Expected<RunRecord> load(std::string_view ref, const LoadOptions& options = {});
 
   [[nodiscard]] const std::filesystem::path& path() const;
 

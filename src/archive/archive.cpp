@@ -370,12 +370,32 @@ pick_run(Statement& stmt, Database& db, const fs::path& path, std::string_view r
   return std::pair{std::move(*found), std::move(script_sha256)};
 }
 
-// The script bytes stored under SHA256; empty when there are none.
-SqliteResult<std::string> script_bytes(Database& db, const std::string& sha256)
+// The script bytes stored under SHA256; nothing when there is no such script.
+SqliteResult<std::optional<std::string>> script_bytes(Database& db, const std::string& sha256)
 {
   FERRY_TRY_ASSIGN(auto stmt, db.prepare("SELECT bytes FROM scripts WHERE sha256 = ?1"));
   FERRY_TRY_ASSIGN(const bool row, stmt.bind(1, sha256).step());
-  return row ? stmt.column_bytes(0) : std::string();
+  return row ? std::optional(stmt.column_bytes(0)) : std::nullopt;
+}
+
+// The script of RUN filed under SHA256 is there and its bytes hash to SHA256.
+Expected<void> verify_script(const RunRecord& run, const std::optional<std::string>& script,
+                             const std::string& sha256, const fs::path& path)
+{
+  if (!script) {
+    return fail(ErrorKind::failed,
+                "the script of run {} (sha256 {}) is missing from archive {}; the archive was "
+                "changed outside ferry — refusing to use it",
+                run.run_id, sha256, path.string());
+  }
+  if (const std::string actual = sha256_hex(*script); actual != sha256) {
+    return fail(ErrorKind::failed,
+                "the archived script of run {} does not match its sha256: archive {} files it "
+                "under {}, but its bytes hash to {}; the archive was changed outside ferry — "
+                "refusing to use it",
+                run.run_id, path.string(), sha256, actual);
+  }
+  return {};
 }
 
 } // namespace
@@ -414,7 +434,7 @@ Expected<std::vector<RunSummary>> Archive::list(const LogFilter& filter)
   return read_rows<RunSummary>(stmt, db, path, archive::summary_from_row);
 }
 
-Expected<RunRecord> Archive::load(std::string_view ref)
+Expected<RunRecord> Archive::load(std::string_view ref, const LoadOptions& options)
 {
   std::lock_guard lock(m_impl->mutex);
   Database& db = m_impl->db;
@@ -433,8 +453,12 @@ Expected<RunRecord> Archive::load(std::string_view ref)
   if (!script_sha256) {
     return std::move(run);
   }
-  FERRY_TRY_ASSIGN(run.script,
+  FERRY_TRY_ASSIGN(auto script,
                    explained(script_bytes(db, *script_sha256), path, "read archive", &db));
+  if (options.verify_blobs) {
+    FERRY_TRY(verify_script(run, script, *script_sha256, path));
+  }
+  run.script = std::move(script).value_or(std::string());
   return std::move(run);
 }
 

@@ -41,7 +41,8 @@ int replay(Context& ctx, const ReplayCommand& cmd)
     print_error(archive.error().message);
     return 1;
   }
-  auto original = archive->load(cmd.run);
+  // The archived bytes are run as they are: a script that no longer matches its sha256 is refused.
+  auto original = archive->load(cmd.run, LoadOptions{.verify_blobs = true});
   if (!original) {
     print_error(original.error().message);
     return original.error().kind == ErrorKind::usage ? to_int(ExitCode::usage) : 1;

@@ -1,7 +1,7 @@
 """The archive through the ferry binary (issue 4): show/export give back the exact bytes,
-replay runs the archived script, concurrent ferry processes all land, a run a locked archive
-keeps out is spooled and moved in later, a killed ferry leaves no half run, `log` reads only
-what it prints. Local target: no sshd needed."""
+replay runs the archived script (and refuses one that no longer matches its sha256), concurrent
+ferry processes all land, a run a locked archive keeps out is spooled and moved in later, a
+killed ferry leaves no half run, `log` reads only what it prints. Local target: no sshd needed."""
 
 from __future__ import annotations
 
@@ -117,6 +117,28 @@ class ArchiveCli(unittest.TestCase):
         db.close()
         again = self.ferry("run", job, "--json").record
         self.assertEqual({r["run_id"] for r in self.ferry("log", "--json").records}, {ok["run_id"], again["run_id"]})
+
+    def test_replay_refuses_a_tampered_script(self):
+        marker = os.path.join(self.tmp, "tampered-ran")
+        job = write_job(self.tmp, "honest", 'print("{\\"ok\\": true}")\n')
+        first = self.ferry("run", job, "--json").record
+        # Another job under the same hash: a complete job file that would run if not refused.
+        with open(write_job(self.tmp, "evil", f"import pathlib\npathlib.Path({marker!r}).touch()\n"),
+                  "rb") as f:
+            evil = f.read()
+        db = sqlite3.connect(self.env["FERRY_ARCHIVE"])
+        with db:
+            db.execute("UPDATE scripts SET bytes = ?", (evil,))
+        db.close()
+        res = self.ferry("replay", first["run_id"])
+        self.assertEqual(res.code, 1, res)
+        err = res.stderr.decode()
+        self.assertIn("does not match its sha256", err)
+        self.assertIn(first["run_id"], err)
+        self.assertIn(first["job_sha256"], err)
+        self.assertNotIn("identical", res.stdout.decode())
+        self.assertFalse(os.path.exists(marker), "the tampered script ran")
+        self.assertEqual(len(self.ferry("log", "--json", "--limit", "0").records), 1)
 
     def test_a_run_the_locked_archive_keeps_out_is_spooled_then_moved_in(self):
         job = write_job(self.tmp, "bytes", 'import sys\nsys.stdout.buffer.write(bytes(range(256)) * 3)\n')

@@ -1,6 +1,6 @@
 // Schema v2: what `log` lists comes from small columns, params and results have columns of
 // their own written as they are serialized, v1 archives are migrated in place and read back the
-// same.
+// same; replay's blobs are checked against their sha256.
 #include <fstream>
 #include <string>
 #include <vector>
@@ -13,6 +13,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace archive_test;
+using ferry::LoadOptions;
 using ferry::RunSummary;
 using nlohmann::json;
 
@@ -337,4 +338,35 @@ TEST_CASE("archive: recording a run copies none of its params and listing reads 
   auto loaded = archive.load("last");
   REQUIRE(loaded);
   CHECK(loaded->params["blob"].get_ref<const std::string&>().size() == params_size);
+}
+
+TEST_CASE("archive: a blob that no longer matches its sha256 is refused when verified",
+          "[archive][schema]")
+{
+  TempDir tmp;
+  const auto path = tmp / "archive.db";
+  const RunRecord run = make_run("20260102T030405Z-00000001");
+  {
+    Archive archive = open_archive(path);
+    record(archive, run);
+  }
+  Archive archive = open_archive(path);
+  REQUIRE(archive.load(run.run_id, LoadOptions{.verify_blobs = true}));
+
+  sql_exec(path, "UPDATE scripts SET bytes = CAST('#!/bin/sh\necho tampered\n' AS BLOB)");
+  auto tampered = archive.load(run.run_id, LoadOptions{.verify_blobs = true});
+  REQUIRE_FALSE(tampered);
+  INFO(tampered.error().message);
+  CHECK(tampered.error().kind == ErrorKind::failed);
+  CHECK(contains(tampered.error().message, run.run_id));
+  CHECK(contains(tampered.error().message, path.string()));
+  CHECK(contains(tampered.error().message, "does not match its sha256"));
+  CHECK(contains(tampered.error().message, ferry::sha256_hex(run.script)));
+  // Unverified reads (show, export) still give the bytes as they are, to look at.
+  CHECK(archive.load(run.run_id)->script == "#!/bin/sh\necho tampered\n");
+
+  sql_exec(path, "DELETE FROM scripts");
+  auto missing = archive.load(run.run_id, LoadOptions{.verify_blobs = true});
+  REQUIRE_FALSE(missing);
+  CHECK(contains(missing.error().message, "missing"));
 }
