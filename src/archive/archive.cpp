@@ -88,6 +88,19 @@ struct Archive::Impl {
     return true;
   }
 
+  // Inside a transaction begun by the caller: the run, then COMMIT; ROLLBACK on any error.
+  Expected<void> store(const RunRecord& run)
+  {
+    auto stored = archive::insert_run(db, path, run);
+    if (stored) {
+      stored = explained(db.exec("COMMIT"), path, fmt::format("record run {}", run.run_id), &db);
+    }
+    if (!stored) {
+      (void)db.exec("ROLLBACK");
+    }
+    return stored;
+  }
+
   Expected<RecordOutcome> spool(const RunRecord& run)
   {
     const double waited = static_cast<double>(db.lock_waited().count()) / 1000;
@@ -97,8 +110,7 @@ struct Archive::Impl {
     auto spooled = archive::spool_run(path, run);
     if (!spooled) {
       return fail(ErrorKind::failed,
-                  "cannot record run {}: {}, and saving it beside the archive "
-                  "failed too: {}",
+                  "cannot record run {}: {}, and saving it beside the archive failed too: {}",
                   run.run_id, outcome.why, spooled.error().message);
     }
     outcome.spooled_to = std::move(spooled).value();
@@ -193,24 +205,17 @@ Expected<RecordOutcome> Archive::record(const RunRecord& run)
   if (!m_impl->ready) {
     FERRY_TRY_ASSIGN(m_impl->ready, archive::set_up(db, path));
   }
-  const std::string doing = fmt::format("record run {}", run.run_id);
   if (m_impl->ready) {
     auto begun = retry_while_locked(db, [&] { return db.exec("BEGIN IMMEDIATE"); });
     if (begun) {
-      auto stored = archive::insert_run(db, path, run);
-      if (stored) {
-        stored = explained(db.exec("COMMIT"), path, doing, &db);
-      }
-      if (!stored) {
-        (void)db.exec("ROLLBACK");
-        return Unexpected{std::move(stored).error()};
-      }
+      FERRY_TRY(m_impl->store(run));
       return RecordOutcome{};
     }
     if (!begun.error().locked()) {
-      return archive_error(path, doing, begun.error(), &db);
+      return archive_error(path, fmt::format("record run {}", run.run_id), begun.error(), &db);
     }
   }
+  // Another process held the lock for all of the wait.
   return m_impl->spool(run);
 }
 
