@@ -1,6 +1,6 @@
 #pragma once
-// Every run kept in SQLite (SPEC "Archive"): WAL, one transaction per run, script bytes stored
-// once per sha256, safe for many ferry processes writing at once.
+// Every run kept in SQLite: WAL, one transaction per run, script bytes stored once per sha256,
+// safe for many ferry processes writing at once; a run the lock keeps out is spooled, not lost.
 #include <chrono>
 #include <filesystem>
 #include <memory>

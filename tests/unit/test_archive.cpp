@@ -1,5 +1,5 @@
-// The archive (SPEC "Archive"): byte-exact round trips, script dedup, lookups, filters, file
-// modes, refusing what it must not touch, concurrent writers and a crash mid-record.
+// The archive: byte-exact round trips, script dedup, lookups, filters, file modes, refusing
+// what it must not touch, concurrent writers and a crash mid-record.
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
