@@ -72,5 +72,8 @@ make_json_reporter(std::FILE* out = stdout, std::FILE* err = stderr, bool stream
 // "{"gpus":[…]}" shortened to `width` characters for a table cell: the error of a failed run,
 // else its result as one JSON line, else "-".
 [[nodiscard]] std::string result_digest(const RunRecord& record, std::size_t width = 60);
+// The same from the result as one JSON line, or its start (empty: no result).
+[[nodiscard]] std::string result_digest(const RunRecord& record, std::string_view result_line,
+                                        std::size_t width);
 
 } // namespace ferry

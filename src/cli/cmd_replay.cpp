@@ -112,7 +112,8 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
 {
   ctx.use_json(cmd.json);
   FERRY_TRY_ASSIGN(auto archive, Archive::open(ctx.archive_path()));
-  FERRY_TRY_ASSIGN(const auto original, archive.load(cmd.run));
+  // The archived bytes are run as they are: a script that no longer matches its sha256 is refused.
+  FERRY_TRY_ASSIGN(const auto original, archive.load(cmd.run, LoadOptions{.verify_blobs = true}));
   if (original.script.empty()) {
     return fail(ErrorKind::failed, "run {} has no archived script bytes to replay",
                 original.run_id);

@@ -53,6 +53,11 @@ public:
         m_ctx.reporter().error(
             {stored.error().kind,
              stored.error().message + " — this run's result is still shown below"});
+      } else if (stored->spooled_to) {
+        m_ctx.reporter().note(fmt::format(
+            "{}; run {} was saved to {} instead, and goes into the archive the next time ferry "
+            "opens it to record a run",
+            stored->why, record.run_id, stored->spooled_to->string()));
       }
     }
     m_failed |= record.status != RunStatus::ok;

@@ -384,8 +384,13 @@ std::unique_ptr<Reporter> make_terminal_reporter(std::FILE* out, std::FILE* err,
 
 std::string result_digest(const RunRecord& record, std::size_t width)
 {
+  return result_digest(record, record.result.is_null() ? "" : to_json_line(record.result), width);
+}
+
+std::string result_digest(const RunRecord& record, std::string_view result_line, std::size_t width)
+{
   std::string text = record.status != RunStatus::ok && record.error ? *record.error
-                     : !record.result.is_null()                     ? to_json_line(record.result)
+                     : !result_line.empty()                         ? std::string(result_line)
                                                                     : "-";
   std::replace_if(
       text.begin(), text.end(), [](char c) { return c == '\n' || c == '\r' || c == '\t'; }, ' ');
