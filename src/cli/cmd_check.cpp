@@ -77,7 +77,7 @@ Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
 {
   ctx.use_json(cmd.json);
   FERRY_TRY_ASSIGN(const auto job, find_job("host_facts", JobPath{{}, true}));
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(cmd.target));
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, cmd.target));
   const std::vector<PlannedRun> runs = {{&job, nlohmann::json::object()}};
   CheckView view(ctx.reporter());
   return execute_runs(ctx, sessions, runs, RunOptions{}, {false, cmd.parallel}, view);
