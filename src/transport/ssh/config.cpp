@@ -20,135 +20,63 @@ namespace {
 constexpr int k_max_include_depth = 16;
 constexpr std::size_t k_max_identity_files = 100;
 
-// Every keyword OpenSSH 9.2's ssh knows (readconf.c), aliases mapped to one name. A keyword
-// missing here is an error, as it is for ssh, unless IgnoreUnknown names it.
+// Every keyword OpenSSH 9.2's ssh knows (readconf.c), and its aliases: a keyword missing here
+// is an error, as it is for ssh, unless IgnoreUnknown names it.
+constexpr std::string_view k_keywords =
+    "protocol cipher fallbacktorsh globalknownhostsfile2 rhostsauthentication "
+    "userknownhostsfile2 useroaming usersh useprivilegedport afstokenpassing "
+    "kerberosauthentication kerberostgtpassing rsaauthentication rhostsrsaauthentication "
+    "compressionlevel gssapiauthentication gssapidelegatecredentials smartcarddevice "
+    "pkcs11provider forwardagent exitonforwardfailure xauthlocation gatewayports "
+    "passwordauthentication kbdinteractiveauthentication kbdinteractivedevices "
+    "pubkeyauthentication hostbasedauthentication identityfile identitiesonly "
+    "certificatefile addkeystoagent identityagent hostname hostkeyalias proxycommand port "
+    "ciphers macs remoteforward localforward permitremoteopen user host match escapechar "
+    "globalknownhostsfile userknownhostsfile connectionattempts batchmode checkhostip "
+    "stricthostkeychecking compression tcpkeepalive numberofpasswordprompts syslogfacility "
+    "loglevel logverbose dynamicforward preferredauthentications hostkeyalgorithms "
+    "casignaturealgorithms bindaddress bindinterface clearallforwardings enablesshkeysign "
+    "verifyhostkeydns nohostauthenticationforlocalhost rekeylimit connecttimeout "
+    "addressfamily serveraliveinterval serveralivecountmax sendenv setenv controlpath "
+    "controlmaster controlpersist hashknownhosts include tunnel tunneldevice localcommand "
+    "permitlocalcommand remotecommand visualhostkey kexalgorithms ipqos requesttty "
+    "sessiontype stdinnull forkafterauthentication proxyusefdpass canonicaldomains "
+    "canonicalizefallbacklocal canonicalizehostname canonicalizemaxdots "
+    "canonicalizepermittedcnames streamlocalbindmask streamlocalbindunlink revokedhostkeys "
+    "fingerprinthash updatehostkeys hostbasedacceptedalgorithms pubkeyacceptedalgorithms "
+    "ignoreunknown proxyjump securitykeyprovider knownhostscommand requiredrsasize "
+    "enableescapecommandline forwardx11 forwardx11timeout forwardx11trusted ";
+constexpr std::string_view k_aliases = // ALIAS=KEYWORD
+    "identityfile2=identityfile keepalive=tcpkeepalive "
+    "challengeresponseauthentication=kbdinteractiveauthentication "
+    "skeyauthentication=kbdinteractiveauthentication "
+    "tisauthentication=kbdinteractiveauthentication dsaauthentication=pubkeyauthentication "
+    "hostbasedkeytypes=hostbasedacceptedalgorithms "
+    "pubkeyacceptedkeytypes=pubkeyacceptedalgorithms ";
+
+// Each word of `text`, split at spaces.
+std::vector<std::string_view> words(std::string_view text)
+{
+  std::vector<std::string_view> out;
+  for (std::size_t start = text.find_first_not_of(' '); start != std::string_view::npos;) {
+    const auto end = std::min(text.find(' ', start), text.size());
+    out.push_back(text.substr(start, end - start));
+    start = text.find_first_not_of(' ', end);
+  }
+  return out;
+}
+
+// Lower-case keyword (or alias) -> the keyword it stands for.
 const std::map<std::string, std::string, std::less<>>& keywords()
 {
   static const std::map<std::string, std::string, std::less<>> table = [] {
     std::map<std::string, std::string, std::less<>> map;
-    for (const char* name : {"protocol",
-                             "cipher",
-                             "fallbacktorsh",
-                             "globalknownhostsfile2",
-                             "rhostsauthentication",
-                             "userknownhostsfile2",
-                             "useroaming",
-                             "usersh",
-                             "useprivilegedport",
-                             "afstokenpassing",
-                             "kerberosauthentication",
-                             "kerberostgtpassing",
-                             "rsaauthentication",
-                             "rhostsrsaauthentication",
-                             "compressionlevel",
-                             "gssapiauthentication",
-                             "gssapidelegatecredentials",
-                             "smartcarddevice",
-                             "pkcs11provider",
-                             "forwardagent",
-                             "exitonforwardfailure",
-                             "xauthlocation",
-                             "gatewayports",
-                             "passwordauthentication",
-                             "kbdinteractiveauthentication",
-                             "kbdinteractivedevices",
-                             "pubkeyauthentication",
-                             "hostbasedauthentication",
-                             "identityfile",
-                             "identitiesonly",
-                             "certificatefile",
-                             "addkeystoagent",
-                             "identityagent",
-                             "hostname",
-                             "hostkeyalias",
-                             "proxycommand",
-                             "port",
-                             "ciphers",
-                             "macs",
-                             "remoteforward",
-                             "localforward",
-                             "permitremoteopen",
-                             "user",
-                             "host",
-                             "match",
-                             "escapechar",
-                             "globalknownhostsfile",
-                             "userknownhostsfile",
-                             "connectionattempts",
-                             "batchmode",
-                             "checkhostip",
-                             "stricthostkeychecking",
-                             "compression",
-                             "tcpkeepalive",
-                             "numberofpasswordprompts",
-                             "syslogfacility",
-                             "loglevel",
-                             "logverbose",
-                             "dynamicforward",
-                             "preferredauthentications",
-                             "hostkeyalgorithms",
-                             "casignaturealgorithms",
-                             "bindaddress",
-                             "bindinterface",
-                             "clearallforwardings",
-                             "enablesshkeysign",
-                             "verifyhostkeydns",
-                             "nohostauthenticationforlocalhost",
-                             "rekeylimit",
-                             "connecttimeout",
-                             "addressfamily",
-                             "serveraliveinterval",
-                             "serveralivecountmax",
-                             "sendenv",
-                             "setenv",
-                             "controlpath",
-                             "controlmaster",
-                             "controlpersist",
-                             "hashknownhosts",
-                             "include",
-                             "tunnel",
-                             "tunneldevice",
-                             "localcommand",
-                             "permitlocalcommand",
-                             "remotecommand",
-                             "visualhostkey",
-                             "kexalgorithms",
-                             "ipqos",
-                             "requesttty",
-                             "sessiontype",
-                             "stdinnull",
-                             "forkafterauthentication",
-                             "proxyusefdpass",
-                             "canonicaldomains",
-                             "canonicalizefallbacklocal",
-                             "canonicalizehostname",
-                             "canonicalizemaxdots",
-                             "canonicalizepermittedcnames",
-                             "streamlocalbindmask",
-                             "streamlocalbindunlink",
-                             "revokedhostkeys",
-                             "fingerprinthash",
-                             "updatehostkeys",
-                             "hostbasedacceptedalgorithms",
-                             "pubkeyacceptedalgorithms",
-                             "ignoreunknown",
-                             "proxyjump",
-                             "securitykeyprovider",
-                             "knownhostscommand",
-                             "requiredrsasize",
-                             "enableescapecommandline"}) {
+    for (const auto name : words(k_keywords)) {
       map.emplace(name, name);
     }
-    for (const auto& [alias, name] :
-         {std::pair{"identityfile2", "identityfile"},
-          {"keepalive", "tcpkeepalive"},
-          {"challengeresponseauthentication", "kbdinteractiveauthentication"},
-          {"skeyauthentication", "kbdinteractiveauthentication"},
-          {"tisauthentication", "kbdinteractiveauthentication"},
-          {"dsaauthentication", "pubkeyauthentication"},
-          {"hostbasedkeytypes", "hostbasedacceptedalgorithms"},
-          {"pubkeyacceptedkeytypes", "pubkeyacceptedalgorithms"}}) {
-      map.emplace(alias, name);
+    for (const auto pair : words(k_aliases)) {
+      const auto equals = pair.find('=');
+      map.emplace(pair.substr(0, equals), pair.substr(equals + 1));
     }
     return map;
   }();
@@ -201,6 +129,8 @@ private:
   Expected<bool> read_file(const std::string& path, FileFlags flags, bool* active, int depth);
   Expected<void> process(std::string_view raw, Position& at);
   Expected<void> apply(const std::string& keyword, std::string_view rest, Position& at);
+  Expected<void> block_line(const std::string& keyword, const std::vector<std::string>& args,
+                            std::string_view text, Position& at);
   Expected<void> host_line(const std::vector<std::string>& args, Position& at);
   Expected<void> include_line(const std::vector<std::string>& args, Position& at);
   Expected<bool> match_line(const std::vector<std::string>& args, Position& at);
@@ -341,13 +271,8 @@ Expected<void> Reader::apply(const std::string& keyword, std::string_view rest, 
   if (!args) {
     return fail(ErrorKind::usage, "ssh config {}: invalid quotes", location(at));
   }
-  if (keyword == "host") {
-    return host_line(*args, at);
-  }
-  if (keyword == "match") {
-    FERRY_TRY_ASSIGN(const bool matched, match_line(*args, at));
-    *at.active = !at.flags.never_match && matched;
-    return {};
+  if (keyword == "host" || keyword == "match") {
+    return block_line(keyword, *args, rest, at);
   }
   if (keyword == "include") {
     return include_line(*args, at);
@@ -386,6 +311,22 @@ void Reader::add_file(std::vector<ConfigValue>& list, std::set<std::string>& see
   if (list.size() < k_max_identity_files && seen.insert(path).second) {
     list.push_back(ConfigValue{{std::move(path)}, {}, {at.file, at.line}});
   }
+}
+
+Expected<void> Reader::block_line(const std::string& keyword, const std::vector<std::string>& args,
+                                  std::string_view text, Position& at)
+{
+  if (keyword == "host") {
+    FERRY_TRY(host_line(args, at));
+  } else {
+    FERRY_TRY_ASSIGN(const bool matched, match_line(args, at));
+    *at.active = !at.flags.never_match && matched;
+  }
+  if (*at.active) {
+    m_out.applied.push_back(fmt::format("{}: {} {}{}", location(at), keyword, trim(text),
+                                        m_final ? " (final pass)" : ""));
+  }
+  return {};
 }
 
 Expected<void> Reader::host_line(const std::vector<std::string>& args, Position& at)
@@ -534,6 +475,33 @@ Expected<bool> Reader::match_exec(const std::string& arg, Position& at)
   return status == 0;
 }
 
+// One argument from s[i] on, its quotes and escapes removed; nullopt when a quote is not closed.
+std::optional<std::string> read_word(std::string_view s, std::size_t& i)
+{
+  std::string arg;
+  char quote = 0;
+  for (; i < s.size(); ++i) {
+    const char c = s[i];
+    const char next = i + 1 < s.size() ? s[i + 1] : '\0';
+    if (c == '\\' && (next == '\'' || next == '"' || next == '\\' || (!quote && next == ' '))) {
+      arg += next;
+      ++i;
+    } else if (!quote && (c == ' ' || c == '\t')) {
+      break;
+    } else if (!quote && (c == '"' || c == '\'')) {
+      quote = c;
+    } else if (quote && c == quote) {
+      quote = 0;
+    } else {
+      arg += c;
+    }
+  }
+  if (quote) {
+    return std::nullopt;
+  }
+  return arg;
+}
+
 } // namespace
 
 const ConfigValue* SshConfig::find(const std::string& keyword) const
@@ -567,33 +535,15 @@ std::optional<std::vector<std::string>> split_config_args(std::string_view s)
   while (i < s.size()) {
     if (s[i] == ' ' || s[i] == '\t') {
       ++i;
-      continue;
-    }
-    if (s[i] == '#') {
+    } else if (s[i] == '#') {
       break;
-    }
-    std::string arg;
-    char quote = 0;
-    for (; i < s.size(); ++i) {
-      const char c = s[i];
-      const char next = i + 1 < s.size() ? s[i + 1] : '\0';
-      if (c == '\\' && (next == '\'' || next == '"' || next == '\\' || (!quote && next == ' '))) {
-        arg += next;
-        ++i;
-      } else if (!quote && (c == ' ' || c == '\t')) {
-        break;
-      } else if (!quote && (c == '"' || c == '\'')) {
-        quote = c;
-      } else if (quote && c == quote) {
-        quote = 0;
-      } else {
-        arg += c;
+    } else {
+      auto word = read_word(s, i);
+      if (!word) {
+        return std::nullopt;
       }
+      args.push_back(std::move(*word));
     }
-    if (quote) {
-      return std::nullopt;
-    }
-    args.push_back(std::move(arg));
   }
   return args;
 }

@@ -44,6 +44,7 @@ struct SshConfig {
   std::vector<ConfigValue> identity_files;   // every IdentityFile that applied, each once
   std::vector<ConfigValue> certificate_files;
   std::vector<std::string> files_read;
+  std::vector<std::string> applied;  // "FILE line N: Match originalhost gpu*" for each block used
   std::vector<std::string> warnings; // "FILE line N: ..." for what ferry does not honour
 
   [[nodiscard]] const ConfigValue* find(const std::string& keyword) const;

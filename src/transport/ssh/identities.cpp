@@ -123,6 +123,9 @@ public:
 
 private:
   void read_agent();
+  std::vector<const CertFile*> certificates_for(const FileKey& key);
+  void add_files(const std::vector<NamedFile>& files);
+  void add_agent_keys();
   void add_file_key(const FileKey& key, const std::vector<const CertFile*>& certs);
   void add_certificate(const CertFile& cert, const FileKey* key);
   void add_agent_key(const AgentKey& key);
@@ -141,6 +144,8 @@ private:
   const std::string& m_user;
   Identities m_out;
   std::vector<AgentKey> m_agent_keys;
+  std::deque<CertFile> m_named_certs; // CertificateFile
+  std::deque<CertFile> m_beside;      // KEY-cert.pub files (a deque: pointers to them stay valid)
   std::set<std::string> m_used;
 };
 
@@ -227,44 +232,37 @@ void Builder::add_agent_key(const AgentKey& key)
   }
 }
 
-Identities Builder::build()
+std::vector<const CertFile*> Builder::certificates_for(const FileKey& key)
 {
-  read_agent();
-  std::vector<CertFile> named_certs;
-  for (const auto& file : m_plan.certificates) {
-    if (auto cert = load_certificate(file, m_out.notes)) {
-      named_certs.push_back(std::move(*cert));
-    }
-  }
-  std::deque<CertFile> beside; // KEY-cert.pub files
-  const auto with_certs = [&](const FileKey& key) {
-    std::vector<const CertFile*> certs;
-    if (!m_plan.certificates.empty()) {
-      for (const auto& cert : named_certs) { // CertificateFile replaces KEY-cert.pub, as in ssh
-        certs.push_back(&cert);
-      }
-      return certs;
-    }
-    std::error_code ec;
-    if (std::filesystem::exists(key.file.path + "-cert.pub", ec)) {
-      if (auto cert =
-              load_certificate({key.file.path + "-cert.pub", key.file.origin}, m_out.notes)) {
-        beside.push_back(std::move(*cert));
-        certs.push_back(&beside.back());
-      }
+  std::vector<const CertFile*> certs;
+  if (!m_plan.certificates.empty()) {
+    for (const auto& cert : m_named_certs) { // CertificateFile replaces KEY-cert.pub, as in ssh
+      certs.push_back(&cert);
     }
     return certs;
-  };
-  for (const auto& file : m_plan.files) {
+  }
+  std::error_code ec;
+  const std::string beside = key.file.path + "-cert.pub";
+  if (std::filesystem::exists(beside, ec)) {
+    if (auto cert = load_certificate({beside, key.file.origin}, m_out.notes)) {
+      m_beside.push_back(std::move(*cert));
+      certs.push_back(&m_beside.back());
+    }
+  }
+  return certs;
+}
+
+void Builder::add_files(const std::vector<NamedFile>& files)
+{
+  for (const auto& file : files) {
     if (const auto key = load_key(file, m_out.notes)) {
-      add_file_key(*key, with_certs(*key));
+      add_file_key(*key, certificates_for(*key));
     }
   }
-  for (const auto& cert : named_certs) { // certificates whose key only the agent holds
-    if (!m_used.count(cert.blob) && agent_holds(cert.info.plain_blob)) {
-      add_certificate(cert, nullptr);
-    }
-  }
+}
+
+void Builder::add_agent_keys()
+{
   std::size_t skipped = 0;
   for (const auto& key : m_agent_keys) {
     if (m_plan.identities_only) {
@@ -277,12 +275,25 @@ Identities Builder::build()
     m_out.notes.push_back(fmt::format("{} other agent key(s) not offered: IdentitiesOnly yes ({})",
                                       skipped, m_plan.identities_only_origin));
   }
-  if (m_plan.files.empty()) {
-    for (const auto& file : m_plan.defaults) {
-      if (const auto key = load_key(file, m_out.notes)) {
-        add_file_key(*key, with_certs(*key));
-      }
+}
+
+Identities Builder::build()
+{
+  read_agent();
+  for (const auto& file : m_plan.certificates) {
+    if (auto cert = load_certificate(file, m_out.notes)) {
+      m_named_certs.push_back(std::move(*cert));
     }
+  }
+  add_files(m_plan.files);
+  for (const auto& cert : m_named_certs) { // certificates whose key only the agent holds
+    if (!m_used.count(cert.blob) && agent_holds(cert.info.plain_blob)) {
+      add_certificate(cert, nullptr);
+    }
+  }
+  add_agent_keys();
+  if (m_plan.files.empty()) {
+    add_files(m_plan.defaults); // ~/.ssh/id_*, as ssh, only when no key is named
   }
   return std::move(m_out);
 }

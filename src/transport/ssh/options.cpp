@@ -1,5 +1,6 @@
 #include "transport/ssh/options.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -126,6 +127,7 @@ Expected<void> Resolver::read_config()
   }
   FERRY_TRY_ASSIGN(m_config, read_ssh_config(query));
   m_out.config_files = m_config.files_read;
+  m_out.blocks = m_config.applied;
   m_out.warnings = m_config.warnings;
   return {};
 }
@@ -365,6 +367,12 @@ void Resolver::timeout_and_algorithms()
     m_out.algorithms.emplace_back(option, *value);
   }
   m_out.host_key_algorithms = m_config.first_arg("hostkeyalgorithms");
+  if (!m_out.host_key_algorithms.empty() && m_out.host_key_algorithms[0] == '-') {
+    const auto* value = m_config.find("hostkeyalgorithms");
+    m_out.warnings.push_back(fmt::format("{}: hostkeyalgorithms {}: ferry keeps libssh's defaults "
+                                         "(a - list is not supported)",
+                                         origin(*value), value->args[0]));
+  }
 }
 
 void Resolver::warnings()
@@ -406,46 +414,40 @@ Expected<Resolved> Resolver::run()
   return std::move(m_out);
 }
 
+std::vector<std::string> split_list(const std::string& list)
+{
+  std::vector<std::string> names;
+  for (std::size_t start = 0; start < list.size();) {
+    const auto comma = std::min(list.find(',', start), list.size());
+    if (comma > start) {
+      names.push_back(list.substr(start, comma - start));
+    }
+    start = comma + 1;
+  }
+  return names;
+}
+
 // HostKeyAlgorithms as ssh orders them: the types known_hosts holds for the host first.
 std::string host_key_order(const Resolved& where, const std::vector<std::string>& known)
 {
-  std::string wanted = where.host_key_algorithms;
-  if (wanted.empty() || wanted[0] == '+' || wanted[0] == '^') {
-    const std::string extra = wanted.empty() ? "" : wanted.substr(1);
-    wanted = wanted.empty()     ? std::string(k_default_host_keys)
-             : wanted[0] == '+' ? std::string(k_default_host_keys) + "," + extra
-                                : extra + "," + std::string(k_default_host_keys);
-  }
-  std::vector<std::string> names;
-  for (std::size_t start = 0; start <= wanted.size();) {
-    const auto comma = std::min(wanted.find(',', start), wanted.size());
-    names.push_back(wanted.substr(start, comma - start));
-    start = comma + 1;
-  }
-  std::vector<std::string> ordered;
+  const std::string defaults(k_default_host_keys);
+  const std::string& wanted = where.host_key_algorithms;
+  std::string list = wanted.empty()     ? defaults
+                     : wanted[0] == '+' ? defaults + "," + wanted.substr(1)
+                     : wanted[0] == '^' ? wanted.substr(1) + "," + defaults
+                     : wanted[0] == '-' ? defaults
+                                        : wanted;
   const auto is_known = [&known](const std::string& name) {
-    for (const auto& type : known) {
-      if (type == name || (type == "ssh-rsa" && name.rfind("rsa-sha2-", 0) == 0)) {
-        return true;
-      }
-    }
-    return false;
+    return std::any_of(known.begin(), known.end(), [&name](const std::string& type) {
+      return type == name || (type == "ssh-rsa" && name.rfind("rsa-sha2-", 0) == 0);
+    });
   };
-  for (const auto& name : names) {
-    if (is_known(name)) {
-      ordered.push_back(name);
-    }
+  std::string first, rest;
+  for (const auto& name : split_list(list)) {
+    std::string& into = is_known(name) ? first : rest;
+    into += (into.empty() ? "" : ",") + name;
   }
-  for (const auto& name : names) {
-    if (!is_known(name) && !name.empty()) {
-      ordered.push_back(name);
-    }
-  }
-  std::string out;
-  for (const auto& name : ordered) {
-    out += (out.empty() ? "" : ",") + name;
-  }
-  return out;
+  return first.empty() ? rest : rest.empty() ? first : first + "," + rest;
 }
 
 } // namespace

@@ -31,6 +31,7 @@ struct Resolved {
   std::string host_key_algorithms; // HostKeyAlgorithms as configured; empty: libssh's own
   double timeout_s = 10;
   std::vector<std::string> config_files; // read, in order
+  std::vector<std::string> blocks;       // the Host and Match blocks that applied
   std::vector<std::string> warnings;     // what ferry does not honour, with file and line
   std::vector<std::pair<ssh_options_e, ConfigValue>> algorithms; // passed on to libssh
 };

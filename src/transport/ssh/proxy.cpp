@@ -129,6 +129,27 @@ std::string ProxyProcess::stderr_text()
   return terminal_safe(trim(m_tail));
 }
 
+void ProxyProcess::take_stderr(std::string_view bytes, std::string& line)
+{
+  std::lock_guard guard(m_lock);
+  m_tail.append(bytes);
+  if (m_tail.size() > k_stderr_kept) {
+    m_tail.erase(0, m_tail.size() - k_stderr_kept);
+  }
+  for (const char c : bytes) {
+    if (c != '\n') {
+      if (line.size() < 1000) {
+        line += c;
+      }
+    } else {
+      if (m_log) {
+        m_log("proxy: " + terminal_safe(line));
+      }
+      line.clear();
+    }
+  }
+}
+
 void ProxyProcess::read_stderr()
 {
   std::string line;
@@ -145,23 +166,7 @@ void ProxyProcess::read_stderr()
     if (n <= 0) {
       break;
     }
-    std::lock_guard guard(m_lock);
-    m_tail.append(buffer, static_cast<std::size_t>(n));
-    if (m_tail.size() > k_stderr_kept) {
-      m_tail.erase(0, m_tail.size() - k_stderr_kept);
-    }
-    for (ssize_t i = 0; i < n; ++i) {
-      if (buffer[i] != '\n') {
-        if (line.size() < 1000) {
-          line += buffer[i];
-        }
-      } else {
-        if (m_log) {
-          m_log("proxy: " + terminal_safe(line));
-        }
-        line.clear();
-      }
-    }
+    take_stderr(std::string_view(buffer, static_cast<std::size_t>(n)), line);
   }
   if (m_log && !line.empty()) {
     m_log("proxy: " + terminal_safe(line));

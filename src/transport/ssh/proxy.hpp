@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -39,6 +40,7 @@ public:
 private:
   ProxyProcess() = default;
   void read_stderr();
+  void take_stderr(std::string_view bytes, std::string& line);
 
   pid_t m_pid = -1;
   std::optional<int> m_status;

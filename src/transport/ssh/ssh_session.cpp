@@ -155,6 +155,9 @@ void SshSession::tell_story()
   for (const auto& file : m_where.config_files) {
     debug(fmt::format("read ssh config {}", file));
   }
+  for (const auto& block : m_where.blocks) {
+    debug(fmt::format("applying {}", block));
+  }
   debug(fmt::format("connecting to {} port {} as {}{}", m_where.host, m_where.port, m_where.user,
                     m_where.proxy_text.empty() ? "" : " through " + m_where.proxy_text));
   std::string files;
