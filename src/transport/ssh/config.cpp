@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <set>
+#include <vector>
 
 #include <glob.h>
 #include <pwd.h>
@@ -603,11 +604,14 @@ std::string expand_tilde(const std::string& path, const std::string& home)
   const std::string name = path.substr(1, slash == std::string::npos ? slash : slash - 1);
   std::string base = home;
   if (!name.empty()) {
-    const passwd* pw = ::getpwnam(name.c_str());
-    if (pw == nullptr || pw->pw_dir == nullptr) {
+    passwd entry{};
+    passwd* found = nullptr;
+    std::vector<char> buffer(16384);
+    if (::getpwnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 ||
+        found == nullptr || found->pw_dir == nullptr) {
       return path; // no such user: left as written, as ssh leaves it
     }
-    base = pw->pw_dir;
+    base = found->pw_dir;
   }
   return slash == std::string::npos ? base : base + path.substr(slash);
 }

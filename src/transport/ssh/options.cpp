@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include <fcntl.h>
 #include <pwd.h>
@@ -27,10 +29,24 @@ constexpr std::string_view k_default_host_keys =
     "ssh-ed25519,ecdsa-sha2-nistp521,ecdsa-sha2-nistp384,ecdsa-sha2-nistp256,"
     "sk-ssh-ed25519@openssh.com,sk-ecdsa-sha2-nistp256@openssh.com,rsa-sha2-512,rsa-sha2-256";
 
+// This user's passwd entry's name and home (getpwuid_r: sessions connect from several threads).
+std::pair<std::string, std::string> passwd_entry()
+{
+  passwd entry{};
+  passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (::getpwuid_r(::getuid(), &entry, buffer.data(), buffer.size(), &found) == 0 &&
+      found != nullptr) {
+    return {found->pw_name != nullptr ? found->pw_name : "",
+            found->pw_dir != nullptr ? found->pw_dir : ""};
+  }
+  return {};
+}
+
 std::string local_user()
 {
-  const passwd* pw = ::getpwuid(::getuid());
-  return pw != nullptr && pw->pw_name != nullptr ? pw->pw_name : env_or("USER", "");
+  const std::string name = passwd_entry().first;
+  return name.empty() ? env_or("USER", "") : name;
 }
 
 std::string shell()
@@ -50,7 +66,7 @@ int run_match_exec(const std::string& command)
   std::vector<char*> args{const_cast<char*>(sh.c_str()), const_cast<char*>("-c"),
                           const_cast<char*>(command.c_str()), nullptr};
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, sh.c_str(), &actions, nullptr, args.data(), environ);
+  const int rc = ::posix_spawnp(&pid, sh.c_str(), &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   int status = 0;
   if (rc != 0) {
@@ -454,10 +470,8 @@ std::string host_key_order(const Resolved& where, const std::vector<std::string>
 
 std::string ssh_home()
 {
-  if (const passwd* pw = ::getpwuid(::getuid()); pw != nullptr && pw->pw_dir != nullptr) {
-    return pw->pw_dir;
-  }
-  return home_dir();
+  const std::string home = passwd_entry().second;
+  return home.empty() ? home_dir() : home;
 }
 
 Expected<Resolved> resolve(const SshTarget& target)
