@@ -132,7 +132,7 @@ Match originalhost other exec "never %h"
   CHECK(read(query).find("identitiesonly") == nullptr);
 }
 
-TEST_CASE("ssh config: Match final is a second pass; Host then matches the HostName",
+TEST_CASE("ssh config: Match final is a second pass where Host lines match the HostName",
           "[ssh_config]")
 {
   TempHome home;
@@ -239,7 +239,7 @@ TEST_CASE("ssh config arguments split as OpenSSH splits them", "[ssh_config]")
   CHECK_FALSE(match_pattern_list("gpu1", "gpu*,!gpu1", true));
 }
 
-TEST_CASE("%-tokens and ${ENV} expand; an unknown token is an error", "[ssh_config]")
+TEST_CASE("%-tokens and environment variables expand, an unknown token is an error", "[ssh_config]")
 {
   ::setenv("FERRY_TEST_DIR", "/srv/keys", 1);
   auto expanded = percent_expand("${FERRY_TEST_DIR}/%h-%p%%", {{'h', "gpu1"}, {'p', "22"}}, true,
