@@ -89,7 +89,8 @@ class Reach(unittest.TestCase):
                            "ferry: target: the server allows: publickey",
                            f"ferry: target: host key ssh-ed25519 {self.srv.host_key_sha256} found in "
                            f"{self.srv.known_hosts} line 1",
-                           f"ferry: target: authenticated as ferryt-dash with {self.locked}-cert.pub"):
+                           f"ferry: target: authenticated as ferryt-dash with {self.locked}-cert.pub",
+                           "ferry: target: proxy: debug1: "):  # the jump host's ssh -v
                 self.assertIn(wanted, err)
             shown = run_ferry("show", "last", "--json", env={"FERRY_ARCHIVE": self.archive})
             with open(self.archive, "rb") as f:

@@ -322,6 +322,9 @@ Expected<void> Resolver::proxy_jump(const ConfigValue& value)
   if (!m_config_file.empty()) {
     m_out.proxy_argv.insert(m_out.proxy_argv.end(), {"-F", m_config_file});
   }
+  if (m_target.debug) {
+    m_out.proxy_argv.emplace_back("-v"); // as ssh -v passes it on: its lines show under -v
+  }
   // ferry never prompts, and neither does the ssh it starts.
   m_out.proxy_argv.insert(
       m_out.proxy_argv.end(),
