@@ -1,5 +1,6 @@
 #include "transport/ssh/agent.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -172,11 +173,16 @@ AgentRelay::~AgentRelay()
   }
 }
 
-void AgentRelay::offer(std::string offered, std::string signing)
+void AgentRelay::offer(std::vector<Offer> keys)
 {
   std::lock_guard guard(m_lock);
-  m_offered = std::move(offered);
-  m_signing = std::move(signing);
+  m_keys = std::move(keys);
+}
+
+std::string AgentRelay::last_signed()
+{
+  std::lock_guard guard(m_lock);
+  return m_last_signed;
 }
 
 void AgentRelay::serve()
@@ -199,26 +205,26 @@ void AgentRelay::serve()
 
 std::string AgentRelay::answer(std::string_view request)
 {
-  std::string offered, signing;
-  {
-    std::lock_guard guard(m_lock);
-    offered = m_offered;
-    signing = m_signing;
-  }
+  std::lock_guard guard(m_lock);
   if (request[0] == k_request_identities) {
-    if (offered.empty()) {
-      return std::string(1, k_identities_answer) + u32(0);
+    std::string reply =
+        std::string(1, k_identities_answer) + u32(static_cast<std::uint32_t>(m_keys.size()));
+    for (const auto& key : m_keys) {
+      reply += wire_string(key.offered) + wire_string("ferry");
     }
-    return std::string(1, k_identities_answer) + u32(1) + wire_string(offered) +
-           wire_string("ferry");
+    return reply;
   }
   std::size_t at = 1;
   const auto key = request[0] == k_sign_request ? take_string(request, at) : std::nullopt;
-  if (!key || offered.empty() || *key != offered) {
-    return std::string(1, k_failure); // only the offered key is signed for
+  const auto chosen = std::find_if(m_keys.begin(), m_keys.end(), [&key](const Offer& offer) {
+    return key && offer.offered == *key;
+  });
+  if (chosen == m_keys.end()) {
+    return std::string(1, k_failure); // only the offered keys are signed for
   }
-  const std::string forwarded =
-      std::string(1, k_sign_request) + wire_string(signing) + std::string(request.substr(at));
+  m_last_signed = chosen->offered;
+  const std::string forwarded = std::string(1, k_sign_request) + wire_string(chosen->signing) +
+                                std::string(request.substr(at));
   auto signed_answer = m_agent.call(forwarded);
   return signed_answer ? *signed_answer : std::string(1, k_failure);
 }

@@ -34,9 +34,9 @@ private:
 };
 
 // A stand-in agent on a socket pair. libssh gets one end (ssh_set_agent_socket); a thread
-// answers on the other: the identity list holds only the key chosen with offer(), and a signing
-// request for it goes on to the real agent, for the key that really signs (the plain key when a
-// certificate from a file is offered).
+// answers on the other: the identity list holds only the keys chosen with offer(), in that
+// order, and a signing request for one of them goes on to the real agent, for the key that
+// really signs (the plain key when a certificate from a file is offered).
 class AgentRelay {
 public:
   explicit AgentRelay(AgentClient agent);
@@ -46,8 +46,14 @@ public:
 
   // libssh's end of the pair; the caller passes it on to libssh, which closes it.
   [[nodiscard]] int release_libssh_end() { return m_libssh_end.release(); }
-  // The key libssh sees next: `offered` is listed, and signed for with `signing`.
-  void offer(std::string offered, std::string signing);
+  struct Offer {
+    std::string offered; // listed to libssh
+    std::string signing; // the agent key that signs for it
+  };
+  // The keys libssh sees next.
+  void offer(std::vector<Offer> keys);
+  // The offered blob of the last key a signature was asked for (the one the server took).
+  [[nodiscard]] std::string last_signed();
 
 private:
   void serve();
@@ -57,8 +63,8 @@ private:
   Fd m_libssh_end;
   Fd m_own_end;
   std::mutex m_lock;
-  std::string m_offered;
-  std::string m_signing;
+  std::vector<Offer> m_keys;
+  std::string m_last_signed;
   std::atomic<bool> m_stop{false};
   std::thread m_thread;
 };

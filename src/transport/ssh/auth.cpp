@@ -36,10 +36,12 @@ public:
 
 private:
   Expected<int> call(const std::function<int()>& step);
-  Expected<bool> offer(const Identity& id);
-  Expected<int> offer_through_agent(const Identity& id);
+  Expected<bool> offer_file_key(const Identity& id);
+  Expected<bool> offer_through_agent(std::size_t first, std::size_t end);
   Expected<int> offer_from_file(const Identity& id, std::string& outcome);
-  Unexpected<Error> ended_by_server(const Identity& id) const;
+  Expected<void> check_answer(int rc, const std::string& offered);
+  void refused(const Identity& id, std::string outcome);
+  Unexpected<Error> ended_by_server(const std::string& offered) const;
   Unexpected<Error> all_refused() const;
   std::string tried_text() const;
   void log(std::string line) const
@@ -80,14 +82,14 @@ std::string Authenticator::tried_text() const
   return out;
 }
 
-Unexpected<Error> Authenticator::ended_by_server(const Identity& id) const
+Unexpected<Error> Authenticator::ended_by_server(const std::string& offered) const
 {
   const std::string why = terminal_safe(ssh_get_error(m_session));
   const bool too_many = why.find("Too many authentication failures") != std::string::npos;
   return fail(ErrorKind::unreachable,
               "{}: authentication failed for user {}: the server closed the connection while "
               "ferry offered {} ({}){}{}{}",
-              m_ctx.label, m_ctx.user, id.label, why,
+              m_ctx.label, m_ctx.user, offered, why,
               m_tried.empty() ? "" : "; before it: ", tried_text(),
               too_many ? ". The server allows fewer attempts (MaxAuthTries) than the keys "
                          "offered: name the right key with --identity FILE or IdentityFile, and "
@@ -115,18 +117,66 @@ Unexpected<Error> Authenticator::all_refused() const
               m_ctx.label, m_ctx.user, methods_text(m_methods), tried_text(), notes);
 }
 
-Expected<int> Authenticator::offer_through_agent(const Identity& id)
+// Keys that sign through the agent go to libssh's ssh_userauth_agent together, as many in a row
+// as the order allows: libssh 0.10 leaks its previous key list each time that call starts over.
+Expected<bool> Authenticator::offer_through_agent(std::size_t first, std::size_t end)
 {
   if (!m_relay && !m_ids.agent) {
-    return SSH_AUTH_DENIED;
+    return false;
   }
   if (!m_relay) {
     m_relay = std::make_unique<AgentRelay>(std::move(*m_ids.agent));
     m_ids.agent.reset();
     ssh_set_agent_socket(m_session, m_relay->release_libssh_end());
   }
-  m_relay->offer(id.blob, id.agent_blob);
-  return call([this] { return ssh_userauth_agent(m_session, nullptr); });
+  std::vector<AgentRelay::Offer> offers;
+  std::string labels;
+  for (std::size_t i = first; i < end; ++i) {
+    const Identity& id = m_ids.offered[i];
+    log(fmt::format("offering {} {} {} through the agent", id.label, id.type, id.fingerprint));
+    offers.push_back({id.blob, id.agent_blob});
+    labels += (labels.empty() ? "" : ", ") + id.label;
+  }
+  m_relay->offer(std::move(offers));
+  FERRY_TRY_ASSIGN(const int rc, call([this] { return ssh_userauth_agent(m_session, nullptr); }));
+  if (rc == SSH_AUTH_SUCCESS) {
+    const std::string used = m_relay->last_signed();
+    for (std::size_t i = first; i < end; ++i) {
+      if (m_ids.offered[i].blob == used) {
+        log(fmt::format("authenticated as {} with {}", m_ctx.user, m_ids.offered[i].label));
+      }
+    }
+    return true;
+  }
+  FERRY_TRY(check_answer(rc, labels));
+  for (std::size_t i = first; i < end; ++i) {
+    refused(m_ids.offered[i], "refused");
+  }
+  return false;
+}
+
+Expected<void> Authenticator::check_answer(int rc, const std::string& offered)
+{
+  if (rc == SSH_AUTH_ERROR) {
+    return ended_by_server(offered);
+  }
+  if (rc == SSH_AUTH_PARTIAL) {
+    return fail(ErrorKind::unreachable,
+                "{}: the server accepted {} for user {} but asks for more ({}); ferry "
+                "authenticates with keys only",
+                m_ctx.label, offered, m_ctx.user,
+                methods_text(ssh_userauth_list(m_session, nullptr)));
+  }
+  return {};
+}
+
+void Authenticator::refused(const Identity& id, std::string outcome)
+{
+  if (!id.doubts.empty()) {
+    outcome += " (" + id.doubts + ")";
+  }
+  log(fmt::format("{}: {}", id.label, outcome));
+  m_tried.push_back(fmt::format("{} ({} {}): {}", id.label, id.type, id.fingerprint, outcome));
 }
 
 Expected<int> Authenticator::offer_from_file(const Identity& id, std::string& outcome)
@@ -150,35 +200,17 @@ Expected<int> Authenticator::offer_from_file(const Identity& id, std::string& ou
   return signed_rc;
 }
 
-Expected<bool> Authenticator::offer(const Identity& id)
+Expected<bool> Authenticator::offer_file_key(const Identity& id)
 {
   log(fmt::format("offering {} {} {}", id.label, id.type, id.fingerprint));
   std::string outcome = "refused";
-  int rc = SSH_AUTH_DENIED;
-  if (!id.agent_blob.empty()) {
-    FERRY_TRY_ASSIGN(rc, offer_through_agent(id));
-  } else {
-    FERRY_TRY_ASSIGN(rc, offer_from_file(id, outcome));
-  }
+  FERRY_TRY_ASSIGN(const int rc, offer_from_file(id, outcome));
   if (rc == SSH_AUTH_SUCCESS) {
     log(fmt::format("authenticated as {} with {}", m_ctx.user, id.label));
     return true;
   }
-  if (rc == SSH_AUTH_ERROR) {
-    return ended_by_server(id);
-  }
-  if (rc == SSH_AUTH_PARTIAL) {
-    return fail(ErrorKind::unreachable,
-                "{}: the server accepted {} for user {} but asks for more ({}); ferry "
-                "authenticates with keys only",
-                m_ctx.label, id.label, m_ctx.user,
-                methods_text(ssh_userauth_list(m_session, nullptr)));
-  }
-  if (!id.doubts.empty()) {
-    outcome += " (" + id.doubts + ")";
-  }
-  log(fmt::format("{}: {}", id.label, outcome));
-  m_tried.push_back(fmt::format("{} ({} {}): {}", id.label, id.type, id.fingerprint, outcome));
+  FERRY_TRY(check_answer(rc, id.label));
+  refused(id, std::move(outcome));
   return false;
 }
 
@@ -200,11 +232,22 @@ Expected<void> Authenticator::run()
                 "authenticates with keys only",
                 m_ctx.label, m_ctx.user, methods_text(m_methods));
   }
-  for (const auto& id : m_ids.offered) {
-    FERRY_TRY_ASSIGN(const bool done, offer(id));
+  const auto& ids = m_ids.offered;
+  for (std::size_t i = 0; i < ids.size();) {
+    std::size_t end = i + 1;
+    bool done = false;
+    if (ids[i].agent_blob.empty()) {
+      FERRY_TRY_ASSIGN(done, offer_file_key(ids[i]));
+    } else {
+      while (end < ids.size() && !ids[end].agent_blob.empty()) {
+        ++end;
+      }
+      FERRY_TRY_ASSIGN(done, offer_through_agent(i, end));
+    }
     if (done) {
       return {};
     }
+    i = end;
   }
   return all_refused();
 }
