@@ -2,7 +2,7 @@
 // The ssh-agent, spoken to directly (draft-miller-ssh-agent): libssh 0.10 can only offer every
 // key an agent holds, in the agent's order, which is how a crowded agent uses up the server's
 // MaxAuthTries before the right key. ferry lists the keys itself and puts an AgentRelay between
-// libssh and the agent that shows libssh one chosen key at a time.
+// libssh and the agent that shows libssh only the keys ferry chose, in ferry's order.
 #include <atomic>
 #include <mutex>
 #include <string>
