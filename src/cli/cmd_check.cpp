@@ -209,7 +209,7 @@ Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
   // Always the built-in: a host_facts on the job path cannot change what check reports.
   FERRY_TRY_ASSIGN(const auto job, find_job(std::string(k_builtin_prefix) + "host_facts", {}));
   const auto needs = interpreter_needs(ctx.job_path());
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(cmd.target));
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, cmd.target));
   const std::vector<PlannedRun> runs = {
       {&job, nlohmann::json{{"interpreters", programs_to_ask(needs)}}}};
   CheckView view(ctx.reporter(), needs);

@@ -26,7 +26,7 @@ void note(std::string_view text)
 
 // One session factory per target: each host given, and this machine with --local (or when no
 // host is given). Unlike `run`, --local and hosts may be combined: a client picks per call.
-Expected<std::vector<mcp::TargetEntry>> server_targets(const TargetOptions& options)
+Expected<std::vector<mcp::TargetEntry>> server_targets(Context& ctx, const TargetOptions& options)
 {
   TargetOptions hosts_only = options;
   hosts_only.local = false;
@@ -47,11 +47,13 @@ Expected<std::vector<mcp::TargetEntry>> server_targets(const TargetOptions& opti
     TargetOptions one = hosts_only;
     one.hosts = {host};
     one.hosts_file.clear();
-    targets.push_back({host, [one] { return std::move(make_sessions(one).value().front()); }});
+    targets.push_back(
+        {host, [&ctx, one] { return std::move(make_sessions(ctx, one).value().front()); }});
   }
   if (options.local || targets.empty()) {
-    targets.push_back(
-        {"local", [] { return std::move(make_sessions(TargetOptions{}).value().front()); }});
+    targets.push_back({"local", [&ctx] {
+                         return std::move(make_sessions(ctx, TargetOptions{}).value().front());
+                       }});
   }
   return targets;
 }
@@ -79,7 +81,7 @@ Expected<ExitCode> serve(Context& ctx, McpCommand& cmd)
 {
   ctx.global.jobs_dirs.insert(ctx.global.jobs_dirs.end(), cmd.jobs_dirs.begin(),
                               cmd.jobs_dirs.end());
-  FERRY_TRY_ASSIGN(auto targets, server_targets(cmd.target));
+  FERRY_TRY_ASSIGN(auto targets, server_targets(ctx, cmd.target));
   // Every call is archived: without an archive there is no server.
   FERRY_TRY_ASSIGN(auto archive, Archive::open(ctx.archive_path()));
   mcp::ServerConfig config;

@@ -123,7 +123,7 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
                    parse_job(original.job,
                              original.script_name.empty() ? original.job : original.script_name,
                              "archived script of run " + original.run_id, original.script));
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(replay_target(cmd, original)));
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, replay_target(cmd, original)));
   RunOptions options;
   options.verbose = ctx.global.verbose;
   options.replay_of = original.run_id;

@@ -118,7 +118,7 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
     runs.push_back({&job, std::move(params)});
   }
   FERRY_TRY(check_keys_used(cmd, jobs));
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(cmd.target));
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, cmd.target));
   RunOptions options;
   options.verbose = ctx.global.verbose;
   options.timeout_s = cmd.timeout_s;
