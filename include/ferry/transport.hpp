@@ -26,8 +26,9 @@ struct CapturedStream {
   std::uint64_t dropped = 0;   // bytes dropped between the first and the last part
   std::string before_sentinel; // what the login shell printed before the launcher (capped)
   bool saw_sentinel = false;
-  // What the launcher printed after its end marker on stdout ("CODE CAUSE\n"); nullopt when it
-  // never did (it did not run, or the connection was lost).
+  // What the launcher printed from its end marker on, past the marker, on stdout (its report:
+  // see parse_launcher_report); nullopt when it never did (it did not run, or the connection
+  // was lost).
   std::optional<std::string> launcher_report;
 };
 
@@ -38,13 +39,15 @@ enum class OutputStream { out, err };
 using OutputSink = std::function<void(OutputStream, std::string_view)>;
 
 // Feeds raw stream bytes; sets aside what precedes the launcher's sentinel line and the report
-// the launcher prints after its `end_marker` (a line "END_MARKER CODE CAUSE"), keeps at most
-// `cap` bytes of the rest (its first and last half) and passes all of it to `sink` as it comes.
-// Memory stays bounded however much arrives.
+// the launcher prints after its `end_marker` (at most `report_cap` bytes; more means the job
+// printed the marker itself), keeps at most `cap` bytes of the rest (its first and last half)
+// and passes all of it to `sink` as it comes. Memory stays bounded however much arrives.
 class OutputCapture {
 public:
+  static constexpr std::size_t k_default_report_cap = 64 * 1024;
   OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker = {},
-                std::function<void(std::string_view)> sink = {});
+                std::function<void(std::string_view)> sink = {},
+                std::size_t report_cap = k_default_report_cap);
   void feed(std::string_view data);
   // The launcher's sentinel has arrived (or none was expected).
   [[nodiscard]] bool started() const { return m_out.saw_sentinel; }
@@ -58,6 +61,7 @@ private:
   std::string m_end;    // end_marker + " ": the start of the launcher's report, not the job's
   std::size_t m_cap;
   std::function<void(std::string_view)> m_sink;
+  std::size_t m_report_cap;
   CapturedStream m_out;
   std::string m_pending;     // bytes before the sentinel, not yet known to be noise
   std::string m_held;        // the last bytes, held back while they could be the end marker
@@ -98,8 +102,10 @@ private:
 struct ExecRequest {
   std::vector<std::string> argv; // shell-neutral tokens
   std::string sentinel;
-  std::string end_marker; // the launcher's last stdout line
+  std::string end_marker; // starts the launcher's report, the end of stdout
   std::size_t output_cap = 16u << 20;
+  // The launcher's report may be this long (it may carry result.json's bytes).
+  std::size_t report_cap = OutputCapture::k_default_report_cap;
   // ferry's own backstop: past it, the job is signalled (the launcher's deadline comes first).
   std::chrono::steady_clock::duration deadline = std::chrono::seconds(300);
   std::chrono::steady_clock::duration grace = std::chrono::seconds(2);
@@ -168,6 +174,8 @@ public:
                                                          std::size_t cap) = 0;
   [[nodiscard]] virtual Expected<bool> file_exists(const std::string& path) = 0;
   [[nodiscard]] virtual Expected<void> remove_run_dir(const std::string& path) = 0;
+  // The launcher removed the run directory itself: whatever the session remembers of it can go.
+  virtual void forget_run_dir(const std::string& /*path*/) {}
 };
 
 } // namespace ferry

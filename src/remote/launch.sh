@@ -13,9 +13,13 @@
 # - The watchdog's streams go to /dev/null, or its sleep would hold the channel open.
 # - Anything the job leaves in its group after it exits is killed too: no stray process keeps
 #   the channel (and the user's session) open.
-# - The last stdout line is `END_MARKER CODE CAUSE` (cause: exit, timeout or stopped); ferry
-#   reads the cause from it. When it cannot be written, nobody reads any more: the launcher
-#   removes the run directory itself.
+# - The launcher's report ends stdout: `END_MARKER CODE CAUSE` (cause: exit, timeout or
+#   stopped), then `result KIND [SIZE]` with the bytes of a regular result.json up to the frame
+#   limit (so ferry needs no fetch), then `clean removed|kept|failed` once it removed the run
+#   directory (so ferry needs no cleanup). When the end line cannot be written, nobody reads
+#   any more: the launcher removes the run directory all the same.
+# - params.json travels as the last @params_size@ bytes of this file, after the final `exit`:
+#   the shell never reads that far as commands; `tail -c` copies them out.
 trap '' PIPE
 FERRY_RUN_DIR=@run_dir@
 FERRY_PARAMS=@run_dir@/params.json
@@ -25,6 +29,10 @@ export FERRY_RUN_DIR FERRY_PARAMS FERRY_RESULT FERRY_JOB
 printf '%s\n' @sentinel@
 printf '%s\n' @sentinel@ >&2
 cd "$FERRY_RUN_DIR" || exit 125
+if ! (umask 077 && tail -c @params_size@ "$FERRY_RUN_DIR"/@launch_file@ >"$FERRY_PARAMS"); then
+  printf 'ferry-launcher: cannot write %s\n' "$FERRY_PARAMS" >&2
+  exit 125
+fi
 # Who runs here and until when, for ferry's sweep of directories nobody will clean up: a run
 # directory is only removed once this launcher is gone and this deadline has passed.
 (umask 077 && printf '%s %s\n' "$$" "$(($(date +%s 2>/dev/null || echo 0) + @timeout@ + @grace@))" \
@@ -63,9 +71,44 @@ signal_job() {
   if [ "$grouped" = 1 ]; then kill -"$1" -"$job" 2>/dev/null; fi
   kill -"$1" "$job" 2>/dev/null
 }
+# The result section of the report. A link, directory, FIFO or device is named, never opened
+# or followed; `fetch` leaves a file too large for the frame (or unreadable) to ferry.
+send_result() {
+  result_left=0
+  if [ -L "$FERRY_RESULT" ]; then
+    printf 'result link\n'
+  elif [ -f "$FERRY_RESULT" ]; then
+    size=$(wc -c <"$FERRY_RESULT" 2>/dev/null | tr -d ' \t')
+    if [ -n "$size" ] && [ "$size" -le @frame_limit@ ] 2>/dev/null; then
+      printf 'result file %s\n' "$size"
+      cat "$FERRY_RESULT"
+    else
+      result_left=1
+      printf 'result fetch\n'
+    fi
+  elif [ -d "$FERRY_RESULT" ]; then
+    printf 'result directory\n'
+  elif [ -e "$FERRY_RESULT" ]; then
+    printf 'result special\n'
+  else
+    printf 'result none\n'
+  fi
+}
 finish() {
   rm -f "$FERRY_RUN_DIR"/@state_file@ 2>/dev/null
-  printf '%s %s %s\n' @end_marker@ "$1" "$2" 2>/dev/null || rm -rf "$FERRY_RUN_DIR"
+  if ! printf '%s %s %s\n' @end_marker@ "$1" "$2" 2>/dev/null; then
+    rm -rf "$FERRY_RUN_DIR"
+    exit "$1"
+  fi
+  send_result 2>/dev/null
+  cd / || :
+  if [ @keep@ = 1 ] || [ "$result_left" = 1 ]; then
+    printf 'clean kept\n' 2>/dev/null
+  elif rm -rf "$FERRY_RUN_DIR" 2>/dev/null && [ ! -e "$FERRY_RUN_DIR" ]; then
+    printf 'clean removed\n' 2>/dev/null
+  else
+    printf 'clean failed\n' 2>/dev/null
+  fi
   exit "$1"
 }
 stop() {
@@ -91,3 +134,5 @@ trap '' TERM INT HUP USR1
 if [ "$grouped" = 1 ]; then kill -KILL -"$job" 2>/dev/null; fi
 kill "$watchdog" 2>/dev/null
 finish "$status" exit
+exit 125
+# The parameters follow (params.json); the shell never reads them as commands.

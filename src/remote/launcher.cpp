@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -59,23 +60,43 @@ std::string_view remote_script(std::string_view file_name)
   throw std::logic_error(fmt::format("no remote script {} was embedded", file_name));
 }
 
-std::optional<LauncherReport> parse_launcher_report(std::string_view text)
+namespace {
+
+// Takes the next line (without its newline) off `text`; nullopt when no newline is left.
+std::optional<std::string_view> take_line(std::string_view& text)
 {
-  if (text.empty() || text.back() != '\n') {
+  const auto newline = text.find('\n');
+  if (newline == std::string_view::npos) {
     return std::nullopt;
   }
-  text.remove_suffix(1);
-  const auto space = text.find(' ');
+  const std::string_view line = text.substr(0, newline);
+  text.remove_prefix(newline + 1);
+  return line;
+}
+
+template <typename Number> std::optional<Number> whole_number(std::string_view text)
+{
+  Number value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<LauncherReport> parse_end_line(std::string_view line)
+{
+  const auto space = line.find(' ');
   if (space == std::string_view::npos) {
     return std::nullopt;
   }
   LauncherReport report;
-  const std::string_view code = text.substr(0, space);
-  const auto [end, ec] = std::from_chars(code.data(), code.data() + code.size(), report.code);
-  if (ec != std::errc() || end != code.data() + code.size()) {
+  const auto code = whole_number<int>(line.substr(0, space));
+  if (!code) {
     return std::nullopt;
   }
-  const std::string_view cause = text.substr(space + 1);
+  report.code = *code;
+  const std::string_view cause = line.substr(space + 1);
   if (cause == "exit") {
     report.cause = LauncherCause::exited;
   } else if (cause == "timeout") {
@@ -84,6 +105,72 @@ std::optional<LauncherReport> parse_launcher_report(std::string_view text)
     report.cause = LauncherCause::stopped;
   } else {
     return std::nullopt;
+  }
+  return report;
+}
+
+std::optional<ReportedResult> result_kind(std::string_view word)
+{
+  static constexpr std::pair<std::string_view, ReportedResult> kinds[] = {
+      {"none", ReportedResult::none},           {"file", ReportedResult::file},
+      {"fetch", ReportedResult::fetch},         {"link", ReportedResult::link},
+      {"directory", ReportedResult::directory}, {"special", ReportedResult::special}};
+  for (const auto& [name, kind] : kinds) {
+    if (name == word) {
+      return kind;
+    }
+  }
+  return std::nullopt;
+}
+
+// The result and clean sections; false (and `report` untouched) when they are not exactly as
+// the launcher prints them.
+bool parse_result_sections(std::string_view rest, LauncherReport& report)
+{
+  const auto header = take_line(rest);
+  if (!header || header->substr(0, 7) != "result ") {
+    return false;
+  }
+  const std::string_view words = header->substr(7);
+  const auto space = words.find(' ');
+  const auto kind = result_kind(words.substr(0, space));
+  if (!kind) {
+    return false;
+  }
+  std::string_view bytes;
+  if (*kind == ReportedResult::file) {
+    const auto size = whole_number<std::size_t>(
+        space == std::string_view::npos ? std::string_view() : words.substr(space + 1));
+    if (!size || *size > rest.size()) {
+      return false;
+    }
+    bytes = rest.substr(0, *size);
+    rest.remove_prefix(*size);
+  }
+  const auto clean = take_line(rest);
+  if (!clean || !rest.empty() ||
+      (*clean != "clean removed" && *clean != "clean kept" && *clean != "clean failed")) {
+    return false;
+  }
+  report.result = *kind;
+  report.result_bytes = std::string(bytes);
+  report.run_dir_removed = *clean == "clean removed";
+  return true;
+}
+
+} // namespace
+
+std::optional<LauncherReport> parse_launcher_report(std::string_view text)
+{
+  const auto line = take_line(text);
+  if (!line) {
+    return std::nullopt;
+  }
+  auto report = parse_end_line(*line);
+  if (report && !text.empty()) {
+    // A garbled result section (a process the job left behind wrote into the stream) leaves
+    // the result to be fetched as before.
+    (void)parse_result_sections(text, *report);
   }
   return report;
 }
@@ -160,7 +247,12 @@ std::string make_launcher(const LauncherSpec& spec)
                            {"no_interp_prefix", k_launcher_no_interpreter_prefix},
                            {"no_interp_exit", std::to_string(k_launcher_no_interpreter_exit)},
                            {"state_file", k_launcher_state_file},
-                       });
+                           {"launch_file", k_launcher_file},
+                           {"params_size", std::to_string(spec.params.size())},
+                           {"frame_limit", std::to_string(spec.result_frame_limit)},
+                           {"keep", spec.keep_run_dir ? "1" : "0"},
+                       }) +
+         spec.params;
 }
 
 } // namespace ferry

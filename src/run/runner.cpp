@@ -1,6 +1,7 @@
 // One run, as phases read top to bottom: stage (run directory, job, params, launcher), exec (the
 // only command a shell sees), collect (status and result), clean (a guard removes the run
 // directory on every path out).
+#include <algorithm>
 #include <chrono>
 
 #include "ferry/remote/launcher.hpp"
@@ -72,6 +73,12 @@ public:
   // The connection is gone: the launcher removes the directory itself when it finds nobody
   // reading.
   void leave_to_launcher() { m_armed = false; }
+  // The launcher said it removed the directory: nothing is left to do, not even a round trip.
+  void removed_by_launcher()
+  {
+    m_armed = false;
+    m_run.session.forget_run_dir(m_dir);
+  }
 
 private:
   void clean()
@@ -100,7 +107,11 @@ struct Staged {
   LauncherSpec launcher;
 };
 
-// Phase 1: the job, params.json and the launcher, written into the new run directory.
+// Room in the report for its lines around the result's bytes.
+constexpr std::size_t k_report_slack = 4096;
+
+// Phase 1: the job and the launcher (params.json rides at its end), written into the new run
+// directory: two uploads.
 Expected<Staged> stage(const Run& run, const std::string& run_dir)
 {
   const auto start = Clock::now();
@@ -115,11 +126,12 @@ Expected<Staged> stage(const Run& run, const std::string& run_dir)
   const std::string nonce = random_hex(12);
   launcher.sentinel = "ferry-start-" + nonce;
   launcher.end_marker = "ferry-end-" + nonce;
-  const std::string params_text = params_file_bytes(run.params);
+  launcher.params = params_file_bytes(run.params);
+  launcher.result_frame_limit = std::min(run.options.result_cap, k_default_result_frame_limit);
+  launcher.keep_run_dir = run.options.keep_remote;
   const std::string launcher_text = make_launcher(launcher);
   const std::pair<std::string, std::string_view> files[] = {{launcher.job_file, run.job.bytes},
-                                                            {"params.json", params_text},
-                                                            {"launch.sh", launcher_text}};
+                                                            {k_launcher_file, launcher_text}};
   for (const auto& [name, bytes] : files) {
     FERRY_TRY(run.session.put_file(run_dir + "/" + name, bytes));
   }
@@ -133,10 +145,11 @@ Expected<ExecOutcome> execute(const Run& run, const Staged& staged)
 {
   const auto start = Clock::now();
   ExecRequest request;
-  request.argv = {"/bin/sh", staged.launcher.run_dir + "/launch.sh"};
+  request.argv = {"/bin/sh", staged.launcher.run_dir + "/" + k_launcher_file};
   request.sentinel = staged.launcher.sentinel;
   request.end_marker = staged.launcher.end_marker;
   request.output_cap = run.options.output_cap;
+  request.report_cap = staged.launcher.result_frame_limit + k_report_slack;
   request.grace = std::chrono::seconds(run.options.grace_s);
   request.deadline = std::chrono::seconds(run.timeout_s + run.options.grace_s + 5);
   request.stop = run.options.stop;
@@ -203,14 +216,12 @@ std::optional<Verdict> launcher_never_ran(const Run& run, const ExecOutcome& out
 }
 
 // How the exit reads, before the result is looked at; nullopt: the job exited 0.
-std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome)
+std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome,
+                                     const std::optional<LauncherReport>& report)
 {
   if (auto never = launcher_never_ran(run, outcome)) {
     return never;
   }
-  const auto report = outcome.out.launcher_report
-                          ? parse_launcher_report(*outcome.out.launcher_report)
-                          : std::nullopt;
   if ((report && report->cause == LauncherCause::timeout) || outcome.end == ExecEnd::deadline) {
     return Verdict{RunStatus::timeout,
                    fmt::format("the job ran past its {} s timeout and was killed", run.timeout_s)};
@@ -234,15 +245,42 @@ std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome)
   return std::nullopt;
 }
 
-// Phase 3: the status and the result.
-void collect(const Run& run, const ExecOutcome& outcome, const std::string& run_dir)
+// result.json as the launcher's report gave it; nullopt when ferry must fetch it.
+std::optional<FetchedFile> reported_result(const std::optional<LauncherReport>& report)
+{
+  switch (report ? report->result : ReportedResult::unknown) {
+  case ReportedResult::none:
+    return FetchedFile{};
+  case ReportedResult::file:
+    return FetchedFile{FetchedFile::Kind::regular, report->result_bytes, {}};
+  case ReportedResult::link:
+    return FetchedFile{FetchedFile::Kind::other, {}, "a symbolic link"};
+  case ReportedResult::directory:
+    return FetchedFile{FetchedFile::Kind::other, {}, "a directory"};
+  case ReportedResult::special:
+    return FetchedFile{FetchedFile::Kind::other, {}, "a FIFO, socket or device"};
+  case ReportedResult::unknown:
+  case ReportedResult::fetch:
+    break;
+  }
+  return std::nullopt;
+}
+
+// Phase 3: the status and the result (from the launcher's report, else fetched).
+void collect(const Run& run, const ExecOutcome& outcome, const std::string& run_dir,
+             const std::optional<LauncherReport>& report)
 {
   RunRecord& record = run.record;
   const auto start = Clock::now();
-  const auto verdict = classify_exit(run, outcome);
-  auto fetched = run.session.fetch_file(run_dir + "/result.json", run.options.result_cap);
-  record.timings.fetch = seconds_since(start);
-  run.step("fetch", record.timings.fetch);
+  const auto verdict = classify_exit(run, outcome, report);
+  Expected<FetchedFile> fetched = FetchedFile{};
+  if (auto given = reported_result(report)) {
+    fetched = std::move(*given);
+  } else {
+    fetched = run.session.fetch_file(run_dir + "/result.json", run.options.result_cap);
+    record.timings.fetch = seconds_since(start);
+    run.step("fetch", record.timings.fetch);
+  }
   if (!fetched) {
     return conclude(record, RunStatus::error, fetched.error().message);
   }
@@ -313,6 +351,12 @@ void run_phases(Run& run)
     return conclude_failure(run, executed.error());
   }
   record_output(run, *executed);
+  const auto report = executed->out.launcher_report
+                          ? parse_launcher_report(*executed->out.launcher_report)
+                          : std::nullopt;
+  if (report && report->run_dir_removed) {
+    guard.removed_by_launcher();
+  }
   switch (executed->end) {
   case ExecEnd::lost:
     guard.leave_to_launcher();
@@ -334,7 +378,7 @@ void run_phases(Run& run)
   case ExecEnd::deadline:
     break;
   }
-  collect(run, *executed, *dir);
+  collect(run, *executed, *dir, report);
 }
 
 } // namespace
@@ -352,7 +396,7 @@ void log_step(const RunOptions& options, std::string_view host, std::string_view
 std::string staged_job_file_name(const Job& job)
 {
   const std::string& name = job.file_name;
-  const bool reserved = name == "launch.sh" || name == "params.json" || name == "result.json";
+  const bool reserved = name == k_launcher_file || name == "params.json" || name == "result.json";
   if (!reserved && is_shell_neutral_token(name) && name.find('/') == std::string::npos &&
       name.front() != '.' && name.front() != '-') {
     return name;

@@ -5,15 +5,13 @@ namespace ferry {
 namespace {
 // The login shell's startup noise is kept for diagnosis only, up to this much.
 constexpr std::size_t k_noise_cap = 64 * 1024;
-// What the launcher prints after its end marker is at most this long.
-constexpr std::size_t k_report_cap = 64 * 1024;
 } // namespace
 
 OutputCapture::OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker,
-                             std::function<void(std::string_view)> sink)
+                             std::function<void(std::string_view)> sink, std::size_t report_cap)
     : m_marker(sentinel.empty() ? std::string() : sentinel + "\n"),
       m_end(end_marker.empty() ? std::string() : end_marker + " "), m_cap(cap),
-      m_sink(std::move(sink))
+      m_sink(std::move(sink)), m_report_cap(report_cap)
 {
   m_out.saw_sentinel = m_marker.empty();
 }
@@ -63,7 +61,7 @@ void OutputCapture::take(std::string_view job_bytes)
     // past what a report can be (then the job printed the marker: its bytes after all).
     keep(std::string_view(m_held).substr(0, at));
     m_held.erase(0, at);
-    if (m_held.size() > k_report_cap) {
+    if (m_held.size() > m_report_cap) {
       keep(std::string_view(m_held).substr(0, m_end.size()));
       m_held.erase(0, m_end.size());
       take({});
@@ -153,7 +151,7 @@ OutputCapture capture_for(const ExecRequest& request, OutputStream stream)
   // Only stdout carries the launcher's last line.
   return OutputCapture(request.sentinel, request.output_cap,
                        stream == OutputStream::out ? request.end_marker : std::string(),
-                       std::move(sink));
+                       std::move(sink), request.report_cap);
 }
 
 } // namespace ferry

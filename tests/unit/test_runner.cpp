@@ -5,6 +5,7 @@
 #include <random>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "ferry/json_diff.hpp"
 #include "ferry/remote/launcher.hpp"
@@ -87,7 +88,7 @@ const std::string k_dir = "/home/u/.cache/ferry/runs/ferry-1-abc";
 
 } // namespace
 
-TEST_CASE("the runner stages three files and executes only the launcher", "[runner]")
+TEST_CASE("the runner stages two files and executes only the launcher", "[runner]")
 {
   FakeSession session;
   session.outcome.exit_code = 0;
@@ -101,13 +102,58 @@ TEST_CASE("the runner stages three files and executes only the launcher", "[runn
   REQUIRE(session.executed.size() == 1);
   CHECK(session.executed[0] == "/bin/sh " + k_dir + "/launch.sh");
   CHECK(session.files.at(k_dir + "/probe.py") == test_job().bytes);
-  CHECK(json::parse(session.files.at(k_dir + "/params.json")) == params);
-  CHECK_THAT(session.files.at(k_dir + "/launch.sh"), Catch::Contains("nap 7 ||"));
+  // params.json rides at the end of the launcher, which copies it out on the host.
+  CHECK(session.files.size() == 2);
+  const std::string& launcher = session.files.at(k_dir + "/launch.sh");
+  const std::string params_text = params_file_bytes(params);
+  REQUIRE(launcher.size() > params_text.size());
+  CHECK(launcher.substr(launcher.size() - params_text.size()) == params_text);
+  CHECK(json::parse(params_text) == params);
+  CHECK_THAT(launcher, Catch::Contains("nap 7 ||"));
+  CHECK_THAT(launcher, Catch::Contains(fmt::format("tail -c {} ", params_text.size())));
   CHECK(session.removed == std::vector<std::string>{k_dir});
   CHECK(record.target["host"] == "h");
   CHECK(record.host_label == "gpu1");
   CHECK(record.job_sha256.size() == 64);
   CHECK(record.script == test_job().bytes);
+}
+
+TEST_CASE("a result in the launcher's report needs no fetch and no cleanup", "[runner]")
+{
+  FakeSession session;
+  session.outcome.exit_code = 0;
+  // A file the fake would fetch, to show that the report's bytes win.
+  session.files[k_dir + "/result.json"] = R"({"fetched": true})";
+  SECTION("a framed result and a removed run directory")
+  {
+    session.outcome.out.launcher_report = "0 exit\nresult file 8\n{\"x\": 1}clean removed\n";
+    const RunRecord record = run_job(session, test_job(), json::object(), RunOptions{});
+    CHECK(record.status == RunStatus::ok);
+    CHECK(record.result == json{{"x", 1}});
+    CHECK(session.removed.empty());
+  }
+  SECTION("a result too large for the frame is fetched, and the directory cleaned")
+  {
+    session.outcome.out.launcher_report = "0 exit\nresult fetch\nclean kept\n";
+    const RunRecord record = run_job(session, test_job(), json::object(), RunOptions{});
+    CHECK(record.result == json{{"fetched", true}});
+    CHECK(session.removed == std::vector<std::string>{k_dir});
+  }
+  SECTION("a FIFO the launcher named is a bad result, never fetched")
+  {
+    session.outcome.out.launcher_report = "0 exit\nresult special\nclean removed\n";
+    const RunRecord record = run_job(session, test_job(), json::object(), RunOptions{});
+    CHECK(record.status == RunStatus::bad_result);
+    CHECK_THAT(*record.error, Catch::Contains("a FIFO, socket or device"));
+    CHECK(session.removed.empty());
+  }
+  SECTION("a garbled frame falls back to the fetch and the cleanup")
+  {
+    session.outcome.out.launcher_report = "0 exit\nresult file 99\n{}clean removed\n";
+    const RunRecord record = run_job(session, test_job(), json::object(), RunOptions{});
+    CHECK(record.result == json{{"fetched", true}});
+    CHECK(session.removed == std::vector<std::string>{k_dir});
+  }
 }
 
 TEST_CASE("outcomes become statuses", "[runner]")

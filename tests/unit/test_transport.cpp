@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
@@ -154,6 +155,56 @@ TEST_CASE("the launcher's report names how the job ended", "[launcher]")
     INFO(bad);
     CHECK_FALSE(parse_launcher_report(bad));
   }
+  CHECK(parse_launcher_report("0 exit\n")->result == ReportedResult::unknown);
+}
+
+TEST_CASE("the launcher's report carries result.json's bytes, framed by their size", "[launcher]")
+{
+  // The bytes may hold anything, a line that looks like the clean line or the end marker.
+  const std::string bytes = "{\"a\": \"clean removed\\n\"}\nclean removed\nferry-end-1 0 exit\n";
+  const auto report = parse_launcher_report(
+      fmt::format("3 exit\nresult file {}\n{}clean removed\n", bytes.size(), bytes));
+  REQUIRE(report);
+  CHECK(report->code == 3);
+  CHECK(report->result == ReportedResult::file);
+  CHECK(report->result_bytes == bytes);
+  CHECK(report->run_dir_removed);
+  const auto kept = parse_launcher_report("0 exit\nresult fetch\nclean kept\n");
+  REQUIRE(kept);
+  CHECK(kept->result == ReportedResult::fetch);
+  CHECK_FALSE(kept->run_dir_removed);
+  CHECK(parse_launcher_report("0 exit\nresult link\nclean failed\n")->result ==
+        ReportedResult::link);
+  CHECK(parse_launcher_report("0 exit\nresult none\nclean removed\n")->result ==
+        ReportedResult::none);
+  // A frame whose size does not match, or anything after the clean line: the result is
+  // fetched and the directory cleaned by ferry, as without a frame.
+  for (const char* garbled :
+       {"0 exit\nresult file 5\nabcclean removed\n", "0 exit\nresult file 2\nabcclean removed\n",
+        "0 exit\nresult none\nclean removed\nstray\n", "0 exit\nresult maybe\nclean removed\n",
+        "0 exit\nresult file\nclean removed\n", "0 exit\nresult none\n"}) {
+    INFO(garbled);
+    const auto report = parse_launcher_report(garbled);
+    REQUIRE(report);
+    CHECK(report->result == ReportedResult::unknown);
+    CHECK_FALSE(report->run_dir_removed);
+  }
+}
+
+TEST_CASE("a report may be as long as its cap, and no longer", "[capture]")
+{
+  const std::string report =
+      "0 exit\nresult file 100\n" + std::string(100, 'r') + "clean removed\n";
+  OutputCapture fits("s", 1000, "ferry-end-1", {}, 200);
+  fits.feed("s\njob\nferry-end-1 " + report);
+  const CapturedStream got = std::move(fits).finish();
+  CHECK(got.bytes == "job\n");
+  CHECK(got.launcher_report == report);
+  OutputCapture over("s", 1000, "ferry-end-1", {}, 100);
+  over.feed("s\njob\nferry-end-1 " + report);
+  const CapturedStream spilled = std::move(over).finish();
+  CHECK_FALSE(spilled.launcher_report);
+  CHECK(spilled.bytes == "job\nferry-end-1 " + report);
 }
 
 TEST_CASE("a stale run directory is removed only when no launcher can still need it", "[sweep]")

@@ -4,12 +4,16 @@
 // itself, so noexec mounts work) in a process group of its own, and enforces the job's timeout
 // on the host, so a dropped connection cannot leave the job running. Its text is
 // src/remote/launch.sh, embedded at build time (docs/run-protocol.md describes it).
+#include <cstddef>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 
 namespace ferry {
+
+inline constexpr std::size_t k_default_result_frame_limit = 8u << 20;
+inline constexpr const char* k_launcher_file = "launch.sh";
 
 struct LauncherSpec {
   std::string run_dir;     // absolute, shell-neutral
@@ -19,9 +23,16 @@ struct LauncherSpec {
   int timeout_s = 300;
   int grace_s = 2;      // between TERM and KILL
   std::string sentinel; // printed first on stdout and stderr; what precedes it is not the job's
-  // Printed last on stdout. When that write fails, nobody is reading any more (the connection
-  // was lost), so the launcher removes the run directory itself.
+  // Starts the launcher's report on stdout. When that write fails, nobody is reading any more
+  // (the connection was lost), so the launcher removes the run directory itself.
   std::string end_marker;
+  // params.json travels as the last bytes of the launcher's own file (one upload fewer); the
+  // launcher writes them out before the job starts.
+  std::string params;
+  // A regular result.json up to this size comes back framed after the end line; a larger one
+  // is left for ferry to fetch.
+  std::size_t result_frame_limit = k_default_result_frame_limit;
+  bool keep_run_dir = false; // --keep-remote: the launcher leaves the run directory
 };
 
 // Exit statuses the launcher itself uses.
@@ -34,13 +45,32 @@ inline constexpr const char* k_launcher_no_interpreter_prefix = "ferry-launcher:
 
 [[nodiscard]] std::string make_launcher(const LauncherSpec& spec);
 
-// How the launcher says the job ended, on its last stdout line after the end marker.
+// How the launcher says the job ended, after the end marker on stdout:
+//   CODE CAUSE\n                 (CAUSE: exit, timeout or stopped)
+//   result KIND [SIZE]\n         (KIND: none, file, fetch, link, directory, special)
+//   SIZE bytes of result.json    (only for `file`)
+//   clean removed|kept|failed\n  (whether the launcher removed the run directory)
+// The size comes before the bytes and nothing but the clean line may follow them, so a result
+// holding any bytes at all (the end marker included) is read back unambiguously.
 enum class LauncherCause { exited, timeout, stopped };
+enum class ReportedResult {
+  unknown,   // no (or a garbled) result section: ferry fetches result.json itself
+  none,      // no result.json
+  file,      // a regular file; its bytes are in the report
+  fetch,     // a regular file too large for the frame (or unreadable): ferry fetches it
+  link,      // a symbolic link: never read
+  directory, // never read
+  special,   // a FIFO, socket or device: never opened
+};
 struct LauncherReport {
   int code = 0;
   LauncherCause cause = LauncherCause::exited;
+  ReportedResult result = ReportedResult::unknown;
+  std::string result_bytes;     // file: the bytes of result.json
+  bool run_dir_removed = false; // the launcher removed the run directory after the report
 };
-// "CODE CAUSE\n" as the launcher prints it; nullopt for anything else.
+// The report as the launcher prints it ("CODE CAUSE\n" alone is a report without a result
+// section); nullopt when even its first line is not one.
 [[nodiscard]] std::optional<LauncherReport> parse_launcher_report(std::string_view text);
 
 // 'text' quoted for POSIX sh (single quotes; ' becomes '\'').

@@ -25,6 +25,7 @@ public:
   [[nodiscard]] Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap);
   [[nodiscard]] Expected<bool> file_exists(const std::string& path);
   [[nodiscard]] Expected<void> remove_run_dir(const std::string& path);
+  void forget_run_dir(const std::string& path) { m_uploaded.erase(path); }
   // Closes the SFTP channel (the next request opens it again); false when none was open.
   bool suspend();
 

@@ -81,6 +81,12 @@ public:
   {
     return files().remove_run_dir(path);
   }
+  void forget_run_dir(const std::string& path) override
+  {
+    if (m_files) {
+      m_files->forget_run_dir(path);
+    }
+  }
 
 private:
   Expected<void> connect_once();
