@@ -159,6 +159,9 @@ public:
   [[nodiscard]] virtual std::string label() const = 0;
 
   [[nodiscard]] virtual Expected<void> connect() = 0;
+  // Whether several runs may use this session at once, from as many threads (each its own
+  // channel); false: one run at a time.
+  [[nodiscard]] virtual bool concurrent_runs() const { return false; }
   // What later calls honour as a request to stop (a run's own token; the process's interrupt is
   // always honoured): blocking steps end within a few seconds of it.
   virtual void bind_stop(const StopToken& /*stop*/) {}

@@ -145,7 +145,8 @@ void add_run_command(CLI::App& app, Context& ctx)
   sub->add_option("--timeout", cmd->timeout_s,
                   "seconds before the job is killed (default: the job's)")
       ->check(CLI::Range(1, 7 * 24 * 3600));
-  sub->add_option("-j,--parallel", cmd->parallel, "hosts at once")
+  sub->add_option("-j,--parallel", cmd->parallel,
+                  "runs at once (across hosts, and on one host's session)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   sub->add_flag("--json", cmd->json, "print one JSON run record per line (JSON Lines)");

@@ -8,8 +8,10 @@ repository root).  Must run as root (the sshd test fixture creates the ferryt-* 
 starts sshd).  Needs hyperfine, ssh, scp, ansible, ansible-playbook and /usr/bin/time.
 
 Cases (see tests/bench/README.md):
-  1. one small python job on one host: ferry run | ssh python3 - | scp + ssh | ansible -m script
-  2. the same job 20 times on one host: one ferry run (20 jobs) | 20 ssh | playbook 20-item loop
+  1. one small python job on one host: ferry run | ssh python3 - | ssh -o KexAlgorithms=
+     curve25519-sha256 python3 - | ssh through a warm ControlMaster | scp + ssh | ansible -m script
+  2. the same job 20 times on one host: one ferry run (20 jobs) | 20 ssh | 20 ssh through a warm
+     ControlMaster | playbook 20-item loop
   3. gpu_probe on 16 hosts (sshd on 127.0.0.2..17): ferry -j 16 | 16 sequential ssh | ansible -f 16
   4. peak RSS of ferry for case 3 and for a job printing 500 MiB to stdout
 
@@ -50,6 +52,9 @@ TARGETS = {
     # key: (description, limit); ratio targets are "ferry <= limit x baseline"
     "c1_ssh": ("ferry ≤ 0.6× this", 0.6),
     "c1_ansible": ("ferry ≤ 0.15× this", 0.15),
+    "c1_kex": ("ferry ≤ 0.6× this", 0.6),
+    "c1_master": ("ferry ≤ 1.0× this (needs persistent sessions)", 1.0),
+    "c2_master": ("ferry ≤ 0.35× this", 0.35),
     "c2_ssh": ("ferry ≤ 0.25× this", 0.25),
     "c2_extra": ("≤ 25 ms", 25.0),
     "c3_ssh": ("ferry ≤ 0.3× this", 0.3),
@@ -112,6 +117,7 @@ class BenchError(Exception):
 
 
 RETRIES: list[str] = []   # hyperfine invocations that failed and were re-run
+MASTERS: list[tuple[str, str, str]] = []   # (ssh config, ControlPath, alias) of masters started
 MAX_ATTEMPTS = 3
 
 # The ferryt-* test users are shared by every process on the machine that uses the sshd
@@ -394,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fleet_bench: FAILED: {e}", file=sys.stderr)
         return 1
     finally:
+        for cfg, control, alias in MASTERS:
+            subprocess.run(["ssh", "-F", cfg, "-o", f"ControlPath={control}", "-O", "exit", alias],
+                           capture_output=True, timeout=60)
         if servers:
             single = servers[0]
             # the scp baseline's copy on the "remote" side
@@ -509,11 +518,21 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
 
     F = q(ferry)
     ssh1 = f"ssh -F {q(cfg1)} {alias1}"
+    ssh1_kex = f"ssh -F {q(cfg1)} -o KexAlgorithms=curve25519-sha256 {alias1}"
+    # A warm OpenSSH ControlMaster (ControlPersist), as Ansible and many users have: started
+    # once here, used by every timed run, stopped in the finally of main().
+    control = os.path.join(workdir, "cm.sock")
+    ssh1_cm = f"ssh -F {q(cfg1)} -o ControlMaster=no -o ControlPath={q(control)} {alias1}"
+    run_checked("ControlMaster start", f"ssh -F {q(cfg1)} -o ControlMaster=yes -o ControlPath={q(control)} "
+                f"-o ControlPersist=3600 -f -N {alias1}", env, cwd)
+    MASTERS.append((cfg1, control, alias1))
 
     # --- case 1 ------------------------------------------------------------------------------
     c1 = [
         ("ferry run", f"{F} run {q(job)} --host {alias1} --ssh-config {q(cfg1)} --no-archive"),
         ("ssh python3 -", f"{ssh1} python3 - < {q(plain)}"),
+        ("ssh curve25519 python3 -", f"{ssh1_kex} python3 - < {q(plain)}"),
+        ("ssh ControlMaster python3 -", f"{ssh1_cm} python3 - < {q(plain)}"),
         ("scp + ssh", f"scp -q -F {q(cfg1)} {q(plain)} {alias1}:{remote_tmp} && {ssh1} python3 {remote_tmp}"),
         ("ansible -m script", f"ansible all -i {q(inv1)} -m script -a {q(plain + ' executable=python3')}"),
     ]
@@ -528,6 +547,7 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
         (f"ferry run ({REPEAT} jobs)", f"{F} run {jobs20} --host {alias1} --ssh-config {q(cfg1)} --no-archive"),
         ("ferry run (1 job)", c1[0][1]),
         (f"{REPEAT}× ssh python3 -", ssh_loop),
+        (f"{REPEAT}× ssh ControlMaster python3 -", ssh_loop.replace(ssh1, ssh1_cm)),
         (f"ansible-playbook loop ×{REPEAT}", f"ansible-playbook -i {q(inv1)} {q(playbook)}"),
     ]
     for name, cmd in c2:
@@ -540,7 +560,7 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
                              f"expected {REPEAT}:\n{proc.stdout[-3000:]}")
         if "ansible" in name and f"ok=1" not in proc.stdout and "changed=1" not in proc.stdout:
             raise BenchError(f"case 2: ansible-playbook recap is not ok:\n{proc.stdout[-3000:]}")
-        if name.startswith(f"{REPEAT}×") and proc.stdout.count(EXPECT_TEXT) != REPEAT:
+        if name.startswith(f"{REPEAT}× ssh") and proc.stdout.count(EXPECT_TEXT) != REPEAT:
             raise BenchError(f"case 2: ssh loop printed {proc.stdout.count(EXPECT_TEXT)} outputs")
 
     # --- case 3 ------------------------------------------------------------------------------
@@ -603,8 +623,11 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
                 verdicts.append((f"case {case[-1]}: {desc.replace('this', name)}", ok, f"{got:.3f}×"))
             rows.append((case[-1], name, f"{m:.1f} ms", f"{m / f_ms:.2f}", target, met))
 
-    ratio_rows("case1", r1, "ferry run", {"ssh python3 -": "c1_ssh", "ansible -m script": "c1_ansible"})
-    ratio_rows("case2", r2, c2[0][0], {f"{REPEAT}× ssh python3 -": "c2_ssh"})
+    ratio_rows("case1", r1, "ferry run", {"ssh python3 -": "c1_ssh", "ansible -m script": "c1_ansible",
+                                          "ssh curve25519 python3 -": "c1_kex",
+                                          "ssh ControlMaster python3 -": "c1_master"})
+    ratio_rows("case2", r2, c2[0][0], {f"{REPEAT}× ssh python3 -": "c2_ssh",
+                                        f"{REPEAT}× ssh ControlMaster python3 -": "c2_master"})
     extra_ms = (r2[c2[0][0]]["median_ms"] - r2["ferry run (1 job)"]["median_ms"]) / (REPEAT - 1)
     desc, limit = TARGETS["c2_extra"]
     ok = extra_ms <= limit

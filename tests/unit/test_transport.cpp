@@ -184,10 +184,10 @@ TEST_CASE("the launcher's report carries result.json's bytes, framed by their si
         "0 exit\nresult none\nclean removed\nstray\n", "0 exit\nresult maybe\nclean removed\n",
         "0 exit\nresult file\nclean removed\n", "0 exit\nresult none\n"}) {
     INFO(garbled);
-    const auto report = parse_launcher_report(garbled);
-    REQUIRE(report);
-    CHECK(report->result == ReportedResult::unknown);
-    CHECK_FALSE(report->run_dir_removed);
+    const auto read = parse_launcher_report(garbled);
+    REQUIRE(read);
+    CHECK(read->result == ReportedResult::unknown);
+    CHECK_FALSE(read->run_dir_removed);
   }
 }
 

@@ -1,5 +1,7 @@
 #include "transport/ssh/exec.hpp"
 
+#include <poll.h>
+
 #include <thread>
 #include <vector>
 
@@ -133,37 +135,52 @@ bool apply_stop_step(StopSchedule& schedule, ssh_channel channel, const Streams&
   return true;
 }
 
-// The read loop: until the channel ends, the connection is lost, or the output is held open.
-void pump(ssh_session session, ssh_channel channel, const ExecRequest& request,
-          const ExitWatch& watch, Streams& streams, ExecOutcome& outcome)
+// One turn of the read loop, holding the session's lock: reads what came and decides whether
+// the loop ends (the channel ended, the connection is lost, or the output is held open).
+enum class Turn { data, idle, done };
+Turn turn(ssh_session session, ssh_channel channel, const ExitWatch& watch, Streams& streams,
+          StopSchedule& schedule, ExecOutcome& outcome)
 {
-  Event event(ssh_event_new());
-  ssh_event_add_session(event.get(), session);
+  const bool got_data = drain(session, channel, streams, outcome);
+  if (outcome.end == ExecEnd::lost || ssh_channel_is_eof(channel) ||
+      ssh_channel_is_closed(channel)) {
+    return Turn::done;
+  }
+  if (!ssh_is_connected(session)) {
+    lose(outcome, "the connection was closed");
+    return Turn::done;
+  }
+  if (watch.exited && Clock::now() - watch.at > k_output_linger) {
+    outcome.output_held_open = true;
+    return Turn::done;
+  }
+  if (!apply_stop_step(schedule, channel, streams, outcome)) {
+    return Turn::done;
+  }
+  return got_data ? Turn::data : Turn::idle;
+}
+
+// The read loop. Between turns it waits for the socket without the lock. Another channel's
+// reader may take this channel's data off the socket into libssh's buffers, so the wait is
+// short (the next turn finds it there).
+void pump(ssh_session session, ssh_channel channel, const ExecRequest& request,
+          const ExitWatch& watch, Streams& streams, ExecOutcome& outcome,
+          std::unique_lock<std::mutex>& lock)
+{
   StopSchedule schedule(Clock::now(), request);
+  const int fd = ssh_get_fd(session);
   while (true) {
-    const bool got_data = drain(session, channel, streams, outcome);
-    if (outcome.end == ExecEnd::lost || ssh_channel_is_eof(channel) ||
-        ssh_channel_is_closed(channel)) {
+    const Turn now = turn(session, channel, watch, streams, schedule, outcome);
+    if (now == Turn::done) {
       break;
     }
-    if (!ssh_is_connected(session)) {
-      lose(outcome, "the connection was closed");
-      break;
-    }
-    if (watch.exited && Clock::now() - watch.at > k_output_linger) {
-      outcome.output_held_open = true;
-      break;
-    }
-    if (!apply_stop_step(schedule, channel, streams, outcome)) {
-      break;
-    }
-    if (!got_data && ssh_event_dopoll(event.get(), 100) == SSH_ERROR &&
-        !ssh_is_connected(session)) {
-      lose(outcome, fmt::format("the connection dropped: {}", ssh_get_error(session)));
-      break;
+    if (now == Turn::idle) {
+      lock.unlock();
+      pollfd socket{fd, POLLIN, 0};
+      (void)::poll(&socket, 1, 20);
+      lock.lock();
     }
   }
-  ssh_event_remove_session(event.get(), session);
   if (outcome.end != ExecEnd::lost && schedule.reason()) {
     outcome.end = *schedule.reason();
   }
@@ -176,27 +193,48 @@ std::string failure(ssh_session session, const CallWatchdog& watchdog)
   return cut ? *cut : std::string(ssh_get_error(session));
 }
 
+// Opens the channel; when the server refuses it, asks `free_a_channel` for room and tries again
+// while the server frees the slot (it does once it has reaped what ran there).
+bool open_channel(ssh_session session, std::optional<ExecChannel>& channel, ExitWatch& watch,
+                  CallWatchdog& watchdog, std::unique_lock<std::mutex>& lock,
+                  const FreeAChannel& free_a_channel)
+{
+  for (int freed = 0; freed < 64 && !watchdog.fired(); ++freed) {
+    channel.emplace(session, watch);
+    if (channel->open()) {
+      return true;
+    }
+    if (watchdog.fired() || !free_a_channel || !free_a_channel(lock)) {
+      return false;
+    }
+    // Holding the lock (and the armed watchdog) all along: only a host that allows one
+    // channel gets here, and there nothing else can use the session meanwhile anyway.
+    for (int wait_ms = 0; wait_ms <= 640 && !watchdog.fired();
+         wait_ms = std::max(20, wait_ms * 2)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+      channel.emplace(session, watch);
+      if (channel->open()) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 } // namespace
 
 Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const ExecRequest& request,
-                           CallWatchdog& watchdog, const std::function<bool()>& free_a_channel)
+                           CallWatchdog& watchdog, std::mutex& mutex,
+                           const FreeAChannel& free_a_channel)
 {
   FERRY_TRY_ASSIGN(const auto command, shell_neutral_command(request.argv));
   ExitWatch watch;
-  std::optional<ExecChannel> channel(std::in_place, session, watch);
+  std::unique_lock lock(mutex);
+  // Declared after the lock: the channel is freed (a libssh call) while the lock is held.
+  std::optional<ExecChannel> channel;
   {
     const auto armed = watchdog.arm("open a channel", &request.stop);
-    bool opened = channel->open();
-    if (!opened && !watchdog.fired() && free_a_channel && free_a_channel()) {
-      // The server frees the other channel's slot once it has reaped what ran there.
-      for (int wait_ms = 0; !opened && wait_ms <= 640 && !watchdog.fired();
-           wait_ms = std::max(20, wait_ms * 2)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
-        channel.emplace(session, watch);
-        opened = channel->open();
-      }
-    }
-    if (!opened) {
+    if (!open_channel(session, channel, watch, watchdog, lock, free_a_channel)) {
       return fail(ErrorKind::failed, "{}: cannot open a channel: {}", label,
                   failure(session, watchdog));
     }
@@ -208,7 +246,7 @@ Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const Ex
   ExecOutcome outcome;
   outcome.start_limit_s = std::chrono::duration<double>(request.start_limit).count();
   Streams streams{capture_for(request, OutputStream::out), capture_for(request, OutputStream::err)};
-  pump(session, channel->get(), request, watch, streams, outcome);
+  pump(session, channel->get(), request, watch, streams, outcome, lock);
   if (outcome.end != ExecEnd::lost) {
     const auto armed = watchdog.arm("read the exit status", nullptr);
     if (!watch.exited && !outcome.output_held_open) {

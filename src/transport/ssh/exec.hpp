@@ -1,5 +1,6 @@
 #pragma once
 #include <functional>
+#include <mutex>
 #include <string_view>
 
 #include "ferry/expected.hpp"
@@ -12,10 +13,15 @@ namespace ferry::ssh {
 // Runs the request's shell-neutral command on a new channel of `session`, reading stdout and
 // stderr together (neither blocks the other) until both close, and stops the job by the shared
 // StopSchedule when ferry is interrupted or its backstop deadline passes.
-// When the server refuses the channel, `free_a_channel` may close one of the session's other
-// channels (returning true), and the open is tried once more.
+// When the server refuses the channel, `free_a_channel` may free one of the session's other
+// channels (returning true; it may wait, releasing the lock it is given), and the open is tried
+// again.
+// libssh sessions are not thread-safe, and several runs may share one: every libssh call here
+// is made holding `lock`, which is released while the exec waits for data, so the session's
+// other channels (and its SFTP calls) go on meanwhile.
+using FreeAChannel = std::function<bool(std::unique_lock<std::mutex>&)>;
 [[nodiscard]] Expected<ExecOutcome> exec(ssh_session session, std::string_view label,
                                          const ExecRequest& request, CallWatchdog& watchdog,
-                                         const std::function<bool()>& free_a_channel);
+                                         std::mutex& lock, const FreeAChannel& free_a_channel);
 
 } // namespace ferry::ssh

@@ -2,6 +2,9 @@
 // whose command is only `/bin/sh RUN_DIR/launch.sh`. Each concern has a file of its own in this
 // folder: config and options (where to go), proxy, host_key (whom to trust), identities, agent
 // and auth (who we are), sftp_files, exec.
+#include <condition_variable>
+#include <limits>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -57,38 +60,53 @@ public:
     }
     return {};
   }
-  Expected<std::string> create_run_dir() override { return files().create_run_dir(); }
+  // Several runs may use the session at once (concurrent_runs): every libssh call is made
+  // holding m_mutex. SFTP calls hold it for their whole length (one SFTP channel serves them
+  // all); an exec holds it only while it calls libssh, not while it waits for data.
+  bool concurrent_runs() const override { return true; }
+  Expected<std::string> create_run_dir() override
+  {
+    return with_sftp([this] { return files().create_run_dir(); });
+  }
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
   {
-    return files().put_file(path, bytes);
+    return with_sftp([&] { return files().put_file(path, bytes); });
   }
-  void bind_stop(const StopToken& stop) override { m_stop = stop; }
-  Expected<ExecOutcome> exec(const ExecRequest& request) override
+  void bind_stop(const StopToken& stop) override
   {
-    // A host with MaxSessions 1 refuses a second channel while SFTP holds one: SFTP steps
-    // aside for the exec and starts again for the fetch.
-    const auto free_a_channel = [this] { return m_files && m_files->suspend(); };
-    ExecRequest bounded = request;
-    bounded.start_limit = watchdog().limits().call; // the login shell runs before the launcher
-    return ssh::exec(m_session.get(), m_target.spec, bounded, watchdog(), free_a_channel);
+    const std::lock_guard lock(m_mutex);
+    m_stop = stop;
   }
+  Expected<ExecOutcome> exec(const ExecRequest& request) override;
   Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override
   {
-    return files().fetch_file(path, cap);
+    return with_sftp([&] { return files().fetch_file(path, cap); });
   }
-  Expected<bool> file_exists(const std::string& path) override { return files().file_exists(path); }
+  Expected<bool> file_exists(const std::string& path) override
+  {
+    return with_sftp([&] { return files().file_exists(path); });
+  }
   Expected<void> remove_run_dir(const std::string& path) override
   {
-    return files().remove_run_dir(path);
+    return with_sftp([&] { return files().remove_run_dir(path); });
   }
   void forget_run_dir(const std::string& path) override
   {
+    const std::lock_guard lock(m_mutex);
     if (m_files) {
       m_files->forget_run_dir(path);
     }
   }
 
 private:
+  // Runs an SFTP step holding the lock; while the host allows one channel at a time, only once
+  // no exec holds it.
+  template <typename Step> auto with_sftp(Step step) -> decltype(step())
+  {
+    std::unique_lock lock(m_mutex);
+    m_changed.wait(lock, [this] { return m_channel_limit > 1 || m_execs == 0; });
+    return step();
+  }
   Expected<void> connect_once();
   Expected<void> open_connection();
   Unexpected<Error> connection_failed(const ssh::Stepped& step);
@@ -141,7 +159,59 @@ private:
   bool m_resolved = false;
   bool m_told = false;     // the config's story and warnings: once, not once per attempt
   bool m_no_retry = false; // a proxy that failed says why; trying again would not help
+  std::mutex m_mutex;      // held around every libssh call once runs share the session
+  std::condition_variable m_changed;
+  int m_execs = 0; // exec channels open now
+  // How many exec channels the host takes at once: learnt from a refused channel (the server's
+  // MaxSessions, less the SFTP channel); 1 also means SFTP must wait for the exec.
+  int m_channel_limit = std::numeric_limits<int>::max();
 };
+
+Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
+{
+  ExecRequest bounded = request;
+  ssh::CallWatchdog* dog = nullptr;
+  {
+    const std::lock_guard lock(m_mutex);
+    dog = &watchdog();
+  }
+  bounded.start_limit = dog->limits().call; // the login shell runs before the launcher
+  while (true) {
+    {
+      std::unique_lock lock(m_mutex);
+      m_changed.wait(lock, [this] { return m_execs < m_channel_limit; });
+      ++m_execs;
+    }
+    bool refused = false;
+    // Called holding the lock when the server refuses the channel.
+    const auto free_a_channel = [this, &refused](std::unique_lock<std::mutex>&) {
+      if (m_execs > 1) {
+        // This run's other channels fill the server's MaxSessions: no more at once than now.
+        m_channel_limit = m_execs - 1;
+        refused = true;
+        return false;
+      }
+      // A host with MaxSessions 1 refuses a second channel while SFTP holds one: SFTP steps
+      // aside for the exec and starts again for the next SFTP step.
+      if (m_files && m_files->suspend()) {
+        m_channel_limit = 1;
+        return true;
+      }
+      return false;
+    };
+    auto outcome =
+        ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel);
+    {
+      const std::lock_guard lock(m_mutex);
+      --m_execs;
+    }
+    m_changed.notify_all();
+    if (outcome || !refused || request.stop.stop_requested() || dog->fired()) {
+      return outcome;
+    }
+    // Refused for want of a slot: wait until one of this session's channels ends.
+  }
+}
 
 Expected<void> SshSession::connect()
 {

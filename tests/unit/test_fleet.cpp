@@ -1,0 +1,144 @@
+// The fleet against a fake session that takes several runs at once and ends them in the
+// reverse of their order: records and output must still come out whole and in plan order.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "ferry/fleet.hpp"
+#include "ferry/run_record.hpp"
+#include "ferry/runner.hpp"
+
+using namespace ferry;
+using nlohmann::json;
+
+namespace {
+
+constexpr int k_runs = 4;
+constexpr std::chrono::seconds k_bound{10};
+
+class ReversingSession final : public HostSession {
+public:
+  ReversingSession(bool concurrent, int& peak) : m_concurrent(concurrent), m_peak(peak) {}
+  json target() const override { return {{"host", "h"}}; }
+  std::string label() const override { return "h"; }
+  bool concurrent_runs() const override { return m_concurrent; }
+  Expected<void> connect() override { return {}; }
+  Expected<std::string> create_run_dir() override
+  {
+    return fmt::format("/base/ferry-{}", m_dirs++);
+  }
+  Expected<void> put_file(const std::string& path, std::string_view bytes) override
+  {
+    const auto at = bytes.find("index=");
+    if (at != std::string_view::npos) {
+      const std::lock_guard lock(m_mutex);
+      m_index[path.substr(0, path.rfind('/'))] = bytes[at + 6] - '0';
+    }
+    return {};
+  }
+  Expected<ExecOutcome> exec(const ExecRequest& request) override
+  {
+    const std::string& launcher = request.argv.at(1);
+    std::unique_lock lock(m_mutex);
+    const int index = m_index.at(launcher.substr(0, launcher.rfind('/')));
+    ++m_running;
+    m_peak = std::max(m_peak, m_running);
+    // Concurrently: once all runs are under way, run i ends only after every later run has,
+    // the reverse of the plan. The waits are bounded, so a fleet that does not run them at once
+    // fails the checks below instead of hanging.
+    if (m_concurrent) {
+      m_changed.notify_all();
+      m_changed.wait_for(lock, k_bound, [&] { return m_running == k_runs || m_ended > 0; });
+      m_changed.wait_for(lock, k_bound, [&] { return m_ended == k_runs - 1 - index; });
+    }
+    lock.unlock();
+    request.on_output(OutputStream::out, fmt::format("run {} line 1\n", index));
+    request.on_output(OutputStream::out, fmt::format("run {} line 2\n", index));
+    lock.lock();
+    --m_running;
+    ++m_ended;
+    m_changed.notify_all();
+    ExecOutcome outcome;
+    outcome.exit_code = 0;
+    outcome.out.saw_sentinel = true;
+    outcome.err.saw_sentinel = true;
+    outcome.out.launcher_report = "0 exit\nresult none\nclean removed\n";
+    return outcome;
+  }
+  Expected<FetchedFile> fetch_file(const std::string&, std::size_t) override
+  {
+    return FetchedFile{};
+  }
+  Expected<bool> file_exists(const std::string&) override { return false; }
+  Expected<void> remove_run_dir(const std::string&) override { return {}; }
+
+private:
+  bool m_concurrent;
+  std::atomic<int> m_dirs{0};
+  std::mutex m_mutex;
+  std::condition_variable m_changed;
+  std::map<std::string, int> m_index;
+  int m_running = 0;
+  int& m_peak;
+  int m_ended = 0;
+};
+
+class Log final : public RunObserver {
+public:
+  void run_started(const RunRef& run) override
+  {
+    events.push_back(fmt::format("start {}", run.job));
+  }
+  void run_output(const RunRef&, OutputStream, std::string_view bytes) override
+  {
+    events.emplace_back(bytes);
+  }
+  void run_finished(RunRecord& record) override
+  {
+    events.push_back(fmt::format("end {} {}", record.job, to_string(record.status)));
+  }
+  std::vector<std::string> events;
+};
+
+} // namespace
+
+TEST_CASE("runs of one host at once still report whole and in plan order", "[fleet]")
+{
+  std::vector<Job> jobs;
+  for (int i = 0; i < k_runs; ++i) {
+    auto job = parse_job(fmt::format("j{}", i), fmt::format("j{}.py", i), "j.py",
+                         fmt::format("# /// ferry\n# interpreter = \"python3\"\n# result = "
+                                     "\"optional\"\n# ///\n# index={}\n",
+                                     i));
+    REQUIRE(job);
+    jobs.push_back(std::move(job).value());
+  }
+  std::vector<PlannedRun> runs;
+  for (const auto& job : jobs) {
+    runs.push_back({&job, json::object()});
+  }
+  std::vector<std::string> expected;
+  for (int i = 0; i < k_runs; ++i) {
+    expected.push_back(fmt::format("start j{}", i));
+    expected.push_back(fmt::format("run {} line 1\n", i));
+    expected.push_back(fmt::format("run {} line 2\n", i));
+    expected.push_back(fmt::format("end j{} ok", i));
+  }
+  for (const bool concurrent : {true, false}) {
+    INFO("concurrent: " << concurrent);
+    int peak = 0;
+    std::vector<std::unique_ptr<HostSession>> sessions;
+    sessions.push_back(std::make_unique<ReversingSession>(concurrent, peak));
+    Log log;
+    run_fleet(sessions, runs, k_runs, RunOptions{}, log);
+    CHECK(log.events == expected);
+    // A session that takes runs at once gets them all at once (-j allows 4); one that does not,
+    // one at a time.
+    CHECK(peak == (concurrent ? k_runs : 1));
+  }
+}
