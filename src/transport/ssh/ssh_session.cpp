@@ -23,6 +23,12 @@
 namespace ferry {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+// How long after one of its channels ended a refused channel is taken for a slot sshd has not
+// freed yet, and how often in a row that is believed before the bound is lowered anyway.
+constexpr std::chrono::seconds k_slot_reaping{2};
+constexpr int k_max_refusals = 50;
+
 bool is_transient_connect_error(std::string_view message)
 {
   for (std::string_view needle : {"refused", "timed out", "Timeout", "resolve", "unreachable",
@@ -165,11 +171,13 @@ private:
   // How many exec channels the host takes at once: learnt from a refused channel (the server's
   // MaxSessions, less the SFTP channel); 1 also means SFTP must wait for the exec.
   int m_channel_limit = std::numeric_limits<int>::max();
+  Clock::time_point m_last_exec_end; // when an exec channel of this session last ended
 };
 
 Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
 {
   ExecRequest bounded = request;
+  int refusals = 0;
   ssh::CallWatchdog* dog = nullptr;
   {
     const std::lock_guard lock(m_mutex);
@@ -183,11 +191,16 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       ++m_execs;
     }
     bool refused = false;
-    // Called holding the lock when the server refuses the channel.
-    const auto free_a_channel = [this, &refused](std::unique_lock<std::mutex>&) {
+    // Called holding the lock when the server refuses the channel. A channel of this session
+    // that ended a moment ago may still hold its slot (sshd frees it once it has reaped the
+    // command): then the bound stays and the open is tried again shortly.
+    const auto free_a_channel = [this, &refused, &refusals](std::unique_lock<std::mutex>&) {
+      const bool just_freed = Clock::now() - m_last_exec_end < k_slot_reaping;
       if (m_execs > 1) {
-        // This run's other channels fill the server's MaxSessions: no more at once than now.
-        m_channel_limit = m_execs - 1;
+        // This session's other channels fill the server's MaxSessions: no more at once.
+        if (!just_freed || ++refusals > k_max_refusals) {
+          m_channel_limit = m_execs - 1;
+        }
         refused = true;
         return false;
       }
@@ -197,19 +210,22 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
         m_channel_limit = 1;
         return true;
       }
-      return false;
+      return just_freed;
     };
     auto outcome =
         ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel);
     {
       const std::lock_guard lock(m_mutex);
       --m_execs;
+      m_last_exec_end = Clock::now();
     }
     m_changed.notify_all();
     if (outcome || !refused || request.stop.stop_requested() || dog->fired()) {
       return outcome;
     }
-    // Refused for want of a slot: wait until one of this session's channels ends.
+    // Refused for want of a slot: wait until one of this session's channels ends (or, when one
+    // just ended, a moment for the server to free its slot).
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
