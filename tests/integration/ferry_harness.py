@@ -133,10 +133,14 @@ class SshTestCase(unittest.TestCase):
 
 
 def write_job(directory: str, name: str, body: str, interpreter: str = "python3", timeout: int = 60,
-              params: str = "") -> str:
-    """A job file with a `/// ferry` block; `params` is extra TOML (already without '# ')."""
+              params: str = "", result: str = "optional") -> str:
+    """A job file with a `/// ferry` block; `params` is extra TOML (already without '# ').
+
+    `result` is "optional" here unless a test says otherwise: most test jobs print and exit
+    without a result, which a job must declare (the product's default is "required")."""
     ext = ".py" if "python" in interpreter else ".sh"
-    meta = [f'description = "test job {name}"', f'interpreter = "{interpreter}"', f"timeout = {timeout}"]
+    meta = [f'description = "test job {name}"', f'interpreter = "{interpreter}"', f"timeout = {timeout}",
+            f'result = "{result}"']
     meta += textwrap.dedent(params).strip().splitlines() if params else []
     header = "# /// ferry\n" + "".join(f"# {line}\n" if line else "#\n" for line in meta) + "# ///\n"
     path = os.path.join(directory, name + ext)

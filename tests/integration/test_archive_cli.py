@@ -32,7 +32,7 @@ class ArchiveCli(unittest.TestCase):
 
     def test_show_and_export_give_back_the_exact_bytes(self):
         path = os.path.join(self.tmp, "crlf.py")
-        script = (b"# -*- coding: latin-1 -*-\r\n# /// ferry\r\n# interpreter = \"python3\"\r\n# ///\r\n"
+        script = (b"# -*- coding: latin-1 -*-\r\n# /// ferry\r\n# interpreter = \"python3\"\r\n# result = \"optional\"\r\n# ///\r\n"
                   b"# latin-1 comment: caf\xe9 \xff\r\nimport sys\r\nsys.stdout.buffer.write(b'out\\xfe\\n')\r\n")
         with open(path, "wb") as f:
             f.write(script)

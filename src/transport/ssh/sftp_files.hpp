@@ -34,7 +34,7 @@ private:
   [[nodiscard]] Expected<void> check_base_dir(const std::string& dir, bool is_base);
   [[nodiscard]] Expected<void> write_all(sftp_file file, const std::string& path,
                                          std::string_view bytes);
-  [[nodiscard]] Expected<void> remove_tree(const std::string& path);
+  [[nodiscard]] Expected<void> remove_tree(const std::string& path, bool each_call_bounded);
   void sweep_stale(const std::string& new_dir);
   [[nodiscard]] std::optional<std::string> read_small(const std::string& path);
   [[nodiscard]] bool launcher_alive(const std::string& dir, const std::string& state);

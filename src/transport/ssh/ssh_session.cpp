@@ -107,7 +107,7 @@ private:
     if (!m_watchdog) {
       // A blocking step may take twice the connect timeout (at least 5 s) before the host is
       // taken to have stopped answering.
-      const double connect_s = m_target.connect_timeout_s > 0 ? m_target.connect_timeout_s : 10;
+      const double connect_s = m_where.timeout_s > 0 ? m_where.timeout_s : 10;
       ssh::CallWatchdog::Limits limits;
       limits.call =
           std::chrono::milliseconds(static_cast<long>(std::max(5.0, 2 * connect_s) * 1000));
