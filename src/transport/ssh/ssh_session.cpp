@@ -67,7 +67,14 @@ public:
   {
     // A host with MaxSessions 1 refuses a second channel while SFTP holds one: SFTP steps
     // aside for the exec and starts again for the fetch.
-    const auto free_a_channel = [this] { return m_files && m_files->suspend(); };
+    const auto free_a_channel = [this] {
+      const bool freed = m_files && m_files->suspend();
+      if (freed) {
+        debug("the server refused a second channel (MaxSessions 1?): SFTP closed while the job "
+              "runs, reopened after it");
+      }
+      return freed;
+    };
     ExecRequest bounded = request;
     bounded.start_limit = watchdog().limits().call; // the login shell runs before the launcher
     return ssh::exec(m_session.get(), m_target.spec, bounded, watchdog(), free_a_channel);
