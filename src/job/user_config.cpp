@@ -118,6 +118,21 @@ Expected<void> set_ssh(HostConfig& host, const toml::node& node, const Where& at
   return {};
 }
 
+Expected<void> set_remote_base(HostConfig& host, const toml::node& node, const Where& at)
+{
+  FERRY_TRY_ASSIGN(host.remote_base, string_value(node, "remote_base", at));
+  return {};
+}
+
+// The keys of a host section, each with what reads it.
+using HostSetter = Expected<void> (*)(HostConfig&, const toml::node&, const Where&);
+constexpr std::pair<std::string_view, HostSetter> k_host_keys[] = {
+    {"interpreters", set_interpreters},
+    {"env", set_env},
+    {"remote_base", set_remote_base},
+    {"ssh", set_ssh},
+};
+
 Expected<HostConfig> parse_host(const toml::node& node, const Where& at)
 {
   const auto* table = node.as_table();
@@ -127,17 +142,12 @@ Expected<HostConfig> parse_host(const toml::node& node, const Where& at)
   HostConfig host;
   for (const auto& [key, value] : *table) {
     const std::string_view name = key.str();
-    if (name == "interpreters") {
-      FERRY_TRY(set_interpreters(host, value, at));
-    } else if (name == "env") {
-      FERRY_TRY(set_env(host, value, at));
-    } else if (name == "ssh") {
-      FERRY_TRY(set_ssh(host, value, at));
-    } else if (name == "remote_base") {
-      FERRY_TRY_ASSIGN(host.remote_base, string_value(value, name, at));
-    } else {
+    const auto* known = std::find_if(std::begin(k_host_keys), std::end(k_host_keys),
+                                     [name](const auto& entry) { return entry.first == name; });
+    if (known == std::end(k_host_keys)) {
       return at.refuse(value, name, "unknown key (known: interpreters, env, remote_base, ssh)");
     }
+    FERRY_TRY(known->second(host, value, at));
   }
   return host;
 }
