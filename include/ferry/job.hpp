@@ -37,6 +37,9 @@ struct JobMeta {
   // A JSON Schema (an object) the job's result follows; `ferry mcp` publishes it as the tool's
   // output schema.
   std::optional<nlohmann::json> result_schema;
+  // `[env]`: variables the job runs with (docs/job-file.md); --env and the config file add to
+  // them and win.
+  std::map<std::string, std::string> env;
 };
 
 struct Job {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -47,6 +48,10 @@ struct RunRecord {
   // {"name","version"} of the MCP client that asked for the run (`ferry mcp`); null for runs
   // the command line started, and then absent from the JSON record.
   nlohmann::json client;
+  // The names (never the values) of the variables the job was given, and the interpreter that
+  // ran it (after the config file and --interpreter).
+  std::vector<std::string> env;
+  std::string interpreter;
 
   // Not part of the JSON record: the exact bytes that ran, the name they travelled under, and
   // the result file's bytes as they came back.

@@ -1,12 +1,15 @@
 #pragma once
 // Runs one job on one connected HostSession: stage, exec the launcher, fetch, clean up, and
 // turn what happened into a RunRecord. Knows nothing of how the session reaches its host.
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "ferry/job.hpp"
+#include "ferry/run_env.hpp"
 #include "ferry/run_record.hpp"
 #include "ferry/transport.hpp"
 
@@ -22,6 +25,11 @@ struct RunOptions {
   bool verbose = false; // `-v`: each step with its time on stderr
   StopToken stop;       // stopped: the runs end as on an interrupt (status interrupted)
   OutputSink on_output; // optional: the job's output as it arrives
+  // The job's environment and interpreter: the job's [env], then the host's settings from the
+  // config file, then --env; --interpreter NAME=PATH wins over the config file's mapping.
+  EnvVars env;
+  std::map<std::string, std::string> interpreters;
+  std::function<HostSettings(std::string_view host)> host_settings; // may be empty
 };
 
 // `-v` output: "ferry: gpu1 kv_calc: upload 0.004 s".
@@ -36,6 +44,13 @@ void log_step(const RunOptions& options, std::string_view host, std::string_view
 // The run: every failure ends up in the record, never as an exception.
 [[nodiscard]] RunRecord run_job(HostSession& session, const Job& job, const nlohmann::json& params,
                                 const RunOptions& options);
+
+// The variables and the interpreter a run on `host` gets (see RunOptions).
+struct JobSetup {
+  EnvVars env;
+  std::string interpreter;
+};
+[[nodiscard]] JobSetup job_setup(const Job& job, const RunOptions& options, std::string_view host);
 
 // The file name the job travels under inside its run directory.
 [[nodiscard]] std::string staged_job_file_name(const Job& job);

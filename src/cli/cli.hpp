@@ -14,6 +14,7 @@
 #include "ferry/exit_code.hpp"
 #include "ferry/job.hpp"
 #include "ferry/reporter.hpp"
+#include "ferry/user_config.hpp"
 
 namespace ferry::cli {
 
@@ -50,6 +51,15 @@ struct Context {
                                        : std::filesystem::path(global.archive_path);
   }
 
+  // The user's config file, read once (docs/config.md); a bad file is a usage error.
+  [[nodiscard]] Expected<const UserConfig*> user_config()
+  {
+    if (!m_config) {
+      FERRY_TRY_ASSIGN(m_config, load_user_config(default_user_config_path()));
+    }
+    return &*m_config;
+  }
+
   // The reporter every output goes through: the terminal one unless a command asked for JSON.
   [[nodiscard]] Reporter& reporter();
   // JSON Lines (with output events when `terminal.stream`), or the terminal reporter.
@@ -57,6 +67,7 @@ struct Context {
 
 private:
   std::unique_ptr<Reporter> m_reporter;
+  std::optional<UserConfig> m_config;
 };
 
 // Makes `action` the one to run when `command` is chosen.

@@ -127,6 +127,12 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
   RunOptions options;
   options.verbose = ctx.global.verbose;
   options.replay_of = original.run_id;
+  // The config file applies as for `run`; --env values were never archived, so they are not
+  // replayed (the record names them).
+  FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
+  options.host_settings = [config](std::string_view host) {
+    return config->for_host(host).settings;
+  };
   const std::vector<PlannedRun> runs = {{&job, original.params}};
   ReplayView view(ctx.reporter(), original);
   return view.exit_code(execute_runs(ctx, sessions, runs, options, BatchOptions{}, view));

@@ -29,6 +29,9 @@ const std::map<std::string, CompletionKind, std::less<>>& kinds_by_name()
 {
   static const std::map<std::string, CompletionKind, std::less<>> kinds = {
       {"param", {ValueKind::param, {}}},
+      {"sweep", {ValueKind::param, {}}},
+      {"env", {ValueKind::free_text, {}}},
+      {"interpreter", {ValueKind::free_text, {}}},
       {"params", {ValueKind::file_or_stdin, {}}},
       {"host", {ValueKind::host, {}}},
       {"hosts-file", {ValueKind::file, {}}},

@@ -104,7 +104,7 @@ ExitCode execute_runs(Context& ctx, std::vector<std::unique_ptr<HostSession>>& s
 {
   install_interrupt_handlers();
   ArchivingObserver observer(ctx, view, batch.archive);
-  run_fleet(sessions, runs, batch.parallel, run_options, observer);
+  run_fleet(sessions, runs, batch.parallel, run_options, observer, batch.swept);
   std::fflush(stdout);
   return observer.exit_code();
 }

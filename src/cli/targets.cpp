@@ -76,6 +76,29 @@ std::function<void(std::string_view)> stderr_lines(const std::string& host, std:
   };
 }
 
+// The config file's defaults, where neither the options nor the host spec say otherwise.
+void apply_config(SshTarget& ssh, const HostConfig& config)
+{
+  const auto spec = parse_host_spec(ssh.spec);
+  if (spec && ((spec->user.empty() && config.ssh.user) || (spec->port == 0 && config.ssh.port))) {
+    const std::string user = spec->user.empty() ? config.ssh.user.value_or("") : spec->user;
+    const unsigned port = spec->port == 0 ? config.ssh.port.value_or(0) : spec->port;
+    const bool bracket = spec->host.find(':') != std::string::npos;
+    ssh.spec = fmt::format("{}{}{}", user.empty() ? "" : user + "@",
+                           bracket ? "[" + spec->host + "]" : spec->host,
+                           port == 0 ? "" : ":" + std::to_string(port));
+  }
+  if (ssh.identity.empty() && config.ssh.identity) {
+    ssh.identity = *config.ssh.identity;
+  }
+  if (ssh.connect_timeout_s == 0 && config.ssh.connect_timeout_s) {
+    ssh.connect_timeout_s = *config.ssh.connect_timeout_s;
+  }
+  if (ssh.remote_base.empty() && config.remote_base) {
+    ssh.remote_base = *config.remote_base;
+  }
+}
+
 } // namespace
 
 void add_target_options(CLI::App& command, TargetOptions& target)
@@ -149,6 +172,7 @@ Expected<std::vector<std::unique_ptr<HostSession>>> make_sessions(Context& ctx,
     ctx.reporter().note(
         fmt::format("{} is named more than once; it runs once", terminal_safe(host)));
   }
+  FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   for (const auto& host : hosts) {
     SshTarget ssh;
     ssh.spec = host;
@@ -159,6 +183,7 @@ Expected<std::vector<std::unique_ptr<HostSession>>> make_sessions(Context& ctx,
     ssh.connect_timeout_s = target.connect_timeout_s;
     ssh.retries = target.retries;
     ssh.remote_base = target.remote_base;
+    apply_config(ssh, config->for_host(host));
     ssh.warn = stderr_lines(host, "warning: ");
     if (ctx.global.verbose) {
       ssh.debug = stderr_lines(host, "");

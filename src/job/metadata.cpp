@@ -8,6 +8,7 @@
 #include "ferry/job.hpp"
 #include "ferry/params.hpp"
 #include "ferry/remote/shell_neutral.hpp"
+#include "ferry/run_env.hpp"
 #include "ferry/text.hpp"
 
 namespace ferry {
@@ -341,6 +342,26 @@ Expected<void> set_result(JobMeta& meta, const toml::node& value, const Source& 
   return {};
 }
 
+// `[env]`: NAME = "value" pairs, each checked like `--env`.
+Expected<void> set_env(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  const auto* table = value.as_table();
+  if (table == nullptr) {
+    return source.refuse(value, "env must be a table of NAME = \"value\" ([env])");
+  }
+  for (const auto& [key, item] : *table) {
+    const auto text = item.value_exact<std::string>();
+    const std::string where = fmt::format("{}:{}: env", source.label, source.line(item));
+    if (!text) {
+      return source.refuse(item, "env.{} must be a string (quote numbers: {} = \"1\")",
+                           terminal_safe(key.str()), terminal_safe(key.str()));
+    }
+    FERRY_TRY(check_env_var(key.str(), *text, where));
+    meta.env[std::string(key.str())] = *text;
+  }
+  return {};
+}
+
 // The keys of the `/// ferry` block, each with what reads it.
 using MetaSetter = Expected<void> (*)(JobMeta&, const toml::node&, const Source&);
 constexpr std::pair<std::string_view, MetaSetter> k_meta_keys[] = {
@@ -350,6 +371,7 @@ constexpr std::pair<std::string_view, MetaSetter> k_meta_keys[] = {
     {"result", set_result},
     {"result_schema", set_result_schema},
     {"params", set_params},
+    {"env", set_env},
 };
 
 Expected<void> set_meta_key(JobMeta& meta, std::string_view key, const toml::node& value,

@@ -16,6 +16,10 @@
 # - The last stdout line is `END_MARKER CODE CAUSE` (cause: exit, timeout or stopped); ferry
 #   reads the cause from it. When it cannot be written, nobody reads any more: the launcher
 #   removes the run directory itself.
+# - The job's environment is built here and given to it through `env -i`: PATH, HOME, USER,
+#   LANG, TERM and LC_* when the login environment has them, the FERRY_* variables, then the
+#   declared ones (which win). Nothing else is inherited, so a local run and a remote one see
+#   the same set. Values never pass through eval: only names do, and those are checked.
 trap '' PIPE
 FERRY_RUN_DIR=@run_dir@
 FERRY_PARAMS=@run_dir@/params.json
@@ -34,12 +38,20 @@ if ! command -v "$interpreter" >/dev/null 2>&1; then
   printf '@no_interp_prefix@%s not found on this host (PATH=%s); install it or set an absolute path in the job'"'"'s interpreter\n' "$interpreter" "$PATH" >&2
   exit @no_interp_exit@
 fi
+set --
+for name in PATH HOME USER LANG TERM $(env | sed -n 's/^\(LC_[A-Za-z0-9_]*\)=.*/\1/p'); do
+  eval "isset=\${$name+1}"
+  if [ -n "$isset" ]; then eval "set -- \"\$@\" \"$name=\${$name}\""; fi
+done
+set -- "$@" "FERRY_RUN_DIR=$FERRY_RUN_DIR" "FERRY_PARAMS=$FERRY_PARAMS" \
+  "FERRY_RESULT=$FERRY_RESULT" "FERRY_JOB=$FERRY_JOB"
+@env@
 grouped=0
 if command -v setsid >/dev/null 2>&1; then
   grouped=1
-  (trap - PIPE; exec setsid "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null) &
+  (trap - PIPE; exec setsid env -i "$@" "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null) &
 else
-  (trap - PIPE; exec "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null) &
+  (trap - PIPE; exec env -i "$@" "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null) &
 fi
 job=$!
 # Sleeps $1 seconds; false when a TERM cut it short. The sleep never outlives a TERM, whenever

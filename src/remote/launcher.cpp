@@ -143,6 +143,18 @@ bool is_run_dir_name(std::string_view name)
   return hex.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
+namespace {
+// One `set -- "$@" 'NAME=value'` line a variable: the value is quoted text, never code.
+std::string env_lines(const std::map<std::string, std::string>& env)
+{
+  std::string lines;
+  for (const auto& [name, value] : env) {
+    lines += "set -- \"$@\" " + sh_quote(name + "=" + value) + "\n";
+  }
+  return lines.empty() ? ":" : lines.substr(0, lines.size() - 1);
+}
+} // namespace
+
 std::string make_launcher(const LauncherSpec& spec)
 {
   return fill_template(remote_script("launch.sh"),
@@ -160,6 +172,7 @@ std::string make_launcher(const LauncherSpec& spec)
                            {"no_interp_prefix", k_launcher_no_interpreter_prefix},
                            {"no_interp_exit", std::to_string(k_launcher_no_interpreter_exit)},
                            {"state_file", k_launcher_state_file},
+                           {"env", env_lines(spec.env)},
                        });
 }
 

@@ -76,6 +76,10 @@ json to_json(const RunRecord& r, bool with_streams)
   if (!r.client.is_null()) {
     j["client"] = r.client;
   }
+  j["env"] = r.env;
+  if (!r.interpreter.empty()) {
+    j["interpreter"] = r.interpreter;
+  }
   return j;
 }
 
@@ -122,6 +126,14 @@ Expected<RunRecord> run_record_from_json(const json& j)
     if (const auto client = j.find("client"); client != j.end() && client->is_object()) {
       r.client = *client;
     }
+    if (const auto env = j.find("env"); env != j.end() && env->is_array()) {
+      for (const auto& name : *env) {
+        if (name.is_string()) {
+          r.env.push_back(name.get<std::string>());
+        }
+      }
+    }
+    r.interpreter = j.value("interpreter", "");
   } catch (const json::exception& e) {
     return fail(ErrorKind::failed, "malformed run record: {}", e.what());
   }

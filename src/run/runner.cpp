@@ -54,6 +54,7 @@ struct Run {
   const RunOptions& options;
   RunRecord& record;
   int timeout_s = 0;
+  JobSetup setup;
 
   void step(std::string_view name, double seconds) const
   {
@@ -109,7 +110,8 @@ Expected<Staged> stage(const Run& run, const std::string& run_dir)
   launcher.run_dir = run_dir;
   launcher.job_file = staged_job_file_name(run.job);
   launcher.job_name = run.job.name;
-  launcher.interpreter = run.job.meta.interpreter;
+  launcher.interpreter = run.setup.interpreter;
+  launcher.env = run.setup.env;
   launcher.timeout_s = run.timeout_s;
   launcher.grace_s = run.options.grace_s;
   const std::string nonce = random_hex(12);
@@ -220,7 +222,7 @@ std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome)
     return Verdict{RunStatus::failed,
                    fmt::format("{}: interpreter '{}' not found on the host; install it or give an "
                                "absolute path in the job's `interpreter`",
-                               run.session.label(), run.job.meta.interpreter)};
+                               run.session.label(), run.setup.interpreter)};
   }
   if (!outcome.exit_code) {
     return Verdict{RunStatus::failed, "the job's launcher was killed by a signal"};
@@ -349,6 +351,27 @@ void log_step(const RunOptions& options, std::string_view host, std::string_view
   }
 }
 
+JobSetup job_setup(const Job& job, const RunOptions& options, std::string_view host)
+{
+  JobSetup setup{job.meta.env, job.meta.interpreter};
+  const HostSettings settings =
+      options.host_settings ? options.host_settings(host) : HostSettings{};
+  for (const auto& [name, value] : settings.env) {
+    setup.env[name] = value;
+  }
+  for (const auto& [name, value] : options.env) {
+    setup.env[name] = value;
+  }
+  if (const auto own = options.interpreters.find(job.meta.interpreter);
+      own != options.interpreters.end()) {
+    setup.interpreter = own->second;
+  } else if (const auto mapped = settings.interpreters.find(job.meta.interpreter);
+             mapped != settings.interpreters.end()) {
+    setup.interpreter = mapped->second;
+  }
+  return setup;
+}
+
 std::string staged_job_file_name(const Job& job)
 {
   const std::string& name = job.file_name;
@@ -374,7 +397,17 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params,
   const auto start = Clock::now();
   RunRecord record = new_record(job, params, session);
   record.replay_of = options.replay_of;
-  Run run{session, job, params, options, record, options.timeout_s.value_or(job.meta.timeout_s)};
+  Run run{session,
+          job,
+          params,
+          options,
+          record,
+          options.timeout_s.value_or(job.meta.timeout_s),
+          job_setup(job, options, session.label())};
+  for (const auto& [name, value] : run.setup.env) {
+    record.env.push_back(name);
+  }
+  record.interpreter = run.setup.interpreter;
   run_phases(run);
   record.duration_s = seconds_since(start);
   return record;

@@ -22,6 +22,9 @@ struct LauncherSpec {
   // Printed last on stdout. When that write fails, nobody is reading any more (the connection
   // was lost), so the launcher removes the run directory itself.
   std::string end_marker;
+  // The declared variables (checked names); the launcher adds PATH, HOME, USER, LANG, TERM,
+  // LC_* and FERRY_*, and the job inherits nothing else.
+  std::map<std::string, std::string> env;
 };
 
 // Exit statuses the launcher itself uses.
