@@ -42,7 +42,7 @@ TEST_CASE("env names: letters, digits and _, not FERRY_*")
   CHECK_THAT(nul.error().message, Catch::Contains("NUL"));
 }
 
-TEST_CASE("--env KEY=VALUE keeps the value's bytes; --env KEY takes ferry's own value")
+TEST_CASE("env option: KEY=VALUE keeps the value's bytes, a bare KEY takes ferry's own value")
 {
   EnvVars env;
   REQUIRE(add_env_assignment(env, "A=x=y 'q' $z\n", no_lookup));
@@ -62,7 +62,7 @@ TEST_CASE("--env KEY=VALUE keeps the value's bytes; --env KEY takes ferry's own 
   CHECK_THAT(bad.error().message, Catch::Contains("'A.B' is not a usable"));
 }
 
-TEST_CASE("[env] in the job file")
+TEST_CASE("the env table in the job file")
 {
   const auto meta =
       parse_job_meta(job_with("# [env]\n# HF_HOME = \"/data/hf\"\n# Q = \"a'b\"\n"), "job.py");
@@ -92,7 +92,7 @@ TEST_CASE("the launcher carries declared values as quoted text")
   CHECK_THAT(text, !Catch::Contains("@env@"));
 }
 
-TEST_CASE("job setup: the job's [env], then the config file's, then --env; --interpreter wins")
+TEST_CASE("job setup: the job's env table, then the config file's, then --env, and --interpreter wins")
 {
   Job job;
   job.meta.interpreter = "python3";
@@ -170,7 +170,7 @@ TEST_CASE("a missing config file is an empty config")
   CHECK(config->hosts.empty());
 }
 
-TEST_CASE("--sweep: comma lists, JSON lists, combinations")
+TEST_CASE("sweep option: comma lists, JSON lists, combinations")
 {
   const auto plain = parse_sweep("tp=1,2,4");
   REQUIRE(plain);
@@ -188,7 +188,7 @@ TEST_CASE("--sweep: comma lists, JSON lists, combinations")
   CHECK(sweep_combinations({}).size() == 1);
 }
 
-TEST_CASE("--sweep: mistakes are refused with what to do")
+TEST_CASE("sweep option: mistakes are refused with what to do")
 {
   const auto refused = [](std::vector<std::string> sweeps, std::vector<std::string> params,
                           const char* expected) {
