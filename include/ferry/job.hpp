@@ -37,6 +37,9 @@ struct JobMeta {
   // A JSON Schema (an object) the job's result follows; `ferry mcp` publishes it as the tool's
   // output schema.
   std::optional<nlohmann::json> result_schema;
+  // `volatile = ["/cwd", "/hostname"]`: JSON Pointers into the result whose values legitimately
+  // vary from run to run; `replay` leaves them (and what is below them) out of its comparison.
+  std::vector<std::string> volatile_pointers;
 };
 
 struct Job {

@@ -47,6 +47,9 @@ struct RunRecord {
   // {"name","version"} of the MCP client that asked for the run (`ferry mcp`); null for runs
   // the command line started, and then absent from the JSON record.
   nlohmann::json client;
+  // The effective options the run was made with (docs/record.md, "options"): what `replay`
+  // runs with again. An empty object for runs recorded before ferry kept them.
+  nlohmann::json options = nlohmann::json::object();
 
   // Not part of the JSON record: the exact bytes that ran, the name they travelled under, and
   // the result file's bytes as they came back.

@@ -39,8 +39,8 @@ std::string small_record(const RunRecord& run)
   [[maybe_unused]] const auto& [run_id, job, job_sha256, target, params, status, exit_code, error,
                                 result, stdout_text, stderr_text, stdout_truncated,
                                 stderr_truncated, started_at, duration_s, timings, replay_of,
-                                ferry_version, warnings, client, script, result_bytes, script_name,
-                                host_label, unreachable] = run;
+                                ferry_version, warnings, client, options, script, result_bytes,
+                                script_name, host_label, unreachable] = run;
   const RunRecord head{.run_id = run_id,
                        .job = job,
                        .job_sha256 = job_sha256,
@@ -61,6 +61,7 @@ std::string small_record(const RunRecord& run)
                        .ferry_version = ferry_version,
                        .warnings = warnings,
                        .client = client,
+                       .options = options,
                        .script = {},
                        .result_bytes = {},
                        .script_name = script_name,

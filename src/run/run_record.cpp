@@ -76,6 +76,9 @@ json to_json(const RunRecord& r, bool with_streams)
   if (!r.client.is_null()) {
     j["client"] = r.client;
   }
+  if (!r.options.empty()) {
+    j["options"] = r.options;
+  }
   return j;
 }
 
@@ -121,6 +124,9 @@ Expected<RunRecord> run_record_from_json(const json& j)
     r.warnings = j.value("warnings", json::array());
     if (const auto client = j.find("client"); client != j.end() && client->is_object()) {
       r.client = *client;
+    }
+    if (const auto options = j.find("options"); options != j.end() && options->is_object()) {
+      r.options = *options;
     }
   } catch (const json::exception& e) {
     return fail(ErrorKind::failed, "malformed run record: {}", e.what());
