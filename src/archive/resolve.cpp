@@ -64,10 +64,10 @@ Expected<std::string> nth_newest(Database& db, const fs::path& path, std::string
   stmt.bind(3, back);
   FERRY_TRY_ASSIGN(const bool row, explained(stmt.step(), path, "read archive", &db));
   if (!row) {
-    return fail(ErrorKind::usage,
-                "no run '{}'{}: archive {} holds fewer runs{}; `ferry log` lists "
-                "them",
-                ref, narrowing_text(narrow), path.string(), back == 0 ? " (none)" : "");
+    const std::string held = back == 0 ? "no runs" : fmt::format("fewer than {} runs", back + 1);
+    return fail(ErrorKind::usage, "no run '{}'{}: archive {} holds {}{}; `ferry log` lists them",
+                ref, narrowing_text(narrow), path.string(), held,
+                narrow.job || narrow.host ? " of that kind" : " yet");
   }
   return stmt.column_bytes(0);
 }

@@ -8,6 +8,16 @@ using ferry::RunNarrowing;
 
 namespace {
 
+std::string or_empty(const ferry::Expected<std::string>& id)
+{
+  return id ? id.value() : "error: " + id.error().message;
+}
+
+std::uint64_t or_zero(const ferry::Expected<std::uint64_t>& size)
+{
+  return size ? size.value() : 0;
+}
+
 // Four runs: two jobs on two hosts, started a minute apart (newest last).
 void record_four(Archive& archive)
 {
@@ -28,12 +38,12 @@ TEST_CASE("run ids: a unique prefix of the random part names the run", "[archive
   TempDir tmp;
   Archive archive = open_archive(tmp / "archive.db");
   record_four(archive);
-  CHECK(archive.resolve("a0c").value_or("") == "20260102T030600Z-a0c0ffee");
-  CHECK(archive.resolve("3f9a").value_or("") == "20260102T030400Z-3f9a1c0b");
+  CHECK(or_empty(archive.resolve("a0c")) == "20260102T030600Z-a0c0ffee");
+  CHECK(or_empty(archive.resolve("3f9a")) == "20260102T030400Z-3f9a1c0b");
   CHECK(archive.load("77aa0000")->job == "probe");
   // The whole id and a prefix of it still work.
-  CHECK(archive.resolve("20260102T030500Z-3f9b2222").value_or("") == "20260102T030500Z-3f9b2222");
-  CHECK(archive.resolve("20260102T0305").value_or("") == "20260102T030500Z-3f9b2222");
+  CHECK(or_empty(archive.resolve("20260102T030500Z-3f9b2222")) == "20260102T030500Z-3f9b2222");
+  CHECK(or_empty(archive.resolve("20260102T0305")) == "20260102T030500Z-3f9b2222");
 
   auto ambiguous = archive.resolve("3f9");
   REQUIRE_FALSE(ambiguous);
@@ -72,17 +82,17 @@ TEST_CASE("run ids: last, last~N and narrowing by job and host", "[archive][runi
   TempDir tmp;
   Archive archive = open_archive(tmp / "archive.db");
   record_four(archive);
-  CHECK(archive.resolve("last").value_or("") == "20260102T030700Z-77aa0000");
-  CHECK(archive.resolve("last~0").value_or("") == "20260102T030700Z-77aa0000");
-  CHECK(archive.resolve("last~1").value_or("") == "20260102T030600Z-a0c0ffee");
-  CHECK(archive.resolve("last~3").value_or("") == "20260102T030400Z-3f9a1c0b");
-  CHECK(archive.resolve("last", RunNarrowing{.job = "kv_calc"}).value_or("") ==
+  CHECK(or_empty(archive.resolve("last")) == "20260102T030700Z-77aa0000");
+  CHECK(or_empty(archive.resolve("last~0")) == "20260102T030700Z-77aa0000");
+  CHECK(or_empty(archive.resolve("last~1")) == "20260102T030600Z-a0c0ffee");
+  CHECK(or_empty(archive.resolve("last~3")) == "20260102T030400Z-3f9a1c0b");
+  CHECK(or_empty(archive.resolve("last", RunNarrowing{.job = "kv_calc"})) ==
         "20260102T030500Z-3f9b2222");
-  CHECK(archive.resolve("last~1", RunNarrowing{.job = "kv_calc"}).value_or("") ==
+  CHECK(or_empty(archive.resolve("last~1", RunNarrowing{.job = "kv_calc"})) ==
         "20260102T030400Z-3f9a1c0b");
-  CHECK(archive.resolve("last", RunNarrowing{.host = "gpu1"}).value_or("") ==
+  CHECK(or_empty(archive.resolve("last", RunNarrowing{.host = "gpu1"})) ==
         "20260102T030600Z-a0c0ffee");
-  CHECK(archive.resolve("last", RunNarrowing{.job = "kv_calc", .host = "gpu1"}).value_or("") ==
+  CHECK(or_empty(archive.resolve("last", RunNarrowing{.job = "kv_calc", .host = "gpu1"})) ==
         "20260102T030400Z-3f9a1c0b");
   CHECK(archive.load("last~1", {.narrow = {.host = "gpu2"}})->job == "kv_calc");
 
@@ -227,11 +237,11 @@ TEST_CASE("prune: an archive made without incremental vacuum is vacuumed once", 
 
 TEST_CASE("sizes: units and refusals", "[archive][prune]")
 {
-  CHECK(ferry::parse_size("2GiB", "x").value_or(0) == 2ULL << 30);
-  CHECK(ferry::parse_size("500mib", "x").value_or(0) == 500ULL << 20);
-  CHECK(ferry::parse_size("1.5GB", "x").value_or(0) == 1'500'000'000ULL);
-  CHECK(ferry::parse_size("4096", "x").value_or(0) == 4096);
-  CHECK(ferry::parse_size("64 K", "x").value_or(0) == 64 * 1024);
+  CHECK(or_zero(ferry::parse_size("2GiB", "x")) == 2ULL << 30);
+  CHECK(or_zero(ferry::parse_size("500mib", "x")) == 500ULL << 20);
+  CHECK(or_zero(ferry::parse_size("1.5GB", "x")) == 1'500'000'000ULL);
+  CHECK(or_zero(ferry::parse_size("4096", "x")) == 4096);
+  CHECK(or_zero(ferry::parse_size("64 K", "x")) == 64 * 1024);
   for (const char* bad : {"", "big", "-1GiB", "2 GiBs", "1e30", "nan", "GiB"}) {
     auto refused = ferry::parse_size(bad, "--max-size");
     REQUIRE_FALSE(refused);
