@@ -27,8 +27,11 @@ Expected<PruneOptions> prune_options(const PruneCommand& cmd)
                 "prune needs --older-than AGE, --keep-last N or --max-size SIZE "
                 "(nothing is removed without one); --dry-run shows what would go");
   }
-  PruneOptions options{
-      .keep_last = cmd.keep_last, .job = cmd.job, .host = cmd.host, .dry_run = cmd.dry_run};
+  PruneOptions options;
+  options.keep_last = cmd.keep_last;
+  options.job = cmd.job;
+  options.host = cmd.host;
+  options.dry_run = cmd.dry_run;
   if (cmd.older_than) {
     auto before = normalize_since(*cmd.older_than);
     if (!before) {

@@ -86,7 +86,10 @@ public:
       return;
     }
     // The newest run stays, so the run just made can be looked at whatever the size says.
-    auto pruned = m_archive->prune(PruneOptions{.keep_last = 1, .max_size = **max_size});
+    PruneOptions options;
+    options.keep_last = 1;
+    options.max_size = **max_size;
+    auto pruned = m_archive->prune(options);
     if (!pruned) {
       m_ctx.reporter().error({pruned.error().kind, pruned.error().message});
     } else if (!pruned->removed.empty()) {

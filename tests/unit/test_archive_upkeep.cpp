@@ -8,6 +8,14 @@ using ferry::RunNarrowing;
 
 namespace {
 
+// T with SET applied: designated initializers would have to name every member (-Wextra).
+template <typename T, typename F> T with(F set)
+{
+  T value;
+  set(value);
+  return value;
+}
+
 std::string or_empty(const ferry::Expected<std::string>& id)
 {
   return id ? id.value() : "error: " + id.error().message;
@@ -40,7 +48,9 @@ TEST_CASE("run ids: a unique prefix of the random part names the run", "[archive
   record_four(archive);
   CHECK(or_empty(archive.resolve("a0c")) == "20260102T030600Z-a0c0ffee");
   CHECK(or_empty(archive.resolve("3f9a")) == "20260102T030400Z-3f9a1c0b");
-  CHECK(archive.load("77aa0000")->job == "probe");
+  auto by_random_part = archive.load("77aa0000");
+  REQUIRE(by_random_part);
+  CHECK(by_random_part->job == "probe");
   // The whole id and a prefix of it still work.
   CHECK(or_empty(archive.resolve("20260102T030500Z-3f9b2222")) == "20260102T030500Z-3f9b2222");
   CHECK(or_empty(archive.resolve("20260102T0305")) == "20260102T030500Z-3f9b2222");
@@ -86,20 +96,26 @@ TEST_CASE("run ids: last, last~N and narrowing by job and host", "[archive][runi
   CHECK(or_empty(archive.resolve("last~0")) == "20260102T030700Z-77aa0000");
   CHECK(or_empty(archive.resolve("last~1")) == "20260102T030600Z-a0c0ffee");
   CHECK(or_empty(archive.resolve("last~3")) == "20260102T030400Z-3f9a1c0b");
-  CHECK(or_empty(archive.resolve("last", RunNarrowing{.job = "kv_calc"})) ==
+  CHECK(or_empty(archive.resolve("last", with<RunNarrowing>([](auto& o) { o.job = "kv_calc"; }))) ==
         "20260102T030500Z-3f9b2222");
-  CHECK(or_empty(archive.resolve("last~1", RunNarrowing{.job = "kv_calc"})) ==
-        "20260102T030400Z-3f9a1c0b");
-  CHECK(or_empty(archive.resolve("last", RunNarrowing{.host = "gpu1"})) ==
+  CHECK(or_empty(archive.resolve("last~1", with<RunNarrowing>([](auto& o) {
+                                   o.job = "kv_calc";
+                                 }))) == "20260102T030400Z-3f9a1c0b");
+  CHECK(or_empty(archive.resolve("last", with<RunNarrowing>([](auto& o) { o.host = "gpu1"; }))) ==
         "20260102T030600Z-a0c0ffee");
-  CHECK(or_empty(archive.resolve("last", RunNarrowing{.job = "kv_calc", .host = "gpu1"})) ==
-        "20260102T030400Z-3f9a1c0b");
-  CHECK(archive.load("last~1", {.narrow = {.host = "gpu2"}})->job == "kv_calc");
+  CHECK(or_empty(archive.resolve("last", with<RunNarrowing>([](auto& o) {
+                                   o.job = "kv_calc";
+                                   o.host = "gpu1";
+                                 }))) == "20260102T030400Z-3f9a1c0b");
+  auto narrowed =
+      archive.load("last~1", with<ferry::LoadOptions>([](auto& o) { o.narrow.host = "gpu2"; }));
+  REQUIRE(narrowed);
+  CHECK(narrowed->job == "kv_calc");
 
   auto too_far = archive.resolve("last~4");
   REQUIRE_FALSE(too_far);
   CHECK(too_far.error().kind == ErrorKind::usage);
-  auto none = archive.resolve("last", RunNarrowing{.job = "nope"});
+  auto none = archive.resolve("last", with<RunNarrowing>([](auto& o) { o.job = "nope"; }));
   REQUIRE_FALSE(none);
   CHECK(contains(none.error().message, "of job 'nope'"));
   for (const char* bad : {"last~", "last~x", "last~-1", "last~1x"}) {
@@ -109,7 +125,7 @@ TEST_CASE("run ids: last, last~N and narrowing by job and host", "[archive][runi
     CHECK(contains(refused.error().message, "last~1"));
   }
   // Narrowing a run id makes no sense: refused, not silently ignored.
-  auto narrowed_id = archive.resolve("a0c", RunNarrowing{.job = "kv_calc"});
+  auto narrowed_id = archive.resolve("a0c", with<RunNarrowing>([](auto& o) { o.job = "kv_calc"; }));
   REQUIRE_FALSE(narrowed_id);
   CHECK(contains(narrowed_id.error().message, "--job and --host"));
 }
@@ -151,24 +167,43 @@ TEST_CASE("prune selection: age, keep-last and size", "[archive][prune]")
   // Nothing asked, nothing chosen.
   CHECK(chosen_ids(sizes, {}, 600).empty());
   // Older than the 4th: runs 1-3, oldest first.
-  CHECK(chosen_ids(sizes, {.started_before = "2026-01-04T00:00:00.000Z"}, 600) ==
-        Ids{"run1", "run2", "run3"});
+  CHECK(chosen_ids(sizes, with<PruneOptions>([](auto& o) {
+                     o.started_before = "2026-01-04T00:00:00.000Z";
+                   }),
+                   600) == Ids{"run1", "run2", "run3"});
   // keep-last alone removes all but the N newest.
-  CHECK(chosen_ids(sizes, {.keep_last = 2}, 600) == Ids{"run1", "run2", "run3", "run4"});
-  CHECK(chosen_ids(sizes, {.keep_last = 0}, 600).size() == 6);
-  CHECK(chosen_ids(sizes, {.keep_last = 10}, 600).empty());
+  CHECK(chosen_ids(sizes, with<PruneOptions>([](auto& o) { o.keep_last = 2; }), 600) ==
+        Ids{"run1", "run2", "run3", "run4"});
+  CHECK(chosen_ids(sizes, with<PruneOptions>([](auto& o) { o.keep_last = 0; }), 600).size() == 6);
+  CHECK(chosen_ids(sizes, with<PruneOptions>([](auto& o) { o.keep_last = 10; }), 600).empty());
   // Beside an age it only protects.
-  CHECK(chosen_ids(sizes, {.started_before = "2026-02-01", .keep_last = 4}, 600) ==
-        Ids{"run1", "run2"});
+  CHECK(chosen_ids(sizes, with<PruneOptions>([](auto& o) {
+                     o.started_before = "2026-02-01";
+                     o.keep_last = 4;
+                   }),
+                   600) == Ids{"run1", "run2"});
   // Size: the oldest go until the rest fits (600 used, 100 each).
-  CHECK(chosen_ids(sizes, {.max_size = 350}, 600) == Ids{"run1", "run2", "run3"});
-  CHECK(chosen_ids(sizes, {.max_size = 600}, 600).empty());
-  // What the age removes counts towards the size.
-  CHECK(chosen_ids(sizes, {.started_before = "2026-01-03", .max_size = 350}, 600) ==
+  CHECK(chosen_ids(sizes, with<PruneOptions>([](auto& o) { o.max_size = 350; }), 600) ==
         Ids{"run1", "run2", "run3"});
+  CHECK(chosen_ids(sizes, with<PruneOptions>([](auto& o) { o.max_size = 600; }), 600).empty());
+  // What the age removes counts towards the size.
+  CHECK(chosen_ids(sizes, with<PruneOptions>([](auto& o) {
+                     o.started_before = "2026-01-03";
+                     o.max_size = 350;
+                   }),
+                   600) == Ids{"run1", "run2", "run3"});
   // keep-last protects against size too, even when the rest does not fit.
-  CHECK(chosen_ids(sizes, {.keep_last = 5, .max_size = 0}, 600) == Ids{"run1"});
-  CHECK(chosen_ids({}, {.keep_last = 1, .max_size = 0}, 600).empty());
+  CHECK(chosen_ids(sizes, with<PruneOptions>([](auto& o) {
+                     o.keep_last = 5;
+                     o.max_size = 0;
+                   }),
+                   600) == Ids{"run1"});
+  CHECK(chosen_ids({}, with<PruneOptions>([](auto& o) {
+                     o.keep_last = 1;
+                     o.max_size = 0;
+                   }),
+                   600)
+            .empty());
 }
 
 TEST_CASE("prune: runs, then unused scripts, then the space", "[archive][prune]")
@@ -185,14 +220,20 @@ TEST_CASE("prune: runs, then unused scripts, then the space", "[archive][prune]"
     run.stdout_text = big;
     record(archive, run);
   }
-  auto dry = archive.prune({.keep_last = 1, .dry_run = true});
+  auto dry = archive.prune(with<PruneOptions>([](auto& o) {
+    o.keep_last = 1;
+    o.dry_run = true;
+  }));
   REQUIRE(dry);
   CHECK(dry->removed.size() == 3);
   CHECK(dry->removed.front().run_id == "20260102T030400Z-00000000");
   CHECK(dry->removed.front().bytes > big.size());
   CHECK(sql_int(path, "SELECT count(*) FROM runs") == 4);
 
-  auto pruned = archive.prune({.started_before = "2026-01-03", .job = "old"});
+  auto pruned = archive.prune(with<PruneOptions>([](auto& o) {
+    o.started_before = "2026-01-03";
+    o.job = "old";
+  }));
   REQUIRE(pruned);
   CHECK(pruned->removed.size() == 2);
   CHECK(pruned->scripts_removed == 1);
@@ -227,7 +268,7 @@ TEST_CASE("prune: an archive made without incremental vacuum is vacuumed once", 
   sql_exec(path, "PRAGMA auto_vacuum = NONE; VACUUM");
   REQUIRE(sql_int(path, "PRAGMA auto_vacuum") == 0);
   Archive archive = open_archive(path);
-  auto pruned = archive.prune({.keep_last = 1});
+  auto pruned = archive.prune(with<PruneOptions>([](auto& o) { o.keep_last = 1; }));
   REQUIRE(pruned);
   CHECK(pruned->removed.size() == 1);
   CHECK(sql_int(path, "PRAGMA auto_vacuum") == 2);
