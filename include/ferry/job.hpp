@@ -40,6 +40,9 @@ struct JobMeta {
   // `[env]`: variables the job runs with (docs/job-file.md); --env and the config file add to
   // them and win.
   std::map<std::string, std::string> env;
+  // `volatile = ["/cwd", "/hostname"]`: JSON Pointers into the result whose values legitimately
+  // vary from run to run; `replay` leaves them (and what is below them) out of its comparison.
+  std::vector<std::string> volatile_pointers;
 };
 
 struct Job {

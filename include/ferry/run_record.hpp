@@ -52,6 +52,9 @@ struct RunRecord {
   // ran it (after the config file and --interpreter).
   std::vector<std::string> env;
   std::string interpreter;
+  // The effective options the run was made with (docs/record.md, "options"): what `replay`
+  // runs with again. An empty object for runs recorded before ferry kept them.
+  nlohmann::json options = nlohmann::json::object();
 
   // Not part of the JSON record: the exact bytes that ran, the name they travelled under, and
   // the result file's bytes as they came back.

@@ -30,7 +30,13 @@ struct RunOptions {
   EnvVars env;
   std::map<std::string, std::string> interpreters;
   std::function<HostSettings(std::string_view host)> host_settings; // may be empty
+  // Recorded only (the session applies it): the run directory base given, empty for the default.
+  std::string remote_base;
 };
+
+// The record's "options" (docs/record.md): the options the run is made with, defaults applied,
+// as `replay` reuses them. The one place that decides what a record keeps of them.
+[[nodiscard]] nlohmann::json recorded_options(const RunOptions& options, const Job& job);
 
 // `-v` output: "ferry: gpu1 kv_calc: upload 0.004 s".
 void log_step(const RunOptions& options, std::string_view host, std::string_view job,

@@ -39,7 +39,7 @@ std::string small_record(const RunRecord& run)
   [[maybe_unused]] const auto& [run_id, job, job_sha256, target, params, status, exit_code, error,
                                 result, stdout_text, stderr_text, stdout_truncated,
                                 stderr_truncated, started_at, duration_s, timings, replay_of,
-                                ferry_version, warnings, client, env, interpreter, script,
+                                ferry_version, warnings, client, env, interpreter, options, script,
                                 result_bytes, script_name, host_label, unreachable] = run;
   const RunRecord head{.run_id = run_id,
                        .job = job,
@@ -63,6 +63,7 @@ std::string small_record(const RunRecord& run)
                        .client = client,
                        .env = env,
                        .interpreter = interpreter,
+                       .options = options,
                        .script = {},
                        .result_bytes = {},
                        .script_name = script_name,

@@ -23,6 +23,7 @@ using nlohmann::json;
 
 struct ExportCommand {
   std::string run;
+  RunNarrowing narrow;
   std::string dir;
 };
 
@@ -93,7 +94,7 @@ Expected<void> prepare_directory(const fs::path& dir, const std::vector<ExportFi
 
 Expected<ExitCode> run_export(Context& ctx, const ExportCommand& cmd)
 {
-  FERRY_TRY_ASSIGN(const auto run, load_archived_run(ctx, cmd.run));
+  FERRY_TRY_ASSIGN(const auto run, load_archived_run(ctx, cmd.run, cmd.narrow));
   const fs::path dir(cmd.dir);
   const auto files = export_files(run);
   FERRY_TRY(prepare_directory(dir, files));
@@ -115,7 +116,8 @@ void add_export_command(CLI::App& app, Context& ctx)
   CLI::App* sub = app.add_subcommand(
       "export", "Write one archived run as files: script, params.json, result.json, stdout, "
                 "stderr, run.json");
-  sub->add_option("RUN", cmd->run, "a run id, a unique prefix of one, or 'last'")->required();
+  sub->add_option("RUN", cmd->run, run_ref_help)->required();
+  add_narrowing_options(*sub, cmd->narrow);
   sub->add_option("DIR", cmd->dir, "directory to write into (created if missing)")->required();
   sub->footer(R"(Examples:
   ferry export last ./run-files

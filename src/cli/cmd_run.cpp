@@ -199,6 +199,7 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   options.timeout_s = cmd.timeout_s;
   options.keep_remote = cmd.keep_remote;
   options.output_cap = cmd.output_cap_mib << 20;
+  options.remote_base = cmd.target.remote_base;
   return execute_runs(ctx, sessions, runs, options,
                       {!cmd.no_archive, cmd.parallel, swept_keys(cmd)}, ctx.reporter());
 }

@@ -14,6 +14,7 @@ using nlohmann::json;
 
 struct ShowCommand {
   std::string run;
+  RunNarrowing narrow;
   bool json = false;
   bool script = false;
   bool params = false;
@@ -171,7 +172,7 @@ std::optional<std::string> part(const ShowCommand& cmd, const RunRecord& run)
 
 Expected<ExitCode> run_show(Context& ctx, const ShowCommand& cmd)
 {
-  FERRY_TRY_ASSIGN(const auto run, load_archived_run(ctx, cmd.run));
+  FERRY_TRY_ASSIGN(const auto run, load_archived_run(ctx, cmd.run, cmd.narrow));
   if (auto bytes = part(cmd, run)) {
     ctx.reporter().bytes(*bytes);
     if (std::ferror(stdout) != 0) {
@@ -189,7 +190,8 @@ void add_show_command(CLI::App& app, Context& ctx)
 {
   auto cmd = std::make_shared<ShowCommand>();
   CLI::App* sub = app.add_subcommand("show", "Show one archived run");
-  sub->add_option("RUN", cmd->run, "a run id, a unique prefix of one, or 'last'")->required();
+  sub->add_option("RUN", cmd->run, run_ref_help)->required();
+  add_narrowing_options(*sub, cmd->narrow);
   std::vector<CLI::Option*> parts = {
       sub->add_flag("--json", cmd->json, "the full run record as one JSON object"),
       sub->add_flag("--script", cmd->script, "the exact script bytes that ran"),
@@ -207,7 +209,8 @@ void add_show_command(CLI::App& app, Context& ctx)
   }
   sub->footer(R"(Examples:
   ferry show last
-  ferry show 20261129T1412 --result
+  ferry show last~1 --job kv_calc
+  ferry show 3f9a --result
   ferry show last --script | sha256sum)");
   on_chosen(*sub, ctx, [cmd, &ctx] { return run_show(ctx, *cmd); });
 }

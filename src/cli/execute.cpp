@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include "cli/archive_config.hpp"
 #include "ferry/archive.hpp"
 #include "ferry/transport.hpp"
 
@@ -49,7 +50,9 @@ public:
   void run_finished(RunRecord& record) override
   {
     if (m_archive) {
-      if (auto stored = m_archive->record(record); !stored) {
+      auto stored = m_archive->record(record);
+      m_recorded |= stored && !stored->spooled_to;
+      if (!stored) {
         m_ctx.reporter().error(
             {stored.error().kind,
              stored.error().message + " — this run's result is still shown below"});
@@ -64,6 +67,37 @@ public:
     m_unreachable |= record.unreachable;
     m_interrupted |= record.status == RunStatus::interrupted;
     m_view.run_finished(record);
+  }
+
+  // `[archive] max_size` in the config: the oldest runs go once the archive outgrows it. A
+  // problem is reported and changes nothing else: the runs are done and recorded.
+  void keep_within_configured_size()
+  {
+    if (!m_archive || !m_recorded) {
+      return;
+    }
+    auto max_size = configured_archive_max_size();
+    if (!max_size) {
+      m_ctx.reporter().error(
+          {max_size.error().kind, max_size.error().message + " — the archive was not pruned"});
+      return;
+    }
+    if (!*max_size) {
+      return;
+    }
+    // The newest run stays, so the run just made can be looked at whatever the size says.
+    PruneOptions options;
+    options.keep_last = 1;
+    options.max_size = **max_size;
+    auto pruned = m_archive->prune(options);
+    if (!pruned) {
+      m_ctx.reporter().error({pruned.error().kind, pruned.error().message});
+    } else if (!pruned->removed.empty()) {
+      m_ctx.reporter().note(
+          fmt::format("archive over its max_size of {} ({}): removed the {} oldest run{} ({})",
+                      size_text(**max_size), config_file_path().string(), pruned->removed.size(),
+                      pruned->removed.size() == 1 ? "" : "s", size_text(pruned->removed_bytes)));
+    }
   }
 
   [[nodiscard]] ExitCode exit_code() const
@@ -81,6 +115,7 @@ private:
   Context& m_ctx;
   RunObserver& m_view;
   std::optional<Archive> m_archive;
+  bool m_recorded = false; // a run went into the archive (not into a spool file)
   bool m_failed = false;
   bool m_unreachable = false;
   bool m_interrupted = false;
@@ -105,6 +140,7 @@ ExitCode execute_runs(Context& ctx, std::vector<std::unique_ptr<HostSession>>& s
   install_interrupt_handlers();
   ArchivingObserver observer(ctx, view, batch.archive);
   run_fleet(sessions, runs, batch.parallel, run_options, observer, batch.swept);
+  observer.keep_within_configured_size();
   std::fflush(stdout);
   return observer.exit_code();
 }

@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include "ferry/job.hpp"
+#include "ferry/json_diff.hpp"
 #include "ferry/params.hpp"
 #include "ferry/remote/shell_neutral.hpp"
 #include "ferry/run_env.hpp"
@@ -362,6 +363,26 @@ Expected<void> set_env(JobMeta& meta, const toml::node& value, const Source& sou
   return {};
 }
 
+Expected<void> set_volatile(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  const auto* list = value.as_array();
+  if (list == nullptr) {
+    return source.refuse(value, "volatile must be a list of JSON Pointers into the result, e.g. "
+                                "[\"/cwd\", \"/hostname\"]");
+  }
+  for (const auto& item : *list) {
+    const auto pointer = item.value<std::string>();
+    if (!pointer || !is_json_pointer(*pointer)) {
+      return source.refuse(item,
+                           "volatile: {} is not a JSON Pointer; each entry is \"\" (the whole "
+                           "result) or starts with '/', with '~' only as ~0 or ~1",
+                           pointer ? "'" + *pointer + "'" : "a non-string entry");
+    }
+    meta.volatile_pointers.push_back(*pointer);
+  }
+  return {};
+}
+
 // The keys of the `/// ferry` block, each with what reads it.
 using MetaSetter = Expected<void> (*)(JobMeta&, const toml::node&, const Source&);
 constexpr std::pair<std::string_view, MetaSetter> k_meta_keys[] = {
@@ -372,6 +393,7 @@ constexpr std::pair<std::string_view, MetaSetter> k_meta_keys[] = {
     {"result_schema", set_result_schema},
     {"params", set_params},
     {"env", set_env},
+    {"volatile", set_volatile},
 };
 
 Expected<void> set_meta_key(JobMeta& meta, std::string_view key, const toml::node& value,

@@ -66,6 +66,7 @@ private:
                       interrupted ? RunStatus::interrupted : RunStatus::error, error.message);
     record.unreachable = !interrupted && error.kind == ErrorKind::unreachable;
     record.replay_of = m_options.replay_of;
+    record.options = recorded_options(m_options, *run.job);
     return record;
   }
 

@@ -80,6 +80,9 @@ json to_json(const RunRecord& r, bool with_streams)
   if (!r.interpreter.empty()) {
     j["interpreter"] = r.interpreter;
   }
+  if (!r.options.empty()) {
+    j["options"] = r.options;
+  }
   return j;
 }
 
@@ -134,6 +137,9 @@ Expected<RunRecord> run_record_from_json(const json& j)
       }
     }
     r.interpreter = j.value("interpreter", "");
+    if (const auto options = j.find("options"); options != j.end() && options->is_object()) {
+      r.options = *options;
+    }
   } catch (const json::exception& e) {
     return fail(ErrorKind::failed, "malformed run record: {}", e.what());
   }

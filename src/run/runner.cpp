@@ -2,6 +2,7 @@
 // only command a shell sees), collect (status and result), clean (a guard removes the run
 // directory on every path out).
 #include <chrono>
+#include <filesystem>
 
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
@@ -32,6 +33,40 @@ RunRecord new_record(const Job& job, const json& params, const HostSession& sess
   record.script_name = job.file_name;
   return record;
 }
+
+// Where the job was read from, for `replay` to look there for today's copy: a file's absolute
+// path, "built-in", or null (archived bytes being replayed).
+json job_source(const Job& job)
+{
+  std::error_code ec;
+  if (job.source == "built-in") {
+    return job.source;
+  }
+  if (std::filesystem::is_regular_file(job.source, ec)) {
+    return std::filesystem::absolute(job.source, ec).string();
+  }
+  return nullptr;
+}
+
+} // namespace
+
+nlohmann::json recorded_options(const RunOptions& options, const Job& job)
+{
+  json recorded = {
+      {"timeout_s", options.timeout_s.value_or(job.meta.timeout_s)},
+      {"grace_s", options.grace_s},
+      {"output_cap", options.output_cap},
+      {"result_cap", options.result_cap},
+      {"interpreter", job.meta.interpreter},
+      {"remote_base", options.remote_base.empty() ? json(nullptr) : json(options.remote_base)},
+      {"job_source", job_source(job)},
+  };
+  // Added here as runs gain them: "env" (the names of the variables passed, never their
+  // values) and "files" (each file sent with the run, by name and sha256).
+  return recorded;
+}
+
+namespace {
 
 void add_warning(RunRecord& record, std::string_view code, std::string message)
 {
@@ -397,6 +432,7 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params,
   const auto start = Clock::now();
   RunRecord record = new_record(job, params, session);
   record.replay_of = options.replay_of;
+  record.options = recorded_options(options, job);
   Run run{session,
           job,
           params,
@@ -408,6 +444,9 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params,
     record.env.push_back(name);
   }
   record.interpreter = run.setup.interpreter;
+  if (!run.setup.interpreter.empty()) {
+    record.options["interpreter"] = run.setup.interpreter; // after the config file and --interpreter
+  }
   run_phases(run);
   record.duration_s = seconds_since(start);
   return record;

@@ -65,7 +65,11 @@ class ArchiveCli(unittest.TestCase):
         self.assertEqual(res.code, 0, res)
         rec = res.record
         self.assertEqual(rec["replay_of"], first["run_id"])
-        self.assertEqual(rec["compare"], {"identical": True, "changes": []})
+        # Identical, and the edit is reported (issue 14): the archived bytes ran.
+        self.assertEqual(rec["compare"]["changes"], [])
+        self.assertTrue(rec["compare"]["identical"])
+        self.assertEqual(rec["compare"]["job"]["replayed"], "archived")
+        self.assertIn("has changed since run", res.stderr.decode())
         self.assertEqual(rec["job_sha256"], first["job_sha256"])
 
     def test_replay_reports_what_changed(self):
