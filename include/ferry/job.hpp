@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ferry/bundle.hpp"
 #include "ferry/expected.hpp"
 
 namespace ferry {
@@ -37,6 +38,10 @@ struct JobMeta {
   // A JSON Schema (an object) the job's result follows; `ferry mcp` publishes it as the tool's
   // output schema.
   std::optional<nlohmann::json> result_schema;
+  // `files`: globs relative to the job file's directory, staged beside the job; `outputs`: globs
+  // relative to the run directory, fetched after the run.
+  std::vector<std::string> files;
+  std::vector<std::string> outputs;
 };
 
 struct Job {
@@ -45,6 +50,7 @@ struct Job {
   std::string file_name; // the name it travels under (its own file name)
   std::string bytes;     // exactly the file's bytes
   JobMeta meta;
+  std::vector<BundleFile> files; // what travels beside it (resolve_job_files, or the archive)
 
   [[nodiscard]] const ParamSpec* param(std::string_view name) const;
 };

@@ -1,8 +1,10 @@
 #pragma once
 // Runs one job on one connected HostSession: stage, exec the launcher, fetch, clean up, and
 // turn what happened into a RunRecord. Knows nothing of how the session reaches its host.
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +24,11 @@ struct RunOptions {
   bool verbose = false; // `-v`: each step with its time on stderr
   StopToken stop;       // stopped: the runs end as on an interrupt (status interrupted)
   OutputSink on_output; // optional: the job's output as it arrives
+  // Files back: `--fetch` globs (besides the job's `outputs`), where they go (`{run_id}` and
+  // `{host}` replaced), and how many bytes of them per run the archive keeps.
+  std::vector<std::string> fetch;
+  std::string out_dir = "ferry-out/{run_id}/{host}";
+  std::uint64_t archive_outputs_max = 16u << 20;
 };
 
 // `-v` output: "ferry: gpu1 kv_calc: upload 0.004 s".

@@ -108,6 +108,24 @@ TargetOptions replay_target(const ReplayCommand& cmd, const RunRecord& original)
   return target;
 }
 
+// The files that travelled with the original run, with their archived (and verified) bytes.
+Expected<std::vector<BundleFile>> archived_files(const RunRecord& original)
+{
+  std::vector<BundleFile> files;
+  for (const auto& item : original.files) {
+    const std::string sha256 = item.value("sha256", "");
+    const auto blob = original.blobs.find(sha256);
+    if (blob == original.blobs.end()) {
+      return fail(ErrorKind::failed,
+                  "run {} has no archived bytes for its file {}; it cannot be "
+                  "replayed as it ran",
+                  original.run_id, item.value("path", ""));
+    }
+    files.push_back({item.value("path", ""), 0600, sha256, blob->second});
+  }
+  return files;
+}
+
 Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
 {
   ctx.use_json(cmd.json);
@@ -119,10 +137,11 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
                 original.run_id);
   }
   // The archived bytes run, never today's copy of the job.
-  FERRY_TRY_ASSIGN(const auto job,
+  FERRY_TRY_ASSIGN(auto job,
                    parse_job(original.job,
                              original.script_name.empty() ? original.job : original.script_name,
                              "archived script of run " + original.run_id, original.script));
+  FERRY_TRY_ASSIGN(job.files, archived_files(original));
   FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, replay_target(cmd, original)));
   RunOptions options;
   options.verbose = ctx.global.verbose;

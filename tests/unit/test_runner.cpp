@@ -27,6 +27,7 @@ public:
   }
   std::map<std::string, std::string> files;
   std::vector<std::string> removed;
+  std::vector<std::string> dirs;
   std::vector<std::string> executed;
   ExecOutcome outcome;
   std::function<void(FakeSession&, const std::string& run_dir)> during_exec;
@@ -65,6 +66,24 @@ public:
     auto it = files.find(path);
     return it == files.end() ? FetchedFile{}
                              : FetchedFile{FetchedFile::Kind::regular, it->second, {}};
+  }
+  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override
+  {
+    auto it = files.find(path);
+    if (it == files.end()) {
+      return FetchedFile{};
+    }
+    FERRY_TRY(sink(it->second));
+    return FetchedFile{FetchedFile::Kind::regular, {}, {}};
+  }
+  Expected<void> make_dir(const std::string& path) override
+  {
+    dirs.push_back(path);
+    return {};
+  }
+  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string&) override
+  {
+    return std::optional<std::vector<DirEntry>>();
   }
   Expected<bool> file_exists(const std::string& path) override { return files.count(path) != 0; }
   Expected<void> remove_run_dir(const std::string& path) override
