@@ -202,11 +202,14 @@ Expected<void> add_declared(Gathered& gathered, const Job& job, const fs::path& 
     return list_local_dir(rel.empty() ? job_dir : job_dir / rel);
   };
   FERRY_TRY_ASSIGN(const auto matches, expand_glob(pattern, what, lister));
-  if (matches.empty()) {
-    return fail(ErrorKind::usage, "{}: matches no file in {}; check the name, or remove the entry",
-                what, job_dir.string());
-  }
+  // A wildcard may match directories beside the files (`data/*`): those are passed over; a
+  // directory named as such is a mistake worth saying.
+  const bool wildcard_last = has_wildcard(pattern.substr(pattern.rfind('/') + 1));
+  std::size_t sent = 0;
   for (const auto& match : matches) {
+    if (match.entry.kind == DirEntry::Kind::dir && wildcard_last) {
+      continue;
+    }
     if (match.entry.kind == DirEntry::Kind::dir) {
       return fail(ErrorKind::usage, "{}: {} is a directory; name its files (\"{}/*\")", what,
                   match.path, match.path);
@@ -218,6 +221,11 @@ Expected<void> add_declared(Gathered& gathered, const Job& job, const fs::path& 
                   what, match.path, match.entry.what);
     }
     FERRY_TRY(gathered.add(match.path, job_dir / match.path, what));
+    ++sent;
+  }
+  if (sent == 0) {
+    return fail(ErrorKind::usage, "{}: matches no file in {}; check the name, or remove the entry",
+                what, job_dir.string());
   }
   return {};
 }

@@ -303,6 +303,11 @@ Expected<void> fetch_output(const Run& run, const std::string& run_dir, const fs
   return {};
 }
 
+bool wildcard_last(const std::string& pattern)
+{
+  return pattern.substr(pattern.rfind('/') + 1).find_first_of("*?[") != std::string::npos;
+}
+
 // Files back: every regular file the job's `outputs` and `--fetch` globs match in the run
 // directory, after the job, whatever its status. What cannot be fetched is a warning.
 void fetch_outputs(const Run& run, const std::string& run_dir)
@@ -332,6 +337,9 @@ void fetch_outputs(const Run& run, const std::string& run_dir)
     for (const auto& match : *matches) {
       if (!seen.insert(match.path).second) {
         continue;
+      }
+      if (match.entry.kind == DirEntry::Kind::dir && wildcard_last(pattern)) {
+        continue; // `out/*` passes over the directories beside the files
       }
       if (match.entry.kind != DirEntry::Kind::file) {
         add_warning(run.record, "output-skipped",
