@@ -308,33 +308,17 @@ bool wildcard_last(const std::string& pattern)
   return pattern.substr(pattern.rfind('/') + 1).find_first_of("*?[") != std::string::npos;
 }
 
-// Files back: every regular file the job's `outputs` and `--fetch` globs match in the run
-// directory, after the job, whatever its status. What cannot be fetched is a warning.
-void fetch_outputs(const Run& run, const std::string& run_dir)
-{
-  std::vector<std::string> patterns = run.job.meta.outputs;
-  patterns.insert(patterns.end(), run.options.fetch.begin(), run.options.fetch.end());
-  if (patterns.empty()) {
-    return;
-  }
-  const auto start = Clock::now();
-  const fs::path out = output_dir_for(run.options.out_dir, run.record.run_id, run.session.label());
-  const DirLister lister = [&](const std::string& rel) {
-    return run.session.list_dir(rel.empty() ? run_dir : run_dir + "/" + rel);
-  };
+// What one output glob's matches need along the way.
+struct OutputFetch {
+  const Run& run;
+  const std::string& run_dir;
+  fs::path out;
   std::set<std::string> seen;
   std::uint64_t archived = 0;
-  for (const auto& pattern : patterns) {
-    auto matches = expand_glob(pattern, fmt::format("output \"{}\"", pattern), lister);
-    if (!matches) {
-      add_warning(run.record, "output-failed", matches.error().message);
-      continue;
-    }
-    if (matches->empty()) {
-      add_warning(run.record, "output-missing",
-                  fmt::format("output \"{}\" matched no file in the run directory", pattern));
-    }
-    for (const auto& match : *matches) {
+
+  void take(const std::string& pattern, const std::vector<GlobMatch>& matches)
+  {
+    for (const auto& match : matches) {
       if (!seen.insert(match.path).second) {
         continue;
       }
@@ -352,6 +336,38 @@ void fetch_outputs(const Run& run, const std::string& run_dir)
         add_warning(run.record, "output-failed", fetched.error().message);
       }
     }
+  }
+};
+
+// Files back: every regular file the job's `outputs` and `--fetch` globs match in the run
+// directory, after the job, whatever its status. What cannot be fetched is a warning.
+void fetch_outputs(const Run& run, const std::string& run_dir)
+{
+  std::vector<std::string> patterns = run.job.meta.outputs;
+  patterns.insert(patterns.end(), run.options.fetch.begin(), run.options.fetch.end());
+  if (patterns.empty()) {
+    return;
+  }
+  const auto start = Clock::now();
+  OutputFetch fetch{run,
+                    run_dir,
+                    output_dir_for(run.options.out_dir, run.record.run_id, run.session.label()),
+                    {},
+                    0};
+  const DirLister lister = [&](const std::string& rel) {
+    return run.session.list_dir(rel.empty() ? run_dir : run_dir + "/" + rel);
+  };
+  for (const auto& pattern : patterns) {
+    auto matches = expand_glob(pattern, fmt::format("output \"{}\"", pattern), lister);
+    if (!matches) {
+      add_warning(run.record, "output-failed", matches.error().message);
+      continue;
+    }
+    if (matches->empty()) {
+      add_warning(run.record, "output-missing",
+                  fmt::format("output \"{}\" matched no file in the run directory", pattern));
+    }
+    fetch.take(pattern, *matches);
   }
   const double took = seconds_since(start);
   run.record.timings.fetch += took;
