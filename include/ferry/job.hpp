@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ferry/bundle.hpp"
 #include "ferry/expected.hpp"
 
 namespace ferry {
@@ -43,6 +44,10 @@ struct JobMeta {
   // `volatile = ["/cwd", "/hostname"]`: JSON Pointers into the result whose values legitimately
   // vary from run to run; `replay` leaves them (and what is below them) out of its comparison.
   std::vector<std::string> volatile_pointers;
+  // `files`: globs relative to the job file's directory, staged beside the job; `outputs`: globs
+  // relative to the run directory, fetched after the run.
+  std::vector<std::string> files;
+  std::vector<std::string> outputs;
 };
 
 struct Job {
@@ -51,6 +56,7 @@ struct Job {
   std::string file_name; // the name it travels under (its own file name)
   std::string bytes;     // exactly the file's bytes
   JobMeta meta;
+  std::vector<BundleFile> files; // what travels beside it (resolve_job_files, or the archive)
 
   [[nodiscard]] const ParamSpec* param(std::string_view name) const;
 };

@@ -2,6 +2,7 @@
 // One run of one job on one target: what `run --json`, `show --json` and the archive carry
 // (docs/record.md).
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,12 +56,19 @@ struct RunRecord {
   // The effective options the run was made with (docs/record.md, "options"): what `replay`
   // runs with again. An empty object for runs recorded before ferry kept them.
   nlohmann::json options = nlohmann::json::object();
+  // Files staged beside the job, [{"path","mode","size","sha256"}], and files fetched back,
+  // [{"path","size","sha256","archived"}]; absent from the JSON record when empty.
+  nlohmann::json files = nlohmann::json::array();
+  nlohmann::json outputs = nlohmann::json::array();
 
   // Not part of the JSON record: the exact bytes that ran, the name they travelled under, and
   // the result file's bytes as they came back.
   std::string script;
   std::string result_bytes;
   std::string script_name;
+  // Not part of the JSON record: the bytes of the staged files and of the archived outputs, by
+  // sha256 (each stored once in the archive).
+  std::map<std::string, std::string> blobs;
   std::string host_label;   // what the user called the target ("gpu1", "local")
   bool unreachable = false; // the host could not be reached or trusted (exit 3)
 };

@@ -3,8 +3,10 @@
 // turn what happened into a RunRecord. Knows nothing of how the session reaches its host.
 #include <functional>
 #include <map>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +34,11 @@ struct RunOptions {
   std::function<HostSettings(std::string_view host)> host_settings; // may be empty
   // Recorded only (the session applies it): the run directory base given, empty for the default.
   std::string remote_base;
+  // Files back: `--fetch` globs (besides the job's `outputs`), where they go (`{run_id}` and
+  // `{host}` replaced), and how many bytes of them per run the archive keeps.
+  std::vector<std::string> fetch;
+  std::string out_dir = "ferry-out/{run_id}/{host}";
+  std::uint64_t archive_outputs_max = 16u << 20;
 };
 
 // The record's "options" (docs/record.md): the options the run is made with, defaults applied,

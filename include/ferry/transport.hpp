@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ferry/bundle.hpp"
 #include "ferry/expected.hpp"
 
 namespace ferry {
@@ -144,6 +145,9 @@ struct FetchedFile {
   std::string other; // other: what it is instead ("a directory", "a symbolic link", ...)
 };
 
+// Takes the bytes of a file as they are read (fetch_stream); an error stops the read.
+using ChunkSink = std::function<Expected<void>(std::string_view)>;
+
 class HostSession {
 public:
   virtual ~HostSession() = default;
@@ -166,6 +170,15 @@ public:
   // or directory is never opened or followed), at most `cap` + 1 bytes of it.
   [[nodiscard]] virtual Expected<FetchedFile> fetch_file(const std::string& path,
                                                          std::size_t cap) = 0;
+  // The same rules as fetch_file, the bytes handed to `sink` piece by piece (no copy is held);
+  // `bytes` of the result stays empty.
+  [[nodiscard]] virtual Expected<FetchedFile> fetch_stream(const std::string& path,
+                                                           const ChunkSink& sink) = 0;
+  // A new 0700 directory; one that exists already (a link included) is an error.
+  [[nodiscard]] virtual Expected<void> make_dir(const std::string& path) = 0;
+  // The entries of a directory as lstat sees them; nullopt when it does not exist.
+  [[nodiscard]] virtual Expected<std::optional<std::vector<DirEntry>>>
+  list_dir(const std::string& path) = 0;
   [[nodiscard]] virtual Expected<bool> file_exists(const std::string& path) = 0;
   [[nodiscard]] virtual Expected<void> remove_run_dir(const std::string& path) = 0;
 };

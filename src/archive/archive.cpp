@@ -364,6 +364,42 @@ Expected<void> verify_script(const RunRecord& run, const std::optional<std::stri
   return {};
 }
 
+// The bytes of RUN's staged files and archived outputs (run_files), into run.blobs; with
+// `verify`, a missing blob or one whose bytes do not hash to its name is an error.
+Expected<void> load_file_blobs(Database& db, RunRecord& run, bool verify, const fs::path& path)
+{
+  FERRY_TRY_ASSIGN(auto stmt,
+                   explained(db.prepare("SELECT f.path, f.sha256, s.bytes FROM run_files f "
+                                        "LEFT JOIN scripts s ON s.sha256 = f.sha256 "
+                                        "WHERE f.run_id = ?1 AND f.archived = 1"),
+                             path, "read archive", &db));
+  stmt.bind(1, run.run_id);
+  for (;;) {
+    FERRY_TRY_ASSIGN(const bool row, explained(stmt.step(), path, "read archive", &db));
+    if (!row) {
+      return {};
+    }
+    const std::string sha256 = stmt.column_bytes(1);
+    if (stmt.is_null(2)) {
+      if (verify) {
+        return fail(ErrorKind::failed,
+                    "the file {} of run {} (sha256 {}) is missing from archive {}; the archive "
+                    "was changed outside ferry — refusing to use it",
+                    stmt.column_bytes(0), run.run_id, sha256, path.string());
+      }
+      continue;
+    }
+    std::string bytes = stmt.column_bytes(2);
+    if (verify && sha256_hex(bytes) != sha256) {
+      return fail(ErrorKind::failed,
+                  "the archived file {} of run {} does not match its sha256 {}; the archive was "
+                  "changed outside ferry — refusing to use it",
+                  stmt.column_bytes(0), run.run_id, sha256);
+    }
+    run.blobs.emplace(sha256, std::move(bytes));
+  }
+}
+
 } // namespace
 
 Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
@@ -414,6 +450,9 @@ Expected<RunRecord> Archive::load(std::string_view ref, const LoadOptions& optio
   FERRY_TRY_ASSIGN(const auto run_id, m_impl->resolve(ref, options.narrow));
   FERRY_TRY_ASSIGN(auto picked, load_by_id(db, path, run_id));
   auto& [run, script_sha256] = picked;
+  if (!run.files.empty() || !run.outputs.empty()) {
+    FERRY_TRY(load_file_blobs(db, run, options.verify_blobs, path));
+  }
   if (!script_sha256) {
     return std::move(run);
   }

@@ -5,6 +5,7 @@
 #include "cli/archive_view.hpp"
 #include "cli/execute.hpp"
 #include "cli/targets.hpp"
+#include "ferry/bundle.hpp"
 #include "ferry/json_diff.hpp"
 #include "ferry/sessions.hpp"
 #include "ferry/util.hpp"
@@ -310,6 +311,24 @@ Expected<std::vector<std::string>> ignored_pointers(const ReplayCommand& cmd, co
   return ignored;
 }
 
+// The files that travelled with the original run, with their archived (and verified) bytes.
+Expected<std::vector<BundleFile>> archived_files(const RunRecord& original)
+{
+  std::vector<BundleFile> files;
+  for (const auto& item : original.files) {
+    const std::string sha256 = item.value("sha256", "");
+    const auto blob = original.blobs.find(sha256);
+    if (blob == original.blobs.end()) {
+      return fail(ErrorKind::failed,
+                  "run {} has no archived bytes for its file {}; it cannot be "
+                  "replayed as it ran",
+                  original.run_id, item.value("path", ""));
+    }
+    files.push_back({item.value("path", ""), 0600, sha256, blob->second});
+  }
+  return files;
+}
+
 Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
 {
   ctx.use_json(cmd.json);
@@ -319,7 +338,13 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
   FERRY_TRY_ASSIGN(const auto original,
                    archive.load(cmd.run, LoadOptions{.verify_blobs = true, .narrow = cmd.narrow}));
   json compare_job;
-  FERRY_TRY_ASSIGN(const auto job, job_to_replay(ctx, cmd, original, compare_job));
+  FERRY_TRY_ASSIGN(auto job, job_to_replay(ctx, cmd, original, compare_job));
+  if (!cmd.current) {
+    // The files that travelled with it, as archived (and verified); --current sends today's.
+    FERRY_TRY_ASSIGN(job.files, archived_files(original));
+  } else {
+    FERRY_TRY(resolve_job_files(job, {}, k_default_max_upload));
+  }
   FERRY_TRY_ASSIGN(auto ignored, ignored_pointers(cmd, job));
   const TargetOptions target = replay_target(cmd, original);
   FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target));

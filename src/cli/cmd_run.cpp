@@ -1,5 +1,6 @@
 #include "cli/execute.hpp"
 #include "cli/targets.hpp"
+#include "ferry/bundle.hpp"
 #include "ferry/params.hpp"
 #include "ferry/remote/shell_neutral.hpp"
 #include "ferry/run_env.hpp"
@@ -27,6 +28,12 @@ struct RunCommand {
   std::vector<std::string> env;          // --env KEY=VALUE | KEY
   std::vector<std::string> interpreters; // --interpreter NAME=PATH
   std::vector<std::string> sweeps;       // --sweep KEY=V1,V2
+  // Files alongside and files back.
+  std::vector<std::string> files;
+  std::uint64_t max_upload_mib = k_default_max_upload >> 20;
+  std::vector<std::string> fetch;
+  std::string out_dir = "ferry-out/{run_id}/{host}";
+  std::uint64_t archive_outputs_max_mib = 16;
 };
 
 // --env, each checked; `--env KEY` takes ferry's own value.
@@ -174,6 +181,7 @@ Expected<std::vector<Job>> find_jobs(const RunCommand& cmd, const JobPath& path)
   jobs.reserve(cmd.jobs.size());
   for (const auto& spec : cmd.jobs) {
     FERRY_TRY_ASSIGN(auto job, find_job(spec, path));
+    FERRY_TRY(resolve_job_files(job, cmd.files, cmd.max_upload_mib << 20));
     jobs.push_back(std::move(job));
   }
   return jobs;
@@ -200,8 +208,34 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   options.keep_remote = cmd.keep_remote;
   options.output_cap = cmd.output_cap_mib << 20;
   options.remote_base = cmd.target.remote_base;
+  options.fetch = cmd.fetch;
+  options.out_dir = cmd.out_dir;
+  options.archive_outputs_max = cmd.archive_outputs_max_mib << 20;
   return execute_runs(ctx, sessions, runs, options,
                       {!cmd.no_archive, cmd.parallel, swept_keys(cmd)}, ctx.reporter());
+}
+
+// Files alongside (`--file`, `--max-upload`) and files back (`--fetch`, `--out`,
+// `--archive-outputs-max`).
+void add_bundle_options(CLI::App& sub, RunCommand& cmd)
+{
+  sub.add_option("--file", cmd.files,
+                 "a file to send beside the job (repeatable); inside the current directory it "
+                 "keeps its relative path, else it lands under its file name")
+      ->allow_extra_args(false);
+  sub.add_option("--max-upload", cmd.max_upload_mib, "MiB the job's files may come to in all")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  sub.add_option("--fetch", cmd.fetch,
+                 "a glob of files to bring back from the run directory (repeatable), besides the "
+                 "job's own `outputs`")
+      ->allow_extra_args(false);
+  sub.add_option("--out", cmd.out_dir, "where fetched files go; {run_id} and {host} are replaced")
+      ->capture_default_str();
+  sub.add_option("--archive-outputs-max", cmd.archive_outputs_max_mib,
+                 "MiB of fetched files the archive keeps per run (larger ones: their hash only)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
 }
 
 } // namespace
@@ -249,6 +283,7 @@ void add_run_command(CLI::App& app, Context& ctx)
   sub->add_option("--output-cap", cmd->output_cap_mib, "MiB kept of each of stdout and stderr")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  add_bundle_options(*sub, *cmd);
   sub->footer(R"(Examples:
   ferry run kv_calc -p model=qwen3.5-397b-a17b -p tp=8 -p kv_memory_gib=17.4
   ferry run gpu_probe host_facts --host gpu1 --host gpu2

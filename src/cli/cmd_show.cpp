@@ -21,6 +21,7 @@ struct ShowCommand {
   bool result = false;
   bool stdout_only = false;
   bool stderr_only = false;
+  bool outputs = false;
 };
 
 constexpr std::size_t stream_head_lines = 10;
@@ -170,9 +171,32 @@ std::optional<std::string> part(const ShowCommand& cmd, const RunRecord& run)
   return std::nullopt;
 }
 
+// `--outputs`: the files fetched back, one line each (the names made safe for a terminal).
+std::string outputs_listing(const RunRecord& run)
+{
+  if (run.outputs.empty()) {
+    return fmt::format("run {} fetched no files\n", run.run_id);
+  }
+  std::string text;
+  for (const auto& item : run.outputs) {
+    text += fmt::format("{}  {} bytes  sha256 {}{}\n", terminal_safe(item.value("path", "")),
+                        item.value("size", std::uint64_t{0}), item.value("sha256", ""),
+                        item.value("archived", false) ? "" : "  (not archived: over the cap)");
+  }
+  return text;
+}
+
 Expected<ExitCode> run_show(Context& ctx, const ShowCommand& cmd)
 {
   FERRY_TRY_ASSIGN(const auto run, load_archived_run(ctx, cmd.run, cmd.narrow));
+  if (cmd.outputs) {
+    if (cmd.json) {
+      ctx.reporter().bytes(pretty_json(run.outputs) + "\n");
+    } else {
+      ctx.reporter().document(outputs_listing(run), run.outputs);
+    }
+    return ExitCode::ok;
+  }
   if (auto bytes = part(cmd, run)) {
     ctx.reporter().bytes(*bytes);
     if (std::ferror(stdout) != 0) {
@@ -200,11 +224,17 @@ void add_show_command(CLI::App& app, Context& ctx)
       sub->add_flag("--stdout", cmd->stdout_only, "the job's standard output, byte for byte"),
       sub->add_flag("--stderr", cmd->stderr_only, "the job's standard error, byte for byte"),
   };
+  // With --json: the list as JSON.
+  auto* outputs = sub->add_flag("--outputs", cmd->outputs,
+                                "the files fetched back: path, size, sha256, whether archived");
   for (auto* part : parts) {
     for (auto* other : parts) {
       if (part != other) {
         part->excludes(other);
       }
+    }
+    if (part->get_name() != "--json") {
+      outputs->excludes(part);
     }
   }
   sub->footer(R"(Examples:

@@ -63,6 +63,8 @@ public:
             stored->why, record.run_id, stored->spooled_to->string()));
       }
     }
+    // The bytes of the run's files are in the archive now; views keep records, not bytes.
+    record.blobs.clear();
     m_failed |= record.status != RunStatus::ok;
     m_unreachable |= record.unreachable;
     m_interrupted |= record.status == RunStatus::interrupted;

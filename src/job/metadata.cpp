@@ -363,6 +363,31 @@ Expected<void> set_env(JobMeta& meta, const toml::node& value, const Source& sou
   return {};
 }
 
+// `files` and `outputs`: lists of globs relative to a directory (checked lexically here; matched
+// when the job runs).
+Expected<void> set_glob_list(std::vector<std::string>& into, std::string_view key,
+                             const toml::node& value, const Source& source)
+{
+  const auto* array = value.as_array();
+  if (array == nullptr) {
+    return source.refuse(value,
+                         "{} must be a list of relative paths or globs, e.g. "
+                         "[\"helpers.py\", \"data/*.csv\"]",
+                         key);
+  }
+  for (const auto& item : *array) {
+    const auto text = item.value<std::string>();
+    if (!text) {
+      return source.refuse(item, "{} entries must be strings", key);
+    }
+    if (auto checked = glob_segments(*text, fmt::format("{} entry \"{}\"", key, *text)); !checked) {
+      return source.refuse(item, "{}", checked.error().message);
+    }
+    into.push_back(*text);
+  }
+  return {};
+}
+
 Expected<void> set_volatile(JobMeta& meta, const toml::node& value, const Source& source)
 {
   const auto* list = value.as_array();
@@ -383,6 +408,16 @@ Expected<void> set_volatile(JobMeta& meta, const toml::node& value, const Source
   return {};
 }
 
+Expected<void> set_files(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  return set_glob_list(meta.files, "files", value, source);
+}
+
+Expected<void> set_outputs(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  return set_glob_list(meta.outputs, "outputs", value, source);
+}
+
 // The keys of the `/// ferry` block, each with what reads it.
 using MetaSetter = Expected<void> (*)(JobMeta&, const toml::node&, const Source&);
 constexpr std::pair<std::string_view, MetaSetter> k_meta_keys[] = {
@@ -394,6 +429,8 @@ constexpr std::pair<std::string_view, MetaSetter> k_meta_keys[] = {
     {"params", set_params},
     {"env", set_env},
     {"volatile", set_volatile},
+    {"files", set_files},
+    {"outputs", set_outputs},
 };
 
 Expected<void> set_meta_key(JobMeta& meta, std::string_view key, const toml::node& value,
@@ -480,8 +517,8 @@ Expected<Job> parse_job(std::string name, std::string file_name, std::string sou
 {
   const std::string label = source == "built-in" ? "built-in job " + file_name : source;
   FERRY_TRY_ASSIGN(auto meta, parse_job_meta(bytes, label));
-  return Job{std::move(name), std::move(source), std::move(file_name), std::move(bytes),
-             std::move(meta)};
+  return Job{std::move(name),  std::move(source), std::move(file_name),
+             std::move(bytes), std::move(meta),   {}};
 }
 
 } // namespace ferry

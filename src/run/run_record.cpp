@@ -73,6 +73,12 @@ json to_json(const RunRecord& r, bool with_streams)
   if (!r.warnings.empty()) {
     j["warnings"] = r.warnings;
   }
+  if (!r.files.empty()) {
+    j["files"] = r.files;
+  }
+  if (!r.outputs.empty()) {
+    j["outputs"] = r.outputs;
+  }
   if (!r.client.is_null()) {
     j["client"] = r.client;
   }
@@ -126,6 +132,8 @@ Expected<RunRecord> run_record_from_json(const json& j)
     }
     r.ferry_version = j.value("ferry_version", "");
     r.warnings = j.value("warnings", json::array());
+    r.files = j.value("files", json::array());
+    r.outputs = j.value("outputs", json::array());
     if (const auto client = j.find("client"); client != j.end() && client->is_object()) {
       r.client = *client;
     }

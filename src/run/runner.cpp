@@ -3,7 +3,12 @@
 // directory on every path out).
 #include <chrono>
 #include <filesystem>
+#include <cstring>
+#include <set>
 
+#include <unistd.h>
+
+#include "ferry/fd.hpp"
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
 #include "ferry/runner.hpp"
@@ -15,6 +20,7 @@ namespace ferry {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -136,6 +142,27 @@ struct Staged {
   LauncherSpec launcher;
 };
 
+// The job's own files, under their relative paths; each directory between made once, 0700.
+Expected<void> stage_files(const Run& run, const std::string& run_dir)
+{
+  std::set<std::string> made;
+  for (const auto& file : run.job.files) {
+    for (auto slash = file.path.find('/'); slash != std::string::npos;
+         slash = file.path.find('/', slash + 1)) {
+      if (std::string dir = file.path.substr(0, slash); made.insert(dir).second) {
+        FERRY_TRY(run.session.make_dir(run_dir + "/" + dir));
+      }
+    }
+    FERRY_TRY(run.session.put_file(run_dir + "/" + file.path, file.bytes));
+    run.record.files.push_back({{"path", file.path},
+                                {"mode", fmt::format("{:04o}", file.mode)},
+                                {"size", file.bytes.size()},
+                                {"sha256", file.sha256}});
+    run.record.blobs.emplace(file.sha256, file.bytes);
+  }
+  return {};
+}
+
 // Phase 1: the job, params.json and the launcher, written into the new run directory.
 Expected<Staged> stage(const Run& run, const std::string& run_dir)
 {
@@ -160,6 +187,7 @@ Expected<Staged> stage(const Run& run, const std::string& run_dir)
   for (const auto& [name, bytes] : files) {
     FERRY_TRY(run.session.put_file(run_dir + "/" + name, bytes));
   }
+  FERRY_TRY(stage_files(run, run_dir));
   run.record.timings.upload = seconds_since(start);
   run.step("upload", run.record.timings.upload);
   return staged;
@@ -271,6 +299,118 @@ std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome)
   return std::nullopt;
 }
 
+// Streams one output into the output directory, hashing it on the way; archived (read back from
+// disk) while the run's archive budget lasts.
+Expected<void> fetch_output(const Run& run, const std::string& run_dir, const fs::path& out,
+                            const std::string& rel, std::uint64_t& archived)
+{
+  FERRY_TRY_ASSIGN(const int raw, create_output_file(out, rel));
+  Fd fd(raw);
+  Defer remove_partial([&] { ::unlink((out / rel).c_str()); });
+  Sha256 hash;
+  std::uint64_t size = 0;
+  FERRY_TRY_ASSIGN(
+      const auto fetched,
+      run.session.fetch_stream(run_dir + "/" + rel, [&](std::string_view chunk) -> Expected<void> {
+        hash.update(chunk);
+        size += chunk.size();
+        if (const int e = write_all(fd.get(), chunk)) {
+          return fail(ErrorKind::failed, "cannot write {}: {}", (out / rel).string(),
+                      std::strerror(e));
+        }
+        return {};
+      }));
+  if (fetched.kind != FetchedFile::Kind::regular) {
+    return fail(ErrorKind::failed, "{} changed while it was fetched (now {})", rel,
+                fetched.kind == FetchedFile::Kind::missing ? "gone" : fetched.other);
+  }
+  if (const int e = fd.close()) {
+    return fail(ErrorKind::failed, "cannot write {}: {}", (out / rel).string(), std::strerror(e));
+  }
+  remove_partial.dismiss();
+  std::string sha = std::move(hash).hex();
+  const bool keep = archived + size <= run.options.archive_outputs_max;
+  if (keep) {
+    FERRY_TRY_ASSIGN(auto bytes, read_file(out / rel));
+    archived += size;
+    run.record.blobs.emplace(sha, std::move(bytes));
+  }
+  run.record.outputs.push_back(
+      {{"path", rel}, {"size", size}, {"sha256", sha}, {"archived", keep}});
+  return {};
+}
+
+bool wildcard_last(const std::string& pattern)
+{
+  return pattern.substr(pattern.rfind('/') + 1).find_first_of("*?[") != std::string::npos;
+}
+
+// What one output glob's matches need along the way.
+struct OutputFetch {
+  const Run& run;
+  const std::string& run_dir;
+  fs::path out;
+  std::set<std::string> seen;
+  std::uint64_t archived = 0;
+
+  void take(const std::string& pattern, const std::vector<GlobMatch>& matches)
+  {
+    for (const auto& match : matches) {
+      if (!seen.insert(match.path).second) {
+        continue;
+      }
+      if (match.entry.kind == DirEntry::Kind::dir && wildcard_last(pattern)) {
+        continue; // `out/*` passes over the directories beside the files
+      }
+      if (match.entry.kind != DirEntry::Kind::file) {
+        add_warning(run.record, "output-skipped",
+                    fmt::format("output {} is {}; only regular files are fetched", match.path,
+                                match.entry.kind == DirEntry::Kind::dir ? "a directory"
+                                                                        : match.entry.what));
+        continue;
+      }
+      if (auto fetched = fetch_output(run, run_dir, out, match.path, archived); !fetched) {
+        add_warning(run.record, "output-failed", fetched.error().message);
+      }
+    }
+  }
+};
+
+// Files back: every regular file the job's `outputs` and `--fetch` globs match in the run
+// directory, after the job, whatever its status. What cannot be fetched is a warning.
+void fetch_outputs(const Run& run, const std::string& run_dir)
+{
+  std::vector<std::string> patterns = run.job.meta.outputs;
+  patterns.insert(patterns.end(), run.options.fetch.begin(), run.options.fetch.end());
+  if (patterns.empty()) {
+    return;
+  }
+  const auto start = Clock::now();
+  OutputFetch fetch{run,
+                    run_dir,
+                    output_dir_for(run.options.out_dir, run.record.run_id, run.session.label()),
+                    {},
+                    0};
+  const DirLister lister = [&](const std::string& rel) {
+    return run.session.list_dir(rel.empty() ? run_dir : run_dir + "/" + rel);
+  };
+  for (const auto& pattern : patterns) {
+    auto matches = expand_glob(pattern, fmt::format("output \"{}\"", pattern), lister);
+    if (!matches) {
+      add_warning(run.record, "output-failed", matches.error().message);
+      continue;
+    }
+    if (matches->empty()) {
+      add_warning(run.record, "output-missing",
+                  fmt::format("output \"{}\" matched no file in the run directory", pattern));
+    }
+    fetch.take(pattern, *matches);
+  }
+  const double took = seconds_since(start);
+  run.record.timings.fetch += took;
+  run.step("outputs", took);
+}
+
 // Phase 3: the status and the result.
 void collect(const Run& run, const ExecOutcome& outcome, const std::string& run_dir)
 {
@@ -278,8 +418,8 @@ void collect(const Run& run, const ExecOutcome& outcome, const std::string& run_
   const auto start = Clock::now();
   const auto verdict = classify_exit(run, outcome);
   auto fetched = run.session.fetch_file(run_dir + "/result.json", run.options.result_cap);
-  record.timings.fetch = seconds_since(start);
-  run.step("fetch", record.timings.fetch);
+  record.timings.fetch += seconds_since(start);
+  run.step("fetch", seconds_since(start));
   if (!fetched) {
     return conclude(record, RunStatus::error, fetched.error().message);
   }
@@ -371,6 +511,7 @@ void run_phases(Run& run)
   case ExecEnd::deadline:
     break;
   }
+  fetch_outputs(run, *dir);
   collect(run, *executed, *dir);
 }
 

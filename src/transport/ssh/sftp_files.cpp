@@ -378,7 +378,7 @@ std::string_view sftp_type_name(int type)
 }
 } // namespace
 
-Expected<FetchedFile> SftpFiles::fetch_file(const std::string& path, std::size_t cap)
+Expected<FetchedFile> SftpFiles::fetch_stream(const std::string& path, const ChunkSink& sink)
 {
   FERRY_TRY(start());
   File file;
@@ -401,22 +401,91 @@ Expected<FetchedFile> SftpFiles::fetch_file(const std::string& path, std::size_t
   if (!file) {
     return fail(ErrorKind::failed, "{}", error("open", path));
   }
-  FetchedFile fetched{FetchedFile::Kind::regular, {}, {}};
   std::vector<char> buffer(64 * 1024);
-  while (fetched.bytes.size() <= cap) {
-    const auto armed = arm("read " + path);
-    const ssize_t n = sftp_read(file.get(), buffer.data(), buffer.size());
+  for (;;) {
+    ssize_t n = 0;
+    {
+      const auto armed = arm("read " + path);
+      n = sftp_read(file.get(), buffer.data(), buffer.size());
+    }
     if (n < 0) {
       return fail(ErrorKind::failed, "{}", error("read", path));
     }
     if (n == 0) {
       break;
     }
-    fetched.bytes.append(buffer.data(), static_cast<std::size_t>(n));
+    FERRY_TRY(sink(std::string_view(buffer.data(), static_cast<std::size_t>(n))));
   }
   const auto armed = arm("close " + path);
   file.reset();
+  return FetchedFile{FetchedFile::Kind::regular, {}, {}};
+}
+
+Expected<FetchedFile> SftpFiles::fetch_file(const std::string& path, std::size_t cap)
+{
+  std::string bytes;
+  bool over = false;
+  auto fetched = fetch_stream(path, [&](std::string_view chunk) -> Expected<void> {
+    bytes.append(chunk);
+    if (bytes.size() > cap) {
+      over = true; // cap + 1 bytes tell the caller it is over the cap; no need to read on
+      bytes.resize(cap + 1);
+      return fail(ErrorKind::failed, "over the cap");
+    }
+    return {};
+  });
+  if (over) {
+    return FetchedFile{FetchedFile::Kind::regular, std::move(bytes), {}};
+  }
+  if (fetched) {
+    fetched->bytes = std::move(bytes);
+  }
   return fetched;
+}
+
+Expected<void> SftpFiles::make_dir(const std::string& path)
+{
+  FERRY_TRY(start());
+  const auto armed = arm("create the directory " + path);
+  // mkdir fails on any name that exists, a link included: nothing is created through a link.
+  if (sftp_mkdir(m_sftp.get(), path.c_str(), 0700) != SSH_OK) {
+    return fail(ErrorKind::failed, "{}", error("create the directory", path));
+  }
+  if (sftp_chmod(m_sftp.get(), path.c_str(), 0700) != SSH_OK) {
+    return fail(ErrorKind::failed, "{}", error("set mode 0700 on", path));
+  }
+  return {};
+}
+
+Expected<std::optional<std::vector<DirEntry>>> SftpFiles::list_dir(const std::string& path)
+{
+  FERRY_TRY(start());
+  const auto armed = arm("list " + path);
+  Dir dir(sftp_opendir(m_sftp.get(), path.c_str()));
+  if (!dir) {
+    if (sftp_get_error(m_sftp.get()) == SSH_FX_NO_SUCH_FILE && !m_watchdog.fired()) {
+      return std::optional<std::vector<DirEntry>>();
+    }
+    return fail(ErrorKind::failed, "{}", error("list", path));
+  }
+  std::vector<DirEntry> entries;
+  // readdir's attributes come from lstat on OpenSSH's sftp-server: a link shows as a link.
+  while (const Attributes item{sftp_readdir(m_sftp.get(), dir.get())}) {
+    const std::string name = item->name != nullptr ? item->name : "";
+    if (name.empty() || name == "." || name == "..") {
+      continue;
+    }
+    DirEntry entry{name, DirEntry::Kind::other, item->size, {}};
+    if (item->type == SSH_FILEXFER_TYPE_REGULAR) {
+      entry.kind = DirEntry::Kind::file;
+    } else if (item->type == SSH_FILEXFER_TYPE_DIRECTORY) {
+      entry.kind = DirEntry::Kind::dir;
+    } else {
+      entry.what = sftp_type_name(item->type);
+    }
+    entries.push_back(std::move(entry));
+  }
+  return std::optional(std::move(entries));
 }
 
 Expected<bool> SftpFiles::file_exists(const std::string& path)
@@ -492,6 +561,7 @@ Expected<void> SftpFiles::remove_run_dir(const std::string& path)
   sftp_session sftp = m_sftp.get();
   auto known = std::move(m_uploaded[path]);
   m_uploaded.erase(path);
+  std::erase_if(m_uploaded, [&](const auto& item) { return item.first.starts_with(path + "/"); });
   known.push_back(path + "/result.json");
   for (const auto& file : known) {
     const auto armed = stopped ? CallWatchdog::Armed() : arm("remove " + file);

@@ -23,6 +23,9 @@ public:
   [[nodiscard]] Expected<std::string> create_run_dir();
   [[nodiscard]] Expected<void> put_file(const std::string& path, std::string_view bytes);
   [[nodiscard]] Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap);
+  [[nodiscard]] Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink);
+  [[nodiscard]] Expected<void> make_dir(const std::string& path);
+  [[nodiscard]] Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path);
   [[nodiscard]] Expected<bool> file_exists(const std::string& path);
   [[nodiscard]] Expected<void> remove_run_dir(const std::string& path);
   // Closes the SFTP channel (the next request opens it again); false when none was open.

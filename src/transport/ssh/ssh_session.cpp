@@ -83,6 +83,15 @@ public:
   {
     return files().fetch_file(path, cap);
   }
+  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override
+  {
+    return files().fetch_stream(path, sink);
+  }
+  Expected<void> make_dir(const std::string& path) override { return files().make_dir(path); }
+  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path) override
+  {
+    return files().list_dir(path);
+  }
   Expected<bool> file_exists(const std::string& path) override { return files().file_exists(path); }
   Expected<void> remove_run_dir(const std::string& path) override
   {
