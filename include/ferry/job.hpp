@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ferry/expected.hpp"
+#include "ferry/slurm_options.hpp"
 
 namespace ferry {
 
@@ -32,6 +33,7 @@ struct JobMeta {
   std::string interpreter;
   int timeout_s = 300;
   std::vector<ParamSpec> params; // in declaration order
+  SlurmOptions slurm;            // what the job asks of a Slurm target (its `[slurm]` table)
 };
 
 struct Job {

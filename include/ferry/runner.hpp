@@ -22,6 +22,7 @@ struct RunOptions {
   bool verbose = false; // `-v`: each step with its time on stderr
   StopToken stop;       // stopped: the runs end as on an interrupt (status interrupted)
   OutputSink on_output; // optional: the job's output as it arrives
+  NoteSink on_note;     // optional: the target's notes about a run (a scheduler's queue state)
 };
 
 // `-v` output: "ferry: gpu1 kv_calc: upload 0.004 s".

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "slurm_cli.hpp" // relative: main.cpp sees only include/
 #include "ferry/archive.hpp"
 #include "ferry/exit_code.hpp"
 #include "ferry/job.hpp"
@@ -35,6 +36,7 @@ struct TargetOptions {
   double connect_timeout_s = 0; // 0: ConnectTimeout from the ssh config, else 10 s
   std::string remote_base;      // default: $HOME/.cache/ferry/runs on the host
   int retries = 1;
+  SlurmCli slurm; // --slurm LOGIN and its options (docs/slurm.md)
 };
 
 using Action = std::function<Expected<ExitCode>()>;

@@ -59,6 +59,9 @@ public:
 private:
   static std::string text(const RunRecord& record)
   {
+    if (auto slurm = slurm_check_text(record)) {
+      return *slurm;
+    }
     if (record.status != RunStatus::ok) {
       return fmt::format("{}: FAILED — {}\n", record.host_label,
                          record.error.value_or("see stderr"));
@@ -77,10 +80,13 @@ Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
 {
   ctx.use_json(cmd.json);
   FERRY_TRY_ASSIGN(const auto job, find_job("host_facts", JobPath{{}, true}));
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(cmd.target));
+  CheckCommand described = cmd;
+  described.target.slurm.describe_cluster = true; // --slurm: version, partitions, GPU gres
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(described.target));
   const std::vector<PlannedRun> runs = {{&job, nlohmann::json::object()}};
   CheckView view(ctx.reporter());
-  return execute_runs(ctx, sessions, runs, RunOptions{}, {false, cmd.parallel}, view);
+  return execute_runs(ctx, sessions, runs, RunOptions{},
+                      {false, batch_parallel(cmd.target, cmd.parallel, sessions.size())}, view);
 }
 
 } // namespace

@@ -100,6 +100,10 @@ private:
 TargetOptions replay_target(const ReplayCommand& cmd, const RunRecord& original)
 {
   TargetOptions target = cmd.target;
+  use_archived_slurm_target(target, original);
+  if (!target.slurm.login.empty()) {
+    return target;
+  }
   const bool target_given = !target.hosts.empty() || !target.hosts_file.empty() || target.local;
   if (!target_given && !original.target.value("local", false)) {
     target.hosts = {original.host_label.empty() ? original.target.value("host", "")
@@ -122,13 +126,15 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
                    parse_job(original.job,
                              original.script_name.empty() ? original.job : original.script_name,
                              "archived script of run " + original.run_id, original.script));
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(replay_target(cmd, original)));
+  const TargetOptions target = replay_target(cmd, original);
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(target, std::span<const Job>(&job, 1)));
   RunOptions options;
   options.verbose = ctx.global.verbose;
   options.replay_of = original.run_id;
   const std::vector<PlannedRun> runs = {{&job, original.params}};
   ReplayView view(ctx.reporter(), original);
-  return view.exit_code(execute_runs(ctx, sessions, runs, options, BatchOptions{}, view));
+  const BatchOptions batch{true, batch_parallel(target, BatchOptions{}.parallel, sessions.size())};
+  return view.exit_code(execute_runs(ctx, sessions, runs, options, batch, view));
 }
 
 } // namespace

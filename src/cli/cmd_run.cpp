@@ -113,14 +113,14 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
     runs.push_back({&job, std::move(params)});
   }
   FERRY_TRY(check_keys_used(cmd, jobs));
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(cmd.target));
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(cmd.target, jobs));
   RunOptions options;
   options.verbose = ctx.global.verbose;
   options.timeout_s = cmd.timeout_s;
   options.keep_remote = cmd.keep_remote;
   options.output_cap = cmd.output_cap_mib << 20;
-  return execute_runs(ctx, sessions, runs, options, {!cmd.no_archive, cmd.parallel},
-                      ctx.reporter());
+  const int parallel = batch_parallel(cmd.target, cmd.parallel, sessions.size());
+  return execute_runs(ctx, sessions, runs, options, {!cmd.no_archive, parallel}, ctx.reporter());
 }
 
 } // namespace
@@ -153,7 +153,8 @@ void add_run_command(CLI::App& app, Context& ctx)
   sub->footer(R"(Examples:
   ferry run kv_calc -p model=qwen3.5-397b-a17b -p tp=8 -p kv_memory_gib=17.4
   ferry run gpu_probe host_facts --host gpu1 --host gpu2
-  ferry run ./jobs/my_probe.py --hosts-file hosts.txt -j 16 --json)");
+  ferry run ./jobs/my_probe.py --hosts-file hosts.txt -j 16 --json
+  ferry run gpu_probe --slurm login1 --partition gpu --gres gpu:8 --nodes 4)");
   on_chosen(*sub, ctx, [cmd, &ctx] { return run(ctx, *cmd); });
 }
 

@@ -39,6 +39,7 @@ public:
 
   void batch_started(std::size_t total) override { m_view.batch_started(total); }
   void run_started(const RunRef& run) override { m_view.run_started(run); }
+  void run_note(const RunRef& run, std::string_view text) override { m_view.run_note(run, text); }
   void progress(const FleetProgress& progress) override { m_view.progress(progress); }
   void batch_finished() override { m_view.batch_finished(); }
 

@@ -60,6 +60,7 @@ void add_target_options(CLI::App& command, TargetOptions& target)
       .add_option("--remote-base", target.remote_base,
                   "run directory base on the host (default $HOME/.cache/ferry/runs)")
       ->group("SSH");
+  add_slurm_options(command, target.slurm);
 }
 
 Expected<std::vector<std::string>> target_hosts(const TargetOptions& target)
@@ -91,28 +92,38 @@ Expected<std::vector<std::string>> target_hosts(const TargetOptions& target)
   if (target.local && !hosts.empty()) {
     return fail(ErrorKind::usage, "--local and --host/--hosts-file exclude each other");
   }
+  FERRY_TRY(check_slurm_combination(target, !hosts.empty()));
   return hosts;
 }
 
-Expected<std::vector<std::unique_ptr<HostSession>>> make_sessions(const TargetOptions& target)
+SshTarget ssh_target_for(const TargetOptions& target, const std::string& host)
+{
+  SshTarget ssh;
+  ssh.spec = host;
+  ssh.identity = target.identity;
+  ssh.known_hosts = target.known_hosts;
+  ssh.ssh_config = target.ssh_config;
+  ssh.accept_new_host_key = target.accept_new_host_key;
+  ssh.connect_timeout_s = target.connect_timeout_s;
+  ssh.retries = target.retries;
+  ssh.remote_base = target.remote_base;
+  return ssh;
+}
+
+Expected<std::vector<std::unique_ptr<HostSession>>> make_sessions(const TargetOptions& target,
+                                                                  std::span<const Job> jobs)
 {
   FERRY_TRY_ASSIGN(auto hosts, target_hosts(target));
+  if (!target.slurm.login.empty()) {
+    return make_slurm_target_sessions(target, jobs);
+  }
   std::vector<std::unique_ptr<HostSession>> sessions;
   if (hosts.empty()) {
     sessions.push_back(make_local_session(LocalTarget{}));
     return sessions;
   }
   for (const auto& host : hosts) {
-    SshTarget ssh;
-    ssh.spec = host;
-    ssh.identity = target.identity;
-    ssh.known_hosts = target.known_hosts;
-    ssh.ssh_config = target.ssh_config;
-    ssh.accept_new_host_key = target.accept_new_host_key;
-    ssh.connect_timeout_s = target.connect_timeout_s;
-    ssh.retries = target.retries;
-    ssh.remote_base = target.remote_base;
-    sessions.push_back(make_ssh_session(ssh));
+    sessions.push_back(make_ssh_session(ssh_target_for(target, host)));
   }
   return sessions;
 }

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "cli/cli.hpp"
+#include "ferry/sessions.hpp"
 #include "ferry/transport.hpp"
 
 namespace ferry::cli {
@@ -11,8 +12,11 @@ namespace ferry::cli {
 // checked before anything is contacted.
 [[nodiscard]] Expected<std::vector<std::string>> target_hosts(const TargetOptions& target);
 
-// One unconnected session per target.
+// One unconnected session per target (per node for --slurm; `jobs` may say how many).
 [[nodiscard]] Expected<std::vector<std::unique_ptr<HostSession>>>
-make_sessions(const TargetOptions& target);
+make_sessions(const TargetOptions& target, std::span<const Job> jobs = {});
+
+// How to reach `host` with the SSH options given.
+[[nodiscard]] SshTarget ssh_target_for(const TargetOptions& target, const std::string& host);
 
 } // namespace ferry::cli

@@ -311,6 +311,20 @@ Expected<void> set_timeout(JobMeta& meta, const toml::node& value, const Source&
   return {};
 }
 
+Expected<void> set_slurm(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  const auto* table = value.as_table();
+  if (table == nullptr) {
+    return source.refuse(value, "slurm must be a table ([slurm])");
+  }
+  for (const auto& [key, option] : *table) {
+    if (auto set = set_slurm_option(meta.slurm, key.str(), to_json(option)); !set) {
+      return source.refuse(option, "{}", set.error().message);
+    }
+  }
+  return {};
+}
+
 Expected<void> set_meta_key(JobMeta& meta, std::string_view key, const toml::node& value,
                             const Source& source)
 {
@@ -327,9 +341,12 @@ Expected<void> set_meta_key(JobMeta& meta, std::string_view key, const toml::nod
   if (key == "params") {
     return set_params(meta, value, source);
   }
+  if (key == "slurm") {
+    return set_slurm(meta, value, source);
+  }
   return source.refuse(value,
                        "unknown key '{}' in the `/// ferry` block (known: description, "
-                       "interpreter, timeout, params)",
+                       "interpreter, timeout, params, slurm)",
                        key);
 }
 
