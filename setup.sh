@@ -15,6 +15,12 @@ packages=(
   clang libclang-rt-14-dev clang-format clang-tidy iproute2 ansible-core time
   slurmctld slurmd slurm-client munge slurmdbd mariadb-server-core mount
 )
+# The `ferry mcp` tests drive it with the MCP TypeScript SDK client on Node.js (the pinned SDK
+# is installed by `npm ci` in a ctest fixture). A Node.js that is there already (with its own
+# npm) is kept: Debian's npm package would conflict with it.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

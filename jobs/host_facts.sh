@@ -3,6 +3,12 @@
 # description = "Host facts: OS, kernel, CPUs, memory, free disk of the run base, python3 and nvidia-smi on PATH"
 # interpreter = "sh"
 # timeout = 30
+#
+# [params.interpreters]
+# type = "list"
+# items = "string"
+# default = []
+# help = "programs to look for on PATH (names or absolute paths), each with its version"
 # ///
 #
 # Result:
@@ -10,7 +16,10 @@
 #    "memory": {"total_mib", "available_mib"},
 #    "disk": {"path", "mount", "total_mib", "free_mib"},
 #    "tools": {"python3": {"path", "version"} | null, "nvidia-smi": {"path"} | null},
+#    "interpreters": {NAME: {"path", "version"} | null, ...},
 #    "user", "shell", "sh"}
+# "interpreters" has one member per name the `interpreters` parameter lists (what `ferry check`
+# asks about); its version is the first version-like word of `PROGRAM --version`, else null.
 # A figure this host does not offer is null. The disk is the one holding $FERRY_RUN_DIR
 # (else $HOME). POSIX sh and awk only (runs under dash, busybox sh, bash, ...).
 
@@ -69,6 +78,45 @@ if [ -n "$HF_PYTHON3" ]; then
 fi
 HF_NVIDIA_SMI=$(command -v nvidia-smi 2>/dev/null)
 
+# The names in params.json's "interpreters" list (ferry writes it compact). Only names made of
+# [A-Za-z0-9/._-] not starting with '-' are taken: they are safe to split and to run.
+interpreter_names() {
+    [ -r "${FERRY_PARAMS:-}" ] || return 0
+    awk '{ text = text $0 }
+    END {
+        i = index(text, "\"interpreters\":[")
+        if (i == 0) exit
+        rest = substr(text, i + 16)
+        n = split(substr(rest, 1, index(rest, "]") - 1), parts, ",")
+        for (k = 1; k <= n; k++)
+            if (parts[k] ~ /^[ \t]*"[A-Za-z0-9\/._][A-Za-z0-9\/._-]*"[ \t]*$/) {
+                p = parts[k]
+                gsub(/^[ \t]*"|"[ \t]*$/, "", p)
+                print p
+            }
+    }' "$FERRY_PARAMS"
+}
+
+version_of() {  # the first version-like word `PROGRAM --version` prints, if any
+    if command -v timeout >/dev/null 2>&1; then
+        hf_out=$(timeout 5 "$1" --version </dev/null 2>&1)
+    else
+        hf_out=$("$1" --version </dev/null 2>&1)
+    fi
+    printf '%s\n' "$hf_out" |
+        awk 'match($0, /[0-9]+\.[0-9]+[.0-9A-Za-z+]*/) { print substr($0, RSTART, RLENGTH); exit }'
+}
+
+# One "NAME<tab>PATH<tab>VERSION" line per interpreter asked about (PATH empty: not found).
+HF_INTERPRETERS=
+for hf_name in $(interpreter_names); do
+    hf_path=$(command -v "$hf_name" 2>/dev/null) || hf_path=
+    hf_version=
+    [ -z "$hf_path" ] || hf_version=$(version_of "$hf_path")
+    HF_INTERPRETERS="$HF_INTERPRETERS$hf_name	$hf_path	$hf_version
+"
+done
+
 HF_USER=$(id -un 2>/dev/null)
 [ -n "$HF_USER" ] || HF_USER=${USER:-${LOGNAME:-}}
 HF_SHELL=${SHELL:-}
@@ -79,7 +127,7 @@ if [ -n "$HF_SH" ]; then
 fi
 
 export HF_HOSTNAME HF_OS HF_KERNEL HF_ARCH HF_CPUS HF_MEMINFO HF_DISK_PATH HF_DF \
-    HF_PYTHON3 HF_PYTHON3_VERSION HF_NVIDIA_SMI HF_USER HF_SHELL HF_SH
+    HF_PYTHON3 HF_PYTHON3_VERSION HF_NVIDIA_SMI HF_INTERPRETERS HF_USER HF_SHELL HF_SH
 
 # Values travel through ENVIRON, not -v, which would interpret backslashes in them.
 facts() {  # facts json|text
@@ -98,6 +146,20 @@ facts() {  # facts json|text
     function jnum(s) { return s ~ /^[0-9]+$/ ? sprintf("%.0f", s) : "null" }  # %.0f: no 1e+09 forms
     function mib(kib) { return sprintf("%.0f", int(kib / 1024)) }  # as text: mawk prints 3e9 as 3e+09
     function or_q(s) { return s == "" ? "?" : s }
+    function interpreters(mode,   n, lines, i, f, out) {  # from HF_INTERPRETERS, as JSON or text
+        n = split(ENVIRON["HF_INTERPRETERS"], lines, "\n")
+        out = ""
+        for (i = 1; i <= n; i++) {
+            if (split(lines[i], f, "\t") < 1 || f[1] == "") continue
+            if (mode == "json")
+                out = out (out == "" ? "" : ", ") jstr(f[1]) ": " (f[2] == "" ? "null" : \
+                      "{\"path\": " jstr(f[2]) ", \"version\": " jopt(f[3]) "}")
+            else
+                out = out (out == "" ? "" : ", ") f[1] " " (f[2] == "" ? "not found" : \
+                      f[2] (f[3] == "" ? "" : " (" f[3] ")"))
+        }
+        return out
+    }
     function meminfo(key,   n, lines, i, f) {  # MiB from a "Key:  123456 kB" line
         n = split(ENVIRON["HF_MEMINFO"], lines, "\n")
         for (i = 1; i <= n; i++) {
@@ -140,6 +202,7 @@ facts() {  # facts json|text
                    or_q(disk_total), ENVIRON["HF_DISK_PATH"], or_q(mount)
             printf "python3:    %s\n", py == "" ? "not found" : py " (" or_q(pyv) ")"
             printf "nvidia-smi: %s\n", smi == "" ? "not found" : smi
+            if (ENVIRON["HF_INTERPRETERS"] != "") printf "interpreters: %s\n", interpreters("text")
             printf "user:       %s, shell %s, sh is %s\n", or_q(ENVIRON["HF_USER"]),
                    or_q(ENVIRON["HF_SHELL"]), or_q(ENVIRON["HF_SH"])
             exit
@@ -153,6 +216,7 @@ facts() {  # facts json|text
         printf " \"tools\": {\"python3\": %s, \"nvidia-smi\": %s},\n",
                py == "" ? "null" : "{\"path\": " jstr(py) ", \"version\": " jopt(pyv) "}",
                smi == "" ? "null" : "{\"path\": " jstr(smi) "}"
+        printf " \"interpreters\": {%s},\n", interpreters("json")
         printf " \"user\": %s, \"shell\": %s, \"sh\": %s}\n", jopt(ENVIRON["HF_USER"]),
                jopt(ENVIRON["HF_SHELL"]), jopt(ENVIRON["HF_SH"])
     }'

@@ -2,6 +2,7 @@
 // Many jobs on many hosts: one session per host (the handshake is paid once, jobs run one
 // after another on it), at most `parallel` hosts at once, each session owned by one thread.
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -28,13 +29,20 @@ struct RunRef {
   std::string_view job;
 };
 
+// What a batch of runs is about to be.
+struct BatchInfo {
+  std::size_t total = 0;          // runs
+  std::size_t hosts = 0;          // targets
+  std::vector<std::string> swept; // parameters swept over (`--sweep`), in order
+};
+
 // What happens to runs, as it happens: a reporter, the archive, an MCP server listen to this.
 // The fleet calls it from worker threads, but never two calls at once.
 class RunObserver {
 public:
   virtual ~RunObserver() = default;
-  // Before anything runs: how many runs there will be.
-  virtual void batch_started(std::size_t /*total*/) {}
+  // Before anything runs: how many runs there will be, on how many hosts.
+  virtual void batch_started(const BatchInfo& /*batch*/) {}
   virtual void run_started(const RunRef& /*run*/) {}
   // Output of a running job as it arrives (after the launcher's own lines are taken out).
   virtual void run_output(const RunRef& /*run*/, OutputStream /*stream*/,
@@ -53,6 +61,6 @@ public:
 
 void run_fleet(std::vector<std::unique_ptr<HostSession>>& sessions,
                const std::vector<PlannedRun>& runs, int parallel, const RunOptions& options,
-               RunObserver& observer);
+               RunObserver& observer, std::vector<std::string> swept = {});
 
 } // namespace ferry

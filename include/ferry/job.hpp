@@ -33,7 +33,12 @@ struct JobMeta {
   std::string interpreter;
   int timeout_s = 300;
   std::vector<ParamSpec> params; // in declaration order
-  SlurmOptions slurm;            // what the job asks of a Slurm target (its `[slurm]` table)
+  // `result = "required"` (the default): a run that returns no result is `no-result`.
+  bool result_required = true;
+  // A JSON Schema (an object) the job's result follows; `ferry mcp` publishes it as the tool's
+  // output schema.
+  std::optional<nlohmann::json> result_schema;
+  SlurmOptions slurm; // what the job asks of a Slurm target (its `[slurm]` table)
 };
 
 struct Job {
@@ -51,24 +56,45 @@ struct Job {
                                       std::string bytes);
 [[nodiscard]] Expected<JobMeta> parse_job_meta(std::string_view bytes, std::string_view label);
 
+// Whether the bytes hold a `/// ferry` opening line: only such files on the job path are jobs.
+[[nodiscard]] bool has_job_block(std::string_view bytes);
+
 // Where jobs are looked up, first match wins (docs/job-file.md).
 struct JobPath {
   std::vector<std::filesystem::path> dirs; // --jobs-dir, $FERRY_JOBS_PATH, ./jobs, config dir
   bool builtins = true;
+  // Why each of `dirs` is on the path ("--jobs-dir", "$FERRY_JOBS_PATH", ...); may be shorter.
+  std::vector<std::string> origins;
 
   // The default path for the given --jobs-dir options and the environment.
   [[nodiscard]] static JobPath from_environment(const std::vector<std::string>& jobs_dirs);
 };
 
-// `spec` is a job name on the path or a path to a job file.
+// `builtin:NAME` names the built-in job NAME whatever the job path holds.
+inline constexpr std::string_view k_builtin_prefix = "builtin:";
+
+// `spec` is a job name on the path, `builtin:NAME`, or a path to a job file.
 [[nodiscard]] Expected<Job> find_job(const std::string& spec, const JobPath& path);
 
 struct JobListing {
-  std::string name;
-  std::string source;
-  std::string description;
+  std::string name;        // what runs it: the file's name, or builtin:NAME for a hidden built-in
+  std::string source;      // the file's path, or "built-in"
+  std::string description; // for a job that does not parse: "(not a valid job: FIRST LINE)"
+  std::string interpreter; // empty when the job does not parse
+  bool valid = true;
+  std::string shadows;     // a file named like a built-in: "builtin:NAME"
+  std::string shadowed_by; // a built-in that such a file hides: the file's path
 };
-// Every job on the path, each name once (the first that wins), sorted by name.
+
+struct JobScan {
+  std::vector<JobListing> jobs;   // each name once (the first that wins), sorted by name, then any
+                                  // built-in a file hides under builtin:NAME
+  std::vector<std::string> notes; // files passed over: not jobs, or hidden by an earlier one
+};
+
+// Every job on the path, and what was passed over (for `-v`).
+[[nodiscard]] JobScan scan_jobs(const JobPath& path);
+// scan_jobs(path).jobs.
 [[nodiscard]] std::vector<JobListing> list_jobs(const JobPath& path);
 
 // A ready-to-edit job file (`ferry new`).

@@ -59,6 +59,9 @@ struct TerminalOptions {
   // Job output goes to a terminal as it is (control sequences included); ferry's own lines are
   // escaped whatever this says.
   bool raw_output = false;
+  // Every run's output as it arrives, each line prefixed with its host (with one host, output
+  // is always shown as it arrives, unprefixed; with several, the default is whole blocks).
+  bool stream = false;
 };
 
 // Everything from a job, a host or a user that ferry shows in its own lines is escaped
@@ -66,11 +69,16 @@ struct TerminalOptions {
 [[nodiscard]] std::unique_ptr<Reporter> make_terminal_reporter(std::FILE* out = stdout,
                                                                std::FILE* err = stderr,
                                                                TerminalOptions options = {});
-[[nodiscard]] std::unique_ptr<Reporter> make_json_reporter(std::FILE* out = stdout,
-                                                           std::FILE* err = stderr);
+// `stream`: each piece of output as it arrives, as {"event":"output",...} lines before the
+// records.
+[[nodiscard]] std::unique_ptr<Reporter>
+make_json_reporter(std::FILE* out = stdout, std::FILE* err = stderr, bool stream = false);
 
 // "{"gpus":[…]}" shortened to `width` characters for a table cell: the error of a failed run,
 // else its result as one JSON line, else "-".
 [[nodiscard]] std::string result_digest(const RunRecord& record, std::size_t width = 60);
+// The same from the result as one JSON line, or its start (empty: no result).
+[[nodiscard]] std::string result_digest(const RunRecord& record, std::string_view result_line,
+                                        std::size_t width);
 
 } // namespace ferry

@@ -11,7 +11,7 @@
 
 namespace ferry {
 
-enum class RunStatus { ok, failed, timeout, bad_result, error, interrupted };
+enum class RunStatus { ok, failed, timeout, bad_result, no_result, error, interrupted };
 
 [[nodiscard]] std::string_view to_string(RunStatus status);
 [[nodiscard]] std::optional<RunStatus> run_status_from(std::string_view text);
@@ -44,6 +44,9 @@ struct RunRecord {
   std::optional<std::string> replay_of;
   std::string ferry_version;
   nlohmann::json warnings = nlohmann::json::array(); // ferry's own notes about the run
+  // {"name","version"} of the MCP client that asked for the run (`ferry mcp`); null for runs
+  // the command line started, and then absent from the JSON record.
+  nlohmann::json client;
 
   // Not part of the JSON record: the exact bytes that ran, the name they travelled under, and
   // the result file's bytes as they came back.

@@ -1,7 +1,9 @@
 #pragma once
 // The two transports behind HostSession: SSH (libssh + SFTP) and this machine (Boost.Process).
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "ferry/transport.hpp"
 
@@ -16,9 +18,19 @@ struct SshTarget {
   double connect_timeout_s = 0; // --connect-timeout; 0: the ssh config's ConnectTimeout, else 10 s
   int retries = 1;              // extra connect attempts after a refused/timed-out/DNS failure
   std::string remote_base;      // default $HOME/.cache/ferry/runs on the host
+  StopToken stop;               // stopped (or interrupted): a connect in progress gives up
+  // `-v`: the connection's story, one line a call (config files read, where it goes, the host
+  // key, the keys offered); never a secret. Empty: not shown.
+  std::function<void(std::string_view)> debug;
+  // What the ssh config asks that ferry does not do, one line a call; shown without -v too.
+  std::function<void(std::string_view)> warn;
 };
 
 [[nodiscard]] std::unique_ptr<HostSession> make_ssh_session(const SshTarget& target);
+// The same, with the ssh config read now, before any host is contacted: a config ssh would
+// refuse (or that asks ferry to skip the host key check) is a usage error here.
+[[nodiscard]] Expected<std::unique_ptr<HostSession>>
+make_checked_ssh_session(const SshTarget& target);
 
 struct LocalTarget {
   std::string base; // default: the system temp directory

@@ -13,10 +13,10 @@
 namespace ferry {
 
 struct SlurmTarget {
-  SshTarget login;          // the login node, as for --host
-  SlurmOptions command_line; // wins over the job's [slurm] table...
-  SlurmOptions config;       // ...which wins over the user config file's
-  int nodes = 1;             // one session (and one record per run) per node
+  SshTarget login;               // the login node, as for --host
+  SlurmOptions command_line;     // wins over the job's [slurm] table...
+  SlurmOptions config;           // ...which wins over the user config file's
+  int nodes = 1;                 // one session (and one record per run) per node
   bool describe_cluster = false; // `check`: also read the version, partitions and GPU gres
 };
 

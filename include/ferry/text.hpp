@@ -26,6 +26,10 @@ namespace ferry {
 
 [[nodiscard]] bool is_valid_utf8(std::string_view text);
 
+// How many bytes at the end of `text` start a UTF-8 sequence that is not complete yet (0-3):
+// text that arrives in pieces holds them back for the next piece.
+[[nodiscard]] std::size_t utf8_incomplete_tail(std::string_view text);
+
 // At most `width` characters (code points, never a split sequence), cut with "…".
 [[nodiscard]] std::string shorten(std::string_view text, std::size_t width);
 

@@ -20,11 +20,12 @@ namespace ferry {
 
 struct Job;
 
-// One output stream of a job, kept up to a cap; the rest is counted, never stored.
+// One output stream of a job, kept up to a cap: its first and its last half; what came between
+// them is counted, never stored.
 struct CapturedStream {
-  std::string bytes;
+  std::string bytes; // the first cap/2 bytes, then the last cap/2 (when the stream was longer)
   bool truncated = false;
-  std::uint64_t dropped = 0;   // bytes past the cap
+  std::uint64_t dropped = 0;   // bytes dropped between the first and the last part
   std::string before_sentinel; // what the login shell printed before the launcher (capped)
   bool saw_sentinel = false;
   // What the launcher printed after its end marker on stdout ("CODE CAUSE\n"); nullopt when it
@@ -44,8 +45,8 @@ using NoteSink = std::function<void(std::string_view)>;
 
 // Feeds raw stream bytes; sets aside what precedes the launcher's sentinel line and the report
 // the launcher prints after its `end_marker` (a line "END_MARKER CODE CAUSE"), keeps at most
-// `cap` bytes of the rest and passes all of it to `sink` as it comes. Memory stays bounded
-// however much arrives.
+// `cap` bytes of the rest (its first and last half) and passes all of it to `sink` as it comes.
+// Memory stays bounded however much arrives.
 class OutputCapture {
 public:
   OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker = {},
@@ -64,8 +65,12 @@ private:
   std::size_t m_cap;
   std::function<void(std::string_view)> m_sink;
   CapturedStream m_out;
-  std::string m_pending; // bytes before the sentinel, not yet known to be noise
-  std::string m_held;    // the last bytes, held back while they could be the end marker
+  std::string m_pending;     // bytes before the sentinel, not yet known to be noise
+  std::string m_held;        // the last bytes, held back while they could be the end marker
+  std::uint64_t m_total = 0; // the job's bytes so far
+  std::string m_tail;        // a ring of the last cap/2 bytes past the first cap/2
+  std::size_t m_tail_pos = 0;
+  std::size_t m_tail_filled = 0;
 };
 
 // Set from the signal handler; every transport polls it while it waits.

@@ -1,11 +1,12 @@
-#include <csignal>
-#include <cstdlib>
 #include <mutex>
 
 #include "archive/archive_file.hpp"
 #include "archive/errors.hpp"
 #include "archive/schema.hpp"
+#include "archive/setup.hpp"
+#include "archive/spool.hpp"
 #include "archive/sqlite.hpp"
+#include "archive/store.hpp"
 #include "ferry/archive.hpp"
 #include "ferry/util.hpp"
 
@@ -14,132 +15,15 @@ namespace ferry {
 namespace fs = std::filesystem;
 using archive::archive_error;
 using archive::Database;
+using archive::explained;
 using archive::SqliteError;
-using archive::SqliteStatus;
+using archive::SqliteResult;
 using archive::Statement;
-using nlohmann::json;
-
-struct Archive::Impl {
-  fs::path path;
-  Database db; // closed when a read-only open found no file
-  bool has_schema = false;
-  std::mutex mutex; // one SQLite connection: one transaction at a time
-};
 
 namespace {
 
-constexpr int busy_timeout_ms = 10'000;
-
-// The record's columns, in the order log() and load() select them.
-constexpr std::string_view record_columns =
-    "run_id, record, error, script_name, host_label, result_bytes, stdout, stderr";
-constexpr std::string_view record_columns_without_output =
-    "run_id, record, error, script_name, host_label, NULL, NULL, NULL";
-
-struct SchemaInfo {
-  int version = 0;
-  std::int64_t application = 0;
-  std::int64_t objects = 0; // tables, indexes, ... in sqlite_master
-};
-
-// One statement, so one read snapshot: a concurrent first open cannot be seen half-way.
-Expected<SchemaInfo> read_schema_info(Database& db, const fs::path& path)
-{
-  Statement stmt;
-  bool row = false;
-  SqliteStatus error = db.prepare("SELECT (SELECT user_version FROM pragma_user_version), "
-                                  "(SELECT application_id FROM pragma_application_id), "
-                                  "(SELECT count(*) FROM sqlite_master)",
-                                  stmt);
-  if (!error) {
-    error = stmt.step(row);
-  }
-  if (error) {
-    return archive_error(path, "read archive", *error, &db);
-  }
-  SchemaInfo info;
-  if (row) {
-    info.version = static_cast<int>(stmt.column_int(0));
-    info.application = stmt.column_int(1);
-    info.objects = stmt.column_int(2);
-  }
-  return info;
-}
-
-// Refuses what ferry must not touch: a newer schema, or an SQLite file that is not an archive.
-Expected<void> check_schema(const SchemaInfo& info, const fs::path& path)
-{
-  if (info.version > archive::schema_version()) {
-    return fail(ErrorKind::failed,
-                "archive {} was written by a newer ferry (schema v{}, this ferry knows v{}); "
-                "upgrade ferry or pass --archive NEW_PATH",
-                path.string(), info.version, archive::schema_version());
-  }
-  const bool foreign = info.application != 0 && info.application != archive::application_id;
-  if (foreign || (info.version == 0 && info.objects > 0)) {
-    return fail(ErrorKind::failed,
-                "{} is an SQLite database but not a ferry archive; ferry left it untouched — "
-                "pass --archive NEW_PATH",
-                path.string());
-  }
-  return {};
-}
-
-// Runs the migrations after the archive's version in one transaction. BEGIN IMMEDIATE and the
-// version read inside it make concurrent first opens safe: the loser sees the winner's work.
-Expected<void> migrate(Database& db, const fs::path& path)
-{
-  if (auto error = db.exec("BEGIN IMMEDIATE")) {
-    return archive_error(path, "prepare archive", *error, &db);
-  }
-  auto rollback_on_error = [&](Expected<void> result) {
-    if (!result) {
-      (void)db.exec("ROLLBACK");
-    }
-    return result;
-  };
-  return rollback_on_error([&]() -> Expected<void> {
-    FERRY_TRY_ASSIGN(auto info, read_schema_info(db, path));
-    FERRY_TRY(check_schema(info, path));
-    for (const auto& step : archive::migrations()) {
-      if (step.to_version <= info.version) {
-        continue;
-      }
-      if (auto error = db.exec(std::string(step.sql))) {
-        return archive_error(path, fmt::format("upgrade archive to schema v{}", step.to_version),
-                             *error, &db);
-      }
-      if (auto error = db.exec(fmt::format("PRAGMA user_version = {}", step.to_version))) {
-        return archive_error(path, "upgrade archive", *error, &db);
-      }
-    }
-    if (auto error = db.exec("COMMIT")) {
-      return archive_error(path, "upgrade archive", *error, &db);
-    }
-    return {};
-  }());
-}
-
-Expected<Database> open_database(const fs::path& path, int flags, const std::string& name = {})
-{
-  Database db;
-  if (auto error = Database::open(name.empty() ? path.string() : name, flags, db)) {
-    return archive_error(path, "open archive", *error);
-  }
-  sqlite3_busy_timeout(db.handle(), busy_timeout_ms);
-  return db;
-}
-
-// The first read, with SQLite's own error.
-SqliteStatus probe(Database& db)
-{
-  Statement stmt;
-  bool row = false;
-  if (auto error = db.prepare("PRAGMA user_version", stmt)) {
-    return error;
-  }
-  return stmt.step(row);
-}
+// Moving spooled runs in is worth a short wait at open, not a long one.
+constexpr std::chrono::milliseconds ingest_wait{2'000};
 
 // A reader of a WAL database needs its -shm file, which it cannot create in a directory it
 // cannot write.
@@ -170,139 +54,69 @@ std::string immutable_uri(const fs::path& path)
   return uri + "?immutable=1";
 }
 
-std::string host_of(const RunRecord& run)
+// The first read, with SQLite's own error.
+SqliteResult<bool> probe(Database& db)
 {
-  if (const auto host = run.target.find("host"); host != run.target.end() && host->is_string()) {
-    return host->get<std::string>();
-  }
-  return "local";
+  FERRY_TRY_ASSIGN(auto stmt, db.prepare("PRAGMA user_version"));
+  return stmt.step();
 }
 
-// Test-only: FERRY_TEST_CRASH_IN_RECORD=after-script|after-run kills this process with SIGKILL
-// at that step inside record()'s open transaction, so the tests can check that a crash
-// mid-record leaves no half run and a sound database. Nothing else reads this variable.
-void crash_here_if_asked(std::string_view step)
-{
-  const char* when = std::getenv("FERRY_TEST_CRASH_IN_RECORD");
-  if (when != nullptr && step == when) {
-    std::raise(SIGKILL);
-  }
-}
-
-Expected<void> insert_script(Database& db, const fs::path& path, const RunRecord& run,
-                             const std::string& sha256)
-{
-  Statement stmt;
-  SqliteStatus error = db.prepare(
-      "INSERT INTO scripts(sha256, name, bytes) VALUES(?1, ?2, ?3) ON CONFLICT(sha256) DO NOTHING",
-      stmt);
-  if (!error) {
-    error = stmt.bind(1, sha256).bind(2, run.script_name).bind_blob(3, run.script).run();
-  }
-  if (error) {
-    return archive_error(path, fmt::format("record run {}", run.run_id), *error, &db);
-  }
-  return {};
-}
-
-Expected<void> insert_run(Database& db, const fs::path& path, const RunRecord& run,
-                          const std::optional<std::string>& script_sha256)
-{
-  const json record = to_json(run, false); // stdout/stderr are kept byte-exact in their own columns
-  const std::string host = host_of(run);
-  Statement stmt;
-  SqliteStatus error = db.prepare(R"sql(
-INSERT INTO runs(run_id, job, job_sha256, script_sha256, script_name, host, host_label, status,
-                 exit_code, error, started_at, duration_s, replay_of, ferry_version, record,
-                 result_bytes, stdout, stderr)
-VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18))sql",
-                                  stmt);
-  if (!error) {
-    stmt.bind(1, run.run_id)
-        .bind(2, run.job)
-        .bind(3, run.job_sha256)
-        .bind_optional(4, script_sha256)
-        .bind(5, run.script_name)
-        .bind(6, host)
-        .bind(7, run.host_label.empty() ? host : run.host_label)
-        .bind(8, to_string(run.status))
-        .bind_optional(9, run.exit_code)
-        .bind_optional(10, run.error)
-        .bind(11, run.started_at)
-        .bind(12, run.duration_s)
-        .bind_optional(13, run.replay_of)
-        .bind(14, run.ferry_version)
-        .bind(15, to_json_line(record))
-        .bind_zeroblob(17, run.stdout_text.size())
-        .bind_zeroblob(18, run.stderr_text.size());
-    if (run.result_bytes.empty()) {
-      stmt.bind_null(16);
-    } else {
-      stmt.bind_zeroblob(16, run.result_bytes.size());
-    }
-    error = stmt.run();
-  }
-  // The large columns are filled in place, chunk by chunk, inside the same transaction.
-  const std::int64_t rowid = sqlite3_last_insert_rowid(db.handle());
-  if (!error) {
-    error = write_blob(db, "runs", "result_bytes", rowid, run.result_bytes);
-  }
-  if (!error) {
-    error = write_blob(db, "runs", "stdout", rowid, run.stdout_text);
-  }
-  if (!error) {
-    error = write_blob(db, "runs", "stderr", rowid, run.stderr_text);
-  }
-  if (error && error->code == SQLITE_CONSTRAINT_PRIMARYKEY) {
-    return fail(ErrorKind::failed,
-                "cannot record run {}: archive {} already holds a run with that id", run.run_id,
-                path.string());
-  }
-  if (error) {
-    return archive_error(path, fmt::format("record run {}", run.run_id), *error, &db);
-  }
-  return {};
-}
-
-// A row selected with record_columns back into a RunRecord.
-Expected<RunRecord> record_from_row(const Statement& row, const fs::path& path)
-{
-  const std::string run_id = row.column_bytes(0);
-  const json j = json::parse(row.column_bytes(1), nullptr, false);
-  if (j.is_discarded()) {
-    return fail(ErrorKind::failed,
-                "archive {}: the record of run {} is not valid JSON; the archive is damaged",
-                path.string(), run_id);
-  }
-  auto parsed = run_record_from_json(j);
-  if (!parsed) {
-    return fail(ErrorKind::failed, "archive {}: {}", path.string(), parsed.error().message);
-  }
-  RunRecord run = std::move(parsed).value();
-  run.error = row.column_optional(2); // the raw bytes, not the JSON's UTF-8-repaired copy
-  run.script_name = row.column_bytes(3);
-  run.host_label = row.column_bytes(4);
-  run.result_bytes = row.column_bytes(5);
-  run.stdout_text = row.column_bytes(6);
-  run.stderr_text = row.column_bytes(7);
-  return run;
-}
-
-// The smallest string greater than every string that starts with `prefix`; empty: none.
-std::string prefix_upper_bound(std::string prefix)
-{
-  while (!prefix.empty()) {
-    auto& last = reinterpret_cast<unsigned char&>(prefix.back());
-    if (last != 0xff) {
-      ++last;
-      return prefix;
-    }
-    prefix.pop_back();
-  }
-  return prefix;
-}
+const SqliteError locked_error{SQLITE_BUSY, "database is locked"};
 
 } // namespace
+
+struct Archive::Impl {
+  fs::path path;
+  Database db;           // closed when a read-only open found no file
+  bool writable = false; // opened with open()
+  bool ready = false;    // the schema is there and current
+  std::chrono::milliseconds lock_wait{};
+  std::mutex mutex; // one SQLite connection: one transaction at a time
+
+  // Whether there are runs to read. A writable archive that a lock kept from being set up at
+  // open tries again (an error when the lock outlasts the wait again).
+  Expected<bool> usable()
+  {
+    if (ready || !writable) {
+      return ready;
+    }
+    db.start_lock_wait(lock_wait);
+    FERRY_TRY_ASSIGN(ready, archive::set_up(db, path));
+    if (!ready) {
+      return archive_error(path, "open archive", locked_error, &db);
+    }
+    return true;
+  }
+
+  // Inside a transaction begun by the caller: the run, then COMMIT; ROLLBACK on any error.
+  Expected<void> store(const RunRecord& run)
+  {
+    auto stored = archive::insert_run(db, path, run);
+    if (stored) {
+      stored = explained(db.exec("COMMIT"), path, fmt::format("record run {}", run.run_id), &db);
+    }
+    if (!stored) {
+      (void)db.exec("ROLLBACK");
+    }
+    return stored;
+  }
+
+  Expected<RecordOutcome> spool(const RunRecord& run)
+  {
+    const double waited = static_cast<double>(db.lock_waited().count()) / 1000;
+    RecordOutcome outcome;
+    outcome.why = fmt::format("archive {} stayed locked by another process for {:.1f} s",
+                              path.string(), waited);
+    auto spooled = archive::spool_run(path, run);
+    if (!spooled) {
+      return fail(ErrorKind::failed,
+                  "cannot record run {}: {}, and saving it beside the archive failed too: {}",
+                  run.run_id, outcome.why, spooled.error().message);
+    }
+    outcome.spooled_to = std::move(spooled).value();
+    return outcome;
+  }
+};
 
 Archive::Archive(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
 Archive::Archive(Archive&&) noexcept = default;
@@ -331,101 +145,93 @@ fs::path Archive::default_path()
   return fs::path(home_dir()) / ".local" / "share" / "ferry" / "archive.db";
 }
 
-Expected<Archive> Archive::open(const fs::path& path)
+Expected<Archive> Archive::open(const fs::path& path, const ArchiveOptions& options)
 {
   FERRY_TRY(archive::prepare_for_writing(path));
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  FERRY_TRY_ASSIGN(auto db, open_database(path, SQLITE_OPEN_READWRITE));
-  impl->db = std::move(db);
-
-  // Read before anything writes: a newer or foreign database is refused unchanged.
-  FERRY_TRY_ASSIGN(auto info, read_schema_info(impl->db, path));
-  FERRY_TRY(check_schema(info, path));
-
-  // A small page cache: runs carry blobs of up to 16 MiB each, and the cache need not hold them.
-  if (auto error = impl->db.exec(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -1024")) {
-    return archive_error(path, "open archive", *error, &impl->db);
+  impl->writable = true;
+  impl->lock_wait = options.lock_wait;
+  FERRY_TRY_ASSIGN(impl->db, archive::open_database(path, SQLITE_OPEN_READWRITE));
+  impl->db.start_lock_wait(options.lock_wait);
+  FERRY_TRY_ASSIGN(impl->ready, archive::set_up(impl->db, path));
+  if (impl->ready) {
+    impl->db.start_lock_wait(std::min(options.lock_wait, ingest_wait));
+    archive::ingest_spool(impl->db, path);
   }
-  if (info.version < archive::schema_version()) {
-    FERRY_TRY(migrate(impl->db, path));
-  }
-  impl->has_schema = true;
   return Archive(std::move(impl));
 }
 
-Expected<Archive> Archive::open_read_only(const fs::path& path)
+Expected<Archive> Archive::open_read_only(const fs::path& path, const ArchiveOptions& options)
 {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
+  impl->lock_wait = options.lock_wait;
   FERRY_TRY_ASSIGN(auto exists, archive::check_for_reading(path));
   if (!exists) {
     return Archive(std::move(impl));
   }
-  FERRY_TRY_ASSIGN(auto db, open_database(path, SQLITE_OPEN_READONLY));
-  impl->db = std::move(db);
-  if (const auto error = probe(impl->db);
-      error && needs_shared_memory(*error) && !has_unmerged_wal(path)) {
-    FERRY_TRY_ASSIGN(auto immutable, open_database(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
-                                              immutable_uri(path)));
-    impl->db = std::move(immutable);
+  FERRY_TRY_ASSIGN(impl->db, archive::open_database(path, SQLITE_OPEN_READONLY));
+  impl->db.start_lock_wait(options.lock_wait);
+  if (const auto probed = probe(impl->db);
+      !probed && needs_shared_memory(probed.error()) && !has_unmerged_wal(path)) {
+    FERRY_TRY_ASSIGN(impl->db, archive::open_database(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI,
+                                                      immutable_uri(path)));
+    impl->db.start_lock_wait(options.lock_wait);
   }
-  FERRY_TRY_ASSIGN(auto info, read_schema_info(impl->db, path));
-  FERRY_TRY(check_schema(info, path));
+  FERRY_TRY_ASSIGN(
+      auto info, explained(archive::query_schema_info(impl->db), path, "read archive", &impl->db));
+  FERRY_TRY(archive::check_schema(info, path));
   if (info.version != 0 && info.version < archive::schema_version()) {
     return fail(ErrorKind::failed,
                 "archive {} has schema v{} from an older ferry; it is upgraded to v{} the next "
                 "time ferry records a run in it (which needs write access)",
                 path.string(), info.version, archive::schema_version());
   }
-  impl->has_schema = info.version != 0;
+  impl->ready = info.version != 0;
   return Archive(std::move(impl));
 }
 
-Expected<void> Archive::record(const RunRecord& run)
+Expected<RecordOutcome> Archive::record(const RunRecord& run)
 {
   std::lock_guard lock(m_impl->mutex);
   Database& db = m_impl->db;
   const fs::path& path = m_impl->path;
-  if (!db || !m_impl->has_schema) {
+  if (!m_impl->writable) {
     return fail(ErrorKind::failed, "cannot record run {}: archive {} was opened read-only",
                 run.run_id, path.string());
   }
-  if (auto error = db.exec("BEGIN IMMEDIATE")) {
-    return archive_error(path, fmt::format("record run {}", run.run_id), *error, &db);
+  db.start_lock_wait(m_impl->lock_wait);
+  if (!m_impl->ready) {
+    FERRY_TRY_ASSIGN(m_impl->ready, archive::set_up(db, path));
   }
-  const auto result = [&]() -> Expected<void> {
-    std::optional<std::string> script_sha256;
-    if (!run.script.empty()) {
-      // Keyed by the bytes themselves, so a record whose job_sha256 is wrong cannot file its
-      // script under another script's hash.
-      script_sha256 = sha256_hex(run.script);
-      FERRY_TRY(insert_script(db, path, run, *script_sha256));
+  if (m_impl->ready) {
+    auto begun = retry_while_locked(db, [&] { return db.exec("BEGIN IMMEDIATE"); });
+    if (begun) {
+      FERRY_TRY(m_impl->store(run));
+      return RecordOutcome{};
     }
-    crash_here_if_asked("after-script");
-    FERRY_TRY(insert_run(db, path, run, script_sha256));
-    crash_here_if_asked("after-run");
-    if (auto error = db.exec("COMMIT")) {
-      return archive_error(path, fmt::format("record run {}", run.run_id), *error, &db);
+    if (!begun.error().locked()) {
+      return archive_error(path, fmt::format("record run {}", run.run_id), begun.error(), &db);
     }
-    return {};
-  }();
-  if (!result) {
-    (void)db.exec("ROLLBACK");
   }
-  return result;
+  // Another process held the lock for all of the wait.
+  return m_impl->spool(run);
 }
 
-Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
-{
-  std::lock_guard lock(m_impl->mutex);
-  Database& db = m_impl->db;
-  const fs::path& path = m_impl->path;
+namespace {
+
+// The validated filters of `log`: ErrorKind::usage for a bad one.
+struct LogQuery {
+  std::string sql;
   std::optional<std::string> since;
+};
+
+Expected<LogQuery> log_query(const LogFilter& filter, std::string_view columns)
+{
+  LogQuery query;
   if (filter.since) {
-    FERRY_TRY_ASSIGN(auto normalized, normalize_since(*filter.since));
-    since = std::move(normalized);
+    FERRY_TRY_ASSIGN(query.since, normalize_since(*filter.since));
   }
   if (filter.status && !run_status_from(*filter.status)) {
     return fail(ErrorKind::usage,
@@ -436,10 +242,6 @@ Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
   if (filter.limit < 0) {
     return fail(ErrorKind::usage, "--limit {}: expected 0 (no limit) or more", filter.limit);
   }
-  if (!db || !m_impl->has_schema) {
-    return std::vector<RunRecord>{};
-  }
-
   // Which runs, chosen on the small columns and the indexes; only then their records (and
   // BLOBs), so a sort never drags stdout along.
   std::string which = "SELECT rowid FROM runs WHERE 1";
@@ -452,21 +254,21 @@ Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
   if (filter.status) {
     which += " AND status = ?3";
   }
-  if (since) {
+  if (query.since) {
     which += " AND started_at >= ?4";
   }
   which += " ORDER BY started_at DESC, rowid DESC";
   if (filter.limit > 0) {
     which += " LIMIT ?5";
   }
-  const std::string sql =
+  query.sql =
       fmt::format("SELECT {} FROM runs WHERE rowid IN ({}) ORDER BY started_at DESC, rowid DESC",
-                  filter.with_output ? record_columns : record_columns_without_output, which);
+                  columns, which);
+  return query;
+}
 
-  Statement stmt;
-  if (auto error = db.prepare(sql, stmt)) {
-    return archive_error(path, "read archive", *error, &db);
-  }
+void bind_log_filter(Statement& stmt, const LogFilter& filter, const LogQuery& query)
+{
   if (filter.job) {
     stmt.bind(1, *filter.job);
   }
@@ -476,79 +278,83 @@ Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
   if (filter.status) {
     stmt.bind(3, *filter.status);
   }
-  if (since) {
-    stmt.bind(4, *since);
+  if (query.since) {
+    stmt.bind(4, *query.since);
   }
   if (filter.limit > 0) {
     stmt.bind(5, static_cast<std::int64_t>(filter.limit));
   }
-  std::vector<RunRecord> runs;
-  for (;;) {
-    bool row = false;
-    if (auto error = stmt.step(row)) {
-      return archive_error(path, "read archive", *error, &db);
-    }
-    if (!row) {
-      break;
-    }
-    FERRY_TRY_ASSIGN(auto run, record_from_row(stmt, path));
-    runs.push_back(std::move(run));
-  }
-  return runs;
 }
 
-Expected<RunRecord> Archive::load(std::string_view ref)
+// Every row of `stmt`, each made into a T by FROM_ROW.
+template <typename T, typename FromRow>
+Expected<std::vector<T>> read_rows(Statement& stmt, Database& db, const fs::path& path,
+                                   FromRow from_row)
 {
-  std::lock_guard lock(m_impl->mutex);
-  Database& db = m_impl->db;
-  const fs::path& path = m_impl->path;
-  if (ref.empty()) {
-    return fail(ErrorKind::usage, "no run given: pass a run id, a unique prefix of one, or 'last'");
-  }
-  if (!db || !m_impl->has_schema) {
-    return fail(ErrorKind::usage, "no run '{}': archive {} holds no runs yet", ref, path.string());
-  }
-
-  const std::string select = fmt::format("SELECT {}, script_sha256 FROM runs ", record_columns);
-  Statement stmt;
-  SqliteStatus error;
-  if (ref == "last") {
-    error = db.prepare(select + "ORDER BY started_at DESC, rowid DESC LIMIT 1", stmt);
-  } else {
-    // The id itself, or the ids in [prefix, upper bound) — a range scan of the primary key.
-    // An exact match sorts first, and wins even when it is also a prefix of other ids.
-    const std::string upper = prefix_upper_bound(std::string(ref));
-    error = db.prepare(select + (upper.empty() ? "WHERE run_id >= ?1 ORDER BY run_id LIMIT 6"
-                                               : "WHERE run_id >= ?1 AND run_id < ?2 "
-                                                 "ORDER BY run_id LIMIT 6"),
-                       stmt);
-    if (!error) {
-      stmt.bind(1, ref);
-      if (!upper.empty()) {
-        stmt.bind(2, upper);
-      }
+  std::vector<T> rows;
+  for (;;) {
+    FERRY_TRY_ASSIGN(const bool row, explained(stmt.step(), path, "read archive", &db));
+    if (!row) {
+      return rows;
     }
+    FERRY_TRY_ASSIGN(auto item, from_row(stmt, path));
+    rows.push_back(std::move(item));
   }
-  if (error) {
-    return archive_error(path, "read archive", *error, &db);
-  }
+}
 
+// The smallest string greater than every string that starts with `prefix`; empty: none.
+std::string prefix_upper_bound(std::string prefix)
+{
+  while (!prefix.empty()) {
+    auto& last = reinterpret_cast<unsigned char&>(prefix.back());
+    if (last != 0xff) {
+      ++last;
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return prefix;
+}
+
+// The statement that finds REF: "last", a run id, or the ids that start with it.
+SqliteResult<Statement> select_run(Database& db, std::string_view ref)
+{
+  const std::string select =
+      fmt::format("SELECT {}, script_sha256 FROM runs ", archive::record_columns);
+  if (ref == "last") {
+    return db.prepare(select + "ORDER BY started_at DESC, rowid DESC LIMIT 1");
+  }
+  // The id itself, or the ids in [prefix, upper bound) — a range scan of the primary key.
+  // An exact match sorts first, and wins even when it is also a prefix of other ids.
+  const std::string upper = prefix_upper_bound(std::string(ref));
+  FERRY_TRY_ASSIGN(auto stmt,
+                   db.prepare(select + (upper.empty() ? "WHERE run_id >= ?1 ORDER BY run_id LIMIT 6"
+                                                      : "WHERE run_id >= ?1 AND run_id < ?2 "
+                                                        "ORDER BY run_id LIMIT 6")));
+  stmt.bind(1, ref);
+  if (!upper.empty()) {
+    stmt.bind(2, upper);
+  }
+  return stmt;
+}
+
+// The run REF names: the first row of `stmt` (with its script's sha256), unless REF is an
+// ambiguous prefix or names nothing (ErrorKind::usage).
+Expected<std::pair<RunRecord, std::optional<std::string>>>
+pick_run(Statement& stmt, Database& db, const fs::path& path, std::string_view ref)
+{
   std::vector<std::string> candidates;
   std::optional<RunRecord> found;
   std::optional<std::string> script_sha256;
   for (;;) {
-    bool row = false;
-    if (auto step_error = stmt.step(row)) {
-      return archive_error(path, "read archive", *step_error, &db);
-    }
+    FERRY_TRY_ASSIGN(const bool row, explained(stmt.step(), path, "read archive", &db));
     if (!row) {
       break;
     }
     candidates.push_back(stmt.column_bytes(0));
     if (!found) {
-      FERRY_TRY_ASSIGN(auto run, record_from_row(stmt, path));
-      found = std::move(run);
-      script_sha256 = stmt.column_optional(8);
+      FERRY_TRY_ASSIGN(found, archive::record_from_row(stmt, path));
+      script_sha256 = stmt.column_optional(archive::script_sha256_column);
     }
   }
   if (!found) {
@@ -566,22 +372,99 @@ Expected<RunRecord> Archive::load(std::string_view ref)
     return fail(ErrorKind::usage, "run '{}' is ambiguous: it matches {}{}; give more characters",
                 ref, listed, candidates.size() > 5 ? ", …" : "");
   }
+  return std::pair{std::move(*found), std::move(script_sha256)};
+}
 
-  if (script_sha256) {
-    Statement script;
-    bool row = false;
-    error = db.prepare("SELECT bytes FROM scripts WHERE sha256 = ?1", script);
-    if (!error) {
-      error = script.bind(1, *script_sha256).step(row);
-    }
-    if (error) {
-      return archive_error(path, "read archive", *error, &db);
-    }
-    if (row) {
-      found->script = script.column_bytes(0);
-    }
+// The script bytes stored under SHA256; nothing when there is no such script.
+SqliteResult<std::optional<std::string>> script_bytes(Database& db, const std::string& sha256)
+{
+  FERRY_TRY_ASSIGN(auto stmt, db.prepare("SELECT bytes FROM scripts WHERE sha256 = ?1"));
+  FERRY_TRY_ASSIGN(const bool row, stmt.bind(1, sha256).step());
+  return row ? std::optional(stmt.column_bytes(0)) : std::nullopt;
+}
+
+// The script of RUN filed under SHA256 is there and its bytes hash to SHA256.
+Expected<void> verify_script(const RunRecord& run, const std::optional<std::string>& script,
+                             const std::string& sha256, const fs::path& path)
+{
+  if (!script) {
+    return fail(ErrorKind::failed,
+                "the script of run {} (sha256 {}) is missing from archive {}; the archive was "
+                "changed outside ferry — refusing to use it",
+                run.run_id, sha256, path.string());
   }
-  return std::move(*found);
+  if (const std::string actual = sha256_hex(*script); actual != sha256) {
+    return fail(ErrorKind::failed,
+                "the archived script of run {} does not match its sha256: archive {} files it "
+                "under {}, but its bytes hash to {}; the archive was changed outside ferry — "
+                "refusing to use it",
+                run.run_id, path.string(), sha256, actual);
+  }
+  return {};
+}
+
+} // namespace
+
+Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
+{
+  std::lock_guard lock(m_impl->mutex);
+  Database& db = m_impl->db;
+  const fs::path& path = m_impl->path;
+  FERRY_TRY_ASSIGN(auto query,
+                   log_query(filter, filter.with_output ? archive::record_columns
+                                                        : archive::record_columns_without_output));
+  FERRY_TRY_ASSIGN(const bool usable, m_impl->usable());
+  if (!usable) {
+    return std::vector<RunRecord>{};
+  }
+  db.start_lock_wait(m_impl->lock_wait);
+  FERRY_TRY_ASSIGN(auto stmt, explained(db.prepare(query.sql), path, "read archive", &db));
+  bind_log_filter(stmt, filter, query);
+  return read_rows<RunRecord>(stmt, db, path, archive::record_from_row);
+}
+
+Expected<std::vector<RunSummary>> Archive::list(const LogFilter& filter)
+{
+  std::lock_guard lock(m_impl->mutex);
+  Database& db = m_impl->db;
+  const fs::path& path = m_impl->path;
+  FERRY_TRY_ASSIGN(auto query, log_query(filter, archive::summary_columns));
+  FERRY_TRY_ASSIGN(const bool usable, m_impl->usable());
+  if (!usable) {
+    return std::vector<RunSummary>{};
+  }
+  db.start_lock_wait(m_impl->lock_wait);
+  FERRY_TRY_ASSIGN(auto stmt, explained(db.prepare(query.sql), path, "read archive", &db));
+  bind_log_filter(stmt, filter, query);
+  return read_rows<RunSummary>(stmt, db, path, archive::summary_from_row);
+}
+
+Expected<RunRecord> Archive::load(std::string_view ref, const LoadOptions& options)
+{
+  std::lock_guard lock(m_impl->mutex);
+  Database& db = m_impl->db;
+  const fs::path& path = m_impl->path;
+  if (ref.empty()) {
+    return fail(ErrorKind::usage, "no run given: pass a run id, a unique prefix of one, or 'last'");
+  }
+  FERRY_TRY_ASSIGN(const bool usable, m_impl->usable());
+  if (!usable) {
+    return fail(ErrorKind::usage, "no run '{}': archive {} holds no runs yet", ref, path.string());
+  }
+  db.start_lock_wait(m_impl->lock_wait);
+  FERRY_TRY_ASSIGN(auto stmt, explained(select_run(db, ref), path, "read archive", &db));
+  FERRY_TRY_ASSIGN(auto picked, pick_run(stmt, db, path, ref));
+  auto& [run, script_sha256] = picked;
+  if (!script_sha256) {
+    return std::move(run);
+  }
+  FERRY_TRY_ASSIGN(auto script,
+                   explained(script_bytes(db, *script_sha256), path, "read archive", &db));
+  if (options.verify_blobs) {
+    FERRY_TRY(verify_script(run, script, *script_sha256, path));
+  }
+  run.script = std::move(script).value_or(std::string());
+  return std::move(run);
 }
 
 } // namespace ferry

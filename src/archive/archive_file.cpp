@@ -1,7 +1,7 @@
-#include <optional>
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include <fcntl.h>

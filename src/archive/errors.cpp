@@ -12,14 +12,14 @@ std::string quick_check_summary(Database* db)
   if (db == nullptr || !*db) {
     return {};
   }
-  Statement check;
-  if (db->prepare("PRAGMA quick_check(3)", check)) {
+  auto check = db->prepare("PRAGMA quick_check(3)");
+  if (!check) {
     return {};
   }
   std::string lines;
-  for (bool row = false; !check.step(row) && row;) {
+  for (auto row = check->step(); row && *row; row = check->step()) {
     lines += lines.empty() ? "" : "; ";
-    lines += check.column_bytes(0);
+    lines += check->column_bytes(0);
   }
   return lines.empty() || lines == "ok" ? std::string() : "; quick_check: " + lines;
 }
@@ -30,10 +30,21 @@ std::string system_error(const Database* db)
   return err != 0 ? fmt::format(", {}", std::strerror(err)) : std::string();
 }
 
+// What kept the archive locked, and for how long this connection waited (not a fixed figure:
+// the wait ends early when SQLite gives up at once).
+std::string lock_holder(const Database* db)
+{
+  if (db == nullptr || !*db) {
+    return "is locked by another process";
+  }
+  return fmt::format("stayed locked by another process for {:.1f} s",
+                     static_cast<double>(db->lock_waited().count()) / 1000);
+}
+
 } // namespace
 
 Unexpected<Error> archive_error(const std::filesystem::path& path, std::string_view doing,
-                         const SqliteError& error, Database* db)
+                                const SqliteError& error, Database* db)
 {
   const std::string p = path.string();
   const int err = db != nullptr && *db ? sqlite3_system_errno(db->handle()) : 0;
@@ -61,10 +72,8 @@ Unexpected<Error> archive_error(const std::filesystem::path& path, std::string_v
                 doing, p, error.message, quick_check_summary(db), p);
   case SQLITE_BUSY:
   case SQLITE_LOCKED:
-    return fail(ErrorKind::failed,
-                "cannot {}: archive {} stayed locked by another process for more than 10 s; try "
-                "again",
-                doing, p);
+    return fail(ErrorKind::failed, "cannot {}: archive {} {}; try again when it has finished",
+                doing, p, lock_holder(db));
   case SQLITE_CANTOPEN:
     return fail(ErrorKind::failed,
                 "cannot {}: cannot open archive {} ({}{}); check that it and its directory exist "

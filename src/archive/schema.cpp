@@ -44,9 +44,64 @@ CREATE INDEX runs_by_replay_of ON runs(replay_of) WHERE replay_of IS NOT NULL;
 PRAGMA application_id = 1179800153;
 )sql";
 
+// Version 2: `log` reads only small columns. What it prints sits before the record, the start
+// of the result (`result_head`) included; params and the result leave the record for columns of
+// their own after it, with the BLOBs, so listing runs never reads them however big they are.
+// v1 rows are moved over with SQLite's JSON functions, which copy every value's text as it is.
+// A record they cannot take apart (nested deeper than SQLite's JSON depth limit) stays whole,
+// with params NULL: such rows read as in v1.
+constexpr std::string_view v2 = R"sql(
+CREATE TABLE runs_v2 (
+  run_id        TEXT PRIMARY KEY NOT NULL,
+  job           TEXT NOT NULL,
+  job_sha256    TEXT NOT NULL,
+  script_sha256 TEXT REFERENCES scripts(sha256),
+  script_name   TEXT NOT NULL DEFAULT '',
+  host          TEXT NOT NULL,
+  host_label    TEXT NOT NULL,
+  status        TEXT NOT NULL,
+  exit_code     INTEGER,
+  error         TEXT,
+  started_at    TEXT NOT NULL,
+  duration_s    REAL NOT NULL,
+  replay_of     TEXT,
+  ferry_version TEXT NOT NULL,
+  result_head   TEXT,
+  record        TEXT NOT NULL,
+  params        BLOB,
+  result        BLOB,
+  result_bytes  BLOB,
+  stdout        BLOB NOT NULL,
+  stderr        BLOB NOT NULL
+);
+INSERT INTO runs_v2(run_id, job, job_sha256, script_sha256, script_name, host, host_label, status,
+                    exit_code, error, started_at, duration_s, replay_of, ferry_version,
+                    result_head, record, params, result, result_bytes, stdout, stderr)
+SELECT run_id, job, job_sha256, script_sha256, script_name, host, host_label, status, exit_code,
+       error, started_at, duration_s, replay_of, ferry_version,
+       CASE WHEN json_valid(record) AND json_type(record, '$.result') <> 'null'
+            THEN substr(record -> '$.result', 1, 256) END,
+       CASE WHEN json_valid(record) THEN json_remove(record, '$.params', '$.result')
+            ELSE record END,
+       CASE WHEN json_valid(record) THEN coalesce(record -> '$.params', '{}') END,
+       CASE WHEN json_valid(record) AND json_type(record, '$.result') <> 'null'
+            THEN record -> '$.result' END,
+       result_bytes, stdout, stderr
+FROM runs ORDER BY rowid;
+DROP TABLE runs;
+ALTER TABLE runs_v2 RENAME TO runs;
+CREATE INDEX runs_by_started_at ON runs(started_at);
+CREATE INDEX runs_by_job ON runs(job, started_at);
+CREATE INDEX runs_by_host ON runs(host, started_at);
+CREATE INDEX runs_by_host_label ON runs(host_label, started_at);
+CREATE INDEX runs_by_status ON runs(status, started_at);
+CREATE INDEX runs_by_replay_of ON runs(replay_of) WHERE replay_of IS NOT NULL;
+)sql";
+
 // Append new versions here; never edit a step that has shipped.
 constexpr std::array steps{
     Migration{1, v1},
+    Migration{2, v2},
 };
 
 static_assert(application_id == 1179800153, "v1 writes application_id as a decimal literal");

@@ -51,6 +51,48 @@ std::optional<std::chrono::seconds> parse_age(std::string_view text)
   }
 }
 
+struct TimeOfDay {
+  int hour = 0;
+  int minute = 0;
+  int second = 0;
+  int millis = 0;
+};
+
+// What follows the date in TEXT: nothing, or (T| )HH:MM[:SS[.fff]].
+std::optional<TimeOfDay> parse_time(std::string_view text)
+{
+  TimeOfDay time;
+  if (text.size() == 10) {
+    return time;
+  }
+  const auto h = digits(text, 11, 2);
+  const auto m = digits(text, 14, 2);
+  if (text.size() < 16 || (text[10] != 'T' && text[10] != 't' && text[10] != ' ') || !h || !m ||
+      text[13] != ':' || *h > 23 || *m > 59) {
+    return std::nullopt;
+  }
+  time.hour = *h;
+  time.minute = *m;
+  if (text.size() == 16) {
+    return time;
+  }
+  const auto s = digits(text, 17, 2);
+  if (text[16] != ':' || !s || *s > 60) {
+    return std::nullopt;
+  }
+  time.second = *s;
+  if (text.size() > 19) {
+    // A fraction: '.' and 1 to 9 digits; milliseconds kept.
+    if (text[19] != '.' || text.size() == 20 || text.size() > 29 ||
+        !digits(text, 20, text.size() - 20)) {
+      return std::nullopt;
+    }
+    const std::string ms = std::string(text.substr(20, 3)) + std::string(3, '0');
+    time.millis = *digits(ms, 0, 3);
+  }
+  return time;
+}
+
 // YYYY-MM-DD[(T| )HH:MM[:SS[.fff]]][Z]
 std::optional<std::string> parse_iso(std::string_view text)
 {
@@ -64,42 +106,12 @@ std::optional<std::string> parse_iso(std::string_view text)
       *day < 1 || *day > 31) {
     return std::nullopt;
   }
-  int hour = 0;
-  int minute = 0;
-  int second = 0;
-  int millis = 0;
-  if (text.size() > 10) {
-    const auto h = digits(text, 11, 2);
-    const auto m = digits(text, 14, 2);
-    if ((text[10] != 'T' && text[10] != 't' && text[10] != ' ') || !h || !m || text[13] != ':' ||
-        *h > 23 || *m > 59) {
-      return std::nullopt;
-    }
-    hour = *h;
-    minute = *m;
-    if (text.size() > 16) {
-      const auto s = digits(text, 17, 2);
-      if (text[16] != ':' || !s || *s > 60) {
-        return std::nullopt;
-      }
-      second = *s;
-      if (text.size() > 19) {
-        // A fraction: '.' and 1 to 9 digits; milliseconds kept.
-        if (text[19] != '.' || text.size() == 20 || text.size() > 29 ||
-            !digits(text, 20, text.size() - 20)) {
-          return std::nullopt;
-        }
-        const std::string ms = std::string(text.substr(20, 3)) + std::string(3, '0');
-        millis = *digits(ms, 0, 3);
-      }
-    } else if (text.size() != 16) {
-      return std::nullopt;
-    }
-  } else if (text.size() != 10) {
+  const auto time = parse_time(text);
+  if (!time) {
     return std::nullopt;
   }
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", *year, *month, *day, hour,
-                     minute, second, millis);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", *year, *month, *day, time->hour,
+                     time->minute, time->second, time->millis);
 }
 
 } // namespace

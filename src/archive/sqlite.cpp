@@ -1,4 +1,7 @@
+#include <algorithm>
 #include <climits>
+#include <random>
+#include <thread>
 
 #include "archive/sqlite.hpp"
 
@@ -14,43 +17,104 @@ int checked_size(std::size_t size)
 {
   return size > static_cast<std::size_t>(INT_MAX) ? -1 : static_cast<int>(size);
 }
-} // namespace
 
-SqliteStatus Database::open(const std::string& path, int flags, Database& out)
+using Clock = std::chrono::steady_clock;
+
+// 1, 2, 4 ... 64 ms, each between half and all of that at random: processes that met at one
+// lock do not all come back at the same moment.
+Clock::duration backoff_delay(int attempt)
 {
-  sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db, flags | SQLITE_OPEN_EXRESCODE, nullptr);
-  out.m_db.reset(db);
-  if (rc != SQLITE_OK) {
-    SqliteError error = error_of(db, rc);
-    out.m_db.reset();
-    return error;
-  }
-  sqlite3_extended_result_codes(db, 1);
-  return std::nullopt;
+  thread_local std::minstd_rand random(std::random_device{}());
+  const int full_us = 1000 << std::clamp(attempt, 0, 6);
+  std::uniform_int_distribution<int> pick(full_us / 2, full_us);
+  return std::chrono::microseconds(pick(random));
 }
 
-SqliteStatus Database::exec(const std::string& sql)
+void sleep_before_deadline(Clock::duration delay, Clock::time_point deadline)
+{
+  const auto now = Clock::now();
+  if (now < deadline) {
+    std::this_thread::sleep_for(std::min(delay, deadline - now));
+  }
+}
+
+// SQLite's busy handler: wait and try again (non-zero) until the deadline.
+extern "C" int wait_for_lock(void* context, int attempt)
+{
+  const auto* wait = static_cast<const Database::LockWait*>(context);
+  if (Clock::now() >= wait->deadline) {
+    return 0;
+  }
+  sleep_before_deadline(backoff_delay(attempt), wait->deadline);
+  return 1;
+}
+} // namespace
+
+SqliteResult<Database> Database::open(const std::string& path, int flags)
+{
+  sqlite3* handle = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &handle, flags | SQLITE_OPEN_EXRESCODE, nullptr);
+  Database db;
+  db.m_db.reset(handle); // closed on every path, also when the open failed
+  if (rc != SQLITE_OK) {
+    return Unexpected{error_of(handle, rc)};
+  }
+  sqlite3_extended_result_codes(handle, 1);
+  db.m_lock_wait = std::make_unique<LockWait>();
+  db.start_lock_wait(std::chrono::milliseconds(0));
+  sqlite3_busy_handler(handle, wait_for_lock, db.m_lock_wait.get());
+  return db;
+}
+
+void Database::start_lock_wait(std::chrono::milliseconds budget)
+{
+  if (m_lock_wait) {
+    m_lock_wait->start = Clock::now();
+    m_lock_wait->deadline = m_lock_wait->start + budget;
+  }
+}
+
+std::chrono::milliseconds Database::lock_waited() const
+{
+  if (!m_lock_wait) {
+    return {};
+  }
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - m_lock_wait->start);
+}
+
+bool Database::lock_wait_over() const
+{
+  return !m_lock_wait || Clock::now() >= m_lock_wait->deadline;
+}
+
+void Database::back_off(int attempt) const
+{
+  if (m_lock_wait) {
+    sleep_before_deadline(backoff_delay(attempt), m_lock_wait->deadline);
+  }
+}
+
+SqliteResult<> Database::exec(const std::string& sql)
 {
   const int rc = sqlite3_exec(m_db.get(), sql.c_str(), nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) {
-    return error_of(m_db.get(), sqlite3_extended_errcode(m_db.get()));
+    return Unexpected{last_error()};
   }
-  return std::nullopt;
+  return {};
 }
 
-SqliteStatus Database::prepare(std::string_view sql, Statement& out)
+SqliteResult<Statement> Database::prepare(std::string_view sql)
 {
-  sqlite3_stmt* stmt = nullptr;
+  sqlite3_stmt* handle = nullptr;
   const int rc =
-      sqlite3_prepare_v2(m_db.get(), sql.data(), checked_size(sql.size()), &stmt, nullptr);
-  out.m_stmt.reset(stmt);
-  out.m_db = m_db.get();
-  out.m_bind_error.reset();
+      sqlite3_prepare_v2(m_db.get(), sql.data(), checked_size(sql.size()), &handle, nullptr);
+  Statement stmt;
+  stmt.m_stmt.reset(handle);
+  stmt.m_db = m_db.get();
   if (rc != SQLITE_OK) {
-    return error_of(m_db.get(), sqlite3_extended_errcode(m_db.get()));
+    return Unexpected{last_error()};
   }
-  return std::nullopt;
+  return stmt;
 }
 
 SqliteError Database::last_error() const
@@ -59,7 +123,7 @@ SqliteError Database::last_error() const
 }
 
 namespace {
-void keep_first_error(SqliteStatus& slot, sqlite3* db, int rc)
+void keep_first_error(std::optional<SqliteError>& slot, sqlite3* db, int rc)
 {
   if (rc != SQLITE_OK && !slot) {
     slot = error_of(db, rc);
@@ -94,25 +158,54 @@ Statement& Statement::bind_zeroblob(int index, std::uint64_t size)
   return *this;
 }
 
-SqliteStatus write_blob(Database& db, const char* table, const char* column, std::int64_t rowid,
-                        std::string_view bytes)
+SqliteResult<BlobWriter> BlobWriter::open(Database& db, const char* table, const char* column,
+                                          std::int64_t rowid)
+{
+  sqlite3_blob* handle = nullptr;
+  const int rc = sqlite3_blob_open(db.handle(), "main", table, column, rowid, 1, &handle);
+  BlobWriter writer;
+  writer.m_blob.reset(handle);
+  writer.m_db = &db;
+  if (rc != SQLITE_OK) {
+    return Unexpected{db.last_error()};
+  }
+  return writer;
+}
+
+SqliteResult<> BlobWriter::write(std::uint64_t offset, std::string_view bytes)
+{
+  constexpr std::size_t chunk = 1 << 20;
+  for (std::size_t done = 0; done < bytes.size(); done += chunk) {
+    const std::size_t n = std::min(chunk, bytes.size() - done);
+    const std::uint64_t at = offset + done;
+    if (at + n > static_cast<std::uint64_t>(INT_MAX)) {
+      return Unexpected{SqliteError{SQLITE_TOOBIG, "blob larger than 2 GiB"}};
+    }
+    if (sqlite3_blob_write(m_blob.get(), bytes.data() + done, static_cast<int>(n),
+                           static_cast<int>(at)) != SQLITE_OK) {
+      return Unexpected{m_db->last_error()};
+    }
+  }
+  return {};
+}
+
+SqliteResult<> BlobWriter::close()
+{
+  if (sqlite3_blob_close(m_blob.release()) != SQLITE_OK) {
+    return Unexpected{m_db->last_error()};
+  }
+  return {};
+}
+
+SqliteResult<> write_blob(Database& db, const char* table, const char* column, std::int64_t rowid,
+                          std::string_view bytes)
 {
   if (bytes.empty()) {
-    return std::nullopt;
+    return {};
   }
-  sqlite3_blob* blob = nullptr;
-  int rc = sqlite3_blob_open(db.handle(), "main", table, column, rowid, 1, &blob);
-  constexpr std::size_t chunk = 1 << 20;
-  for (std::size_t done = 0; rc == SQLITE_OK && done < bytes.size(); done += chunk) {
-    const std::size_t n = std::min(chunk, bytes.size() - done);
-    rc = sqlite3_blob_write(blob, bytes.data() + done, static_cast<int>(n), static_cast<int>(done));
-  }
-  SqliteStatus status;
-  if (rc != SQLITE_OK) {
-    status = db.last_error();
-  }
-  sqlite3_blob_close(blob);
-  return status;
+  FERRY_TRY_ASSIGN(auto blob, BlobWriter::open(db, table, column, rowid));
+  FERRY_TRY(blob.write(0, bytes));
+  return blob.close();
 }
 
 Statement& Statement::bind(int index, std::int64_t value)
@@ -143,30 +236,25 @@ Statement& Statement::bind_optional(int index, const std::optional<int>& value)
   return value ? bind(index, static_cast<std::int64_t>(*value)) : bind_null(index);
 }
 
-SqliteStatus Statement::step(bool& has_row)
+SqliteResult<bool> Statement::step()
 {
-  has_row = false;
   if (m_bind_error) {
-    return m_bind_error;
+    return Unexpected{*m_bind_error};
   }
   const int rc = sqlite3_step(m_stmt.get());
   if (rc == SQLITE_ROW) {
-    has_row = true;
-    return std::nullopt;
+    return true;
   }
   if (rc == SQLITE_DONE) {
-    return std::nullopt;
+    return false;
   }
-  return error_of(m_db, sqlite3_extended_errcode(m_db));
+  return Unexpected{error_of(m_db, sqlite3_extended_errcode(m_db))};
 }
 
-SqliteStatus Statement::run()
+SqliteResult<> Statement::run()
 {
-  bool has_row = false;
-  if (auto error = step(has_row)) {
-    return error;
-  }
-  return std::nullopt;
+  FERRY_TRY(step());
+  return {};
 }
 
 void Statement::reset()
@@ -192,6 +280,11 @@ double Statement::column_double(int column) const
 }
 
 std::string Statement::column_bytes(int column) const
+{
+  return std::string(column_view(column));
+}
+
+std::string_view Statement::column_view(int column) const
 {
   // sqlite3_column_blob before sqlite3_column_bytes: the documented order that avoids a
   // text/blob conversion.

@@ -1,6 +1,7 @@
 #pragma once
 // Thin RAII over the SQLite C API: a connection, a prepared statement, and errors that keep the
 // SQLite result code so the archive can tell "disk full" from "corrupt" from "read-only".
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -9,6 +10,8 @@
 
 #include <sqlite3.h>
 
+#include "ferry/expected.hpp"
+
 namespace ferry::archive {
 
 struct SqliteError {
@@ -16,40 +19,95 @@ struct SqliteError {
   std::string message;     // sqlite3_errmsg at the time
 
   [[nodiscard]] int primary() const { return code & 0xff; }
+  // Another connection held a lock this one needed.
+  [[nodiscard]] bool locked() const
+  {
+    return primary() == SQLITE_BUSY || primary() == SQLITE_LOCKED;
+  }
 };
 
-// The result of one SQLite operation: nothing, or the error it gave.
-using SqliteStatus = std::optional<SqliteError>;
+// The result of one SQLite operation: its value, or the error SQLite gave.
+template <typename T = void> using SqliteResult = Expected<T, SqliteError>;
 
 class Statement;
-class Database;
-
-// Writes `bytes` into the (zeroblob-sized) column of row `rowid` in chunks, so a large blob is
-// never copied whole into a row record in memory (SQLite's INSERT would build one).
-[[nodiscard]] SqliteStatus write_blob(Database& db, const char* table, const char* column,
-                                      std::int64_t rowid, std::string_view bytes);
 
 class Database {
 public:
   // flags: SQLITE_OPEN_* (SQLITE_OPEN_EXRESCODE is always added).
-  [[nodiscard]] static SqliteStatus open(const std::string& path, int flags, Database& out);
+  [[nodiscard]] static SqliteResult<Database> open(const std::string& path, int flags);
 
   Database() = default;
 
   // One or more statements without results (sqlite3_exec).
-  [[nodiscard]] SqliteStatus exec(const std::string& sql);
-  [[nodiscard]] SqliteStatus prepare(std::string_view sql, Statement& out);
+  [[nodiscard]] SqliteResult<> exec(const std::string& sql);
+  [[nodiscard]] SqliteResult<Statement> prepare(std::string_view sql);
   [[nodiscard]] SqliteError last_error() const;
+
+  // From now on, waits at most `budget` in all for other connections' locks: SQLite's busy
+  // handler waits inside a call, retry_while_locked() between calls that SQLite failed at once.
+  void start_lock_wait(std::chrono::milliseconds budget);
+  // Time since start_lock_wait: how long the current operation has been kept waiting, at most.
+  [[nodiscard]] std::chrono::milliseconds lock_waited() const;
+  [[nodiscard]] bool lock_wait_over() const;
+  // Sleeps before retry number `attempt` (growing, jittered, never past the budget).
+  void back_off(int attempt) const;
 
   [[nodiscard]] sqlite3* handle() const { return m_db.get(); }
   [[nodiscard]] explicit operator bool() const { return m_db != nullptr; }
+
+  struct LockWait {
+    std::chrono::steady_clock::time_point start;
+    std::chrono::steady_clock::time_point deadline;
+  };
 
 private:
   struct Closer {
     void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
   };
   std::unique_ptr<sqlite3, Closer> m_db;
+  // On the heap: SQLite's busy handler keeps a pointer to it across moves of the Database.
+  std::unique_ptr<LockWait> m_lock_wait;
 };
+
+// Runs `attempt` (returning SqliteResult<T>) again while it fails because another connection
+// holds a lock and the wait budget is not spent. SQLite returns SQLITE_BUSY at once, without
+// its busy handler, in a few places: switching to WAL while another process opens the file,
+// a WAL being recovered, a lock upgrade that would deadlock.
+template <typename F> auto retry_while_locked(Database& db, F attempt) -> decltype(attempt())
+{
+  for (int tries = 0;; ++tries) {
+    auto result = attempt();
+    if (result || !result.error().locked() || db.lock_wait_over()) {
+      return result;
+    }
+    db.back_off(tries);
+  }
+}
+
+// Writes into one (zeroblob-sized) BLOB in place, so a large value never sits whole in a row
+// record in memory (SQLite's INSERT would build one).
+class BlobWriter {
+public:
+  [[nodiscard]] static SqliteResult<BlobWriter> open(Database& db, const char* table,
+                                                     const char* column, std::int64_t rowid);
+  BlobWriter() = default;
+
+  // At byte `offset` of the blob; the blob keeps its size.
+  [[nodiscard]] SqliteResult<> write(std::uint64_t offset, std::string_view bytes);
+  // Closes the handle; its error, if any.
+  [[nodiscard]] SqliteResult<> close();
+
+private:
+  struct Closer {
+    void operator()(sqlite3_blob* blob) const { sqlite3_blob_close(blob); }
+  };
+  std::unique_ptr<sqlite3_blob, Closer> m_blob;
+  Database* m_db = nullptr;
+};
+
+// Writes `bytes` into the (zeroblob-sized) column of row `rowid` with a BlobWriter.
+[[nodiscard]] SqliteResult<> write_blob(Database& db, const char* table, const char* column,
+                                        std::int64_t rowid, std::string_view bytes);
 
 class Statement {
 public:
@@ -68,10 +126,10 @@ public:
   Statement& bind_optional(int index, const std::optional<std::string>& text);
   Statement& bind_optional(int index, const std::optional<int>& value);
 
-  // true: a row is ready; false: done. An error ends the statement.
-  [[nodiscard]] SqliteStatus step(bool& has_row);
+  // true: a row is ready; false: done. The first failed bind, or the step's own error.
+  [[nodiscard]] SqliteResult<bool> step();
   // Runs a statement that returns no rows.
-  [[nodiscard]] SqliteStatus run();
+  [[nodiscard]] SqliteResult<> run();
   void reset();
 
   [[nodiscard]] bool is_null(int column) const;
@@ -79,6 +137,8 @@ public:
   [[nodiscard]] double column_double(int column) const;
   // Text or blob bytes exactly as stored.
   [[nodiscard]] std::string column_bytes(int column) const;
+  // The same bytes without a copy; valid until the next step, reset or column call.
+  [[nodiscard]] std::string_view column_view(int column) const;
   [[nodiscard]] std::optional<std::string> column_optional(int column) const;
 
 private:
@@ -88,7 +148,7 @@ private:
   };
   std::unique_ptr<sqlite3_stmt, Finalizer> m_stmt;
   sqlite3* m_db = nullptr;
-  SqliteStatus m_bind_error;
+  std::optional<SqliteError> m_bind_error; // the first bind that failed, reported by step()
 };
 
 } // namespace ferry::archive

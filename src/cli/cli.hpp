@@ -54,8 +54,8 @@ struct Context {
 
   // The reporter every output goes through: the terminal one unless a command asked for JSON.
   [[nodiscard]] Reporter& reporter();
-  // JSON Lines, or the terminal reporter (showing job output raw with `raw_output`).
-  void use_json(bool json, bool raw_output = false);
+  // JSON Lines (with output events when `terminal.stream`), or the terminal reporter.
+  void use_json(bool json, TerminalOptions terminal = {});
 
 private:
   std::unique_ptr<Reporter> m_reporter;
@@ -74,6 +74,48 @@ void add_log_command(CLI::App& app, Context& ctx);
 void add_show_command(CLI::App& app, Context& ctx);
 void add_export_command(CLI::App& app, Context& ctx);
 void add_replay_command(CLI::App& app, Context& ctx);
+void add_mcp_command(CLI::App& app, Context& ctx);
+void add_completion_command(CLI::App& app, Context& ctx);
+
+// The commands `ferry help` lists (hidden internal ones left out), and one of them by name.
+[[nodiscard]] std::vector<const CLI::App*> visible_commands(const CLI::App& app);
+[[nodiscard]] const CLI::App* find_command(const CLI::App& app, std::string_view name);
+// An option that takes a value (`--host H`), as opposed to a flag or a positional.
+[[nodiscard]] bool takes_value(const CLI::Option& option);
+// "ferry 0.1.0 (libssh 0.10.6/openssl/zlib, SQLite 3.40.1)".
+[[nodiscard]] std::string version_text();
+
+// What an option's value or a positional argument stands for, as completion offers it.
+enum class ValueKind {
+  unknown, // not in the table: a test makes sure no option of ferry's is
+  free_text,
+  job,
+  run,
+  param,
+  file,
+  file_or_stdin,
+  dir,
+  host,
+  choice,
+  command,
+};
+struct CompletionKind {
+  ValueKind kind = ValueKind::unknown;
+  std::vector<std::string> choices; // for ValueKind::choice
+};
+[[nodiscard]] CompletionKind completion_kind(const CLI::Option& option);
+
+// Every command and option, as ferry's own `--help` has them (cli_main builds the app with it).
+void add_commands(CLI::App& app, Context& ctx);
+
+// ferry(1) in roff, written to `file` (stdout when empty), from the same app as `--help`.
+[[nodiscard]] int write_man_page(const CLI::App& app, const std::string& file);
+
+// `ferry __complete -- WORDS…` (what the completion scripts ask) and `ferry __man [FILE]` (the
+// man page, generated at build time): hidden commands answered before the command line is
+// parsed. nullopt when `args` names neither.
+[[nodiscard]] std::optional<int> run_internal_command(const CLI::App& app,
+                                                      const std::vector<std::string>& args);
 
 int cli_main(int argc, char** argv);
 

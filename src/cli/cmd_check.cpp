@@ -1,5 +1,11 @@
+#include <algorithm>
+#include <map>
+
+#include <fmt/ranges.h>
+
 #include "cli/execute.hpp"
 #include "cli/targets.hpp"
+#include "ferry/text.hpp"
 
 namespace ferry::cli {
 
@@ -11,82 +17,211 @@ struct CheckCommand {
   int parallel = 8;
 };
 
-// "python3 3.11.2 (/usr/bin/python3)" / "nvidia-smi missing" from host_facts' result.
-std::string interpreters_line(const nlohmann::json& result)
+// An interpreter the jobs on the path declare, and which jobs do. `mapped` is the seam for a
+// per-host interpreter map: a host listed there is asked about that program instead.
+struct InterpreterNeed {
+  std::string name;
+  std::vector<std::string> jobs;
+  std::map<std::string, std::string> mapped; // host label -> program used there
+
+  [[nodiscard]] const std::string& program_for(const std::string& host) const
+  {
+    const auto it = mapped.find(host);
+    return it == mapped.end() ? name : it->second;
+  }
+};
+
+std::vector<InterpreterNeed> interpreter_needs(const JobPath& path)
 {
-  const auto tools = result.find("tools");
-  if (tools == result.end() || !tools->is_object()) {
-    return "interpreters: unknown";
-  }
-  std::string line;
-  for (const auto& [name, info] : tools->items()) {
-    std::string part = name;
-    if (info.is_object() && info.value("found", false)) {
-      if (info.contains("version") && info["version"].is_string()) {
-        part += " " + info["version"].get<std::string>();
-      }
-      if (info.contains("path") && info["path"].is_string()) {
-        part += " (" + info["path"].get<std::string>() + ")";
-      }
-    } else {
-      part += " missing";
+  std::map<std::string, std::vector<std::string>> jobs_by_interpreter;
+  for (const auto& listing : list_jobs(path)) {
+    if (listing.valid) {
+      jobs_by_interpreter[listing.interpreter].push_back(listing.name);
     }
-    line += (line.empty() ? "" : ", ") + part;
   }
-  return line;
+  std::vector<InterpreterNeed> needs;
+  for (auto& [name, jobs] : jobs_by_interpreter) {
+    needs.push_back({name, std::move(jobs), {}});
+  }
+  return needs;
 }
 
-// Each host's check as one line (terminal) or one object (JSON Lines).
+// host_facts' `interpreters` parameter: every program any host is asked about.
+nlohmann::json programs_to_ask(const std::vector<InterpreterNeed>& needs)
+{
+  std::vector<std::string> programs;
+  for (const auto& need : needs) {
+    programs.push_back(need.name);
+    for (const auto& [host, program] : need.mapped) {
+      programs.push_back(program);
+    }
+  }
+  std::sort(programs.begin(), programs.end());
+  programs.erase(std::unique(programs.begin(), programs.end()), programs.end());
+  return programs;
+}
+
+// What one host said about each needed interpreter.
+struct InterpreterFinding {
+  const InterpreterNeed* need;
+  std::string program;
+  std::optional<std::string> path; // none: not found
+  std::optional<std::string> version;
+};
+
+std::optional<std::string> string_member(const nlohmann::json& object, const char* key)
+{
+  if (object.is_object() && object.contains(key) && object[key].is_string()) {
+    return object[key].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::vector<InterpreterFinding> findings_for(const RunRecord& record,
+                                             const std::vector<InterpreterNeed>& needs)
+{
+  const nlohmann::json none = nlohmann::json::object();
+  const auto& found = record.result.is_object() ? record.result.value("interpreters", none) : none;
+  std::vector<InterpreterFinding> findings;
+  for (const auto& need : needs) {
+    const std::string& program = need.program_for(record.host_label);
+    const auto info = found.is_object() ? found.value(program, nlohmann::json()) : nullptr;
+    findings.push_back(
+        {&need, program, string_member(info, "path"), string_member(info, "version")});
+  }
+  return findings;
+}
+
+bool any_missing(const std::vector<InterpreterFinding>& findings)
+{
+  return std::any_of(findings.begin(), findings.end(),
+                     [](const InterpreterFinding& f) { return !f.path; });
+}
+
+// "python3 3.11.2 (/usr/bin/python3)", "sh (/usr/bin/sh)", "perl missing (needed by a, b)";
+// the host's bytes are shown escaped.
+std::string finding_text(const InterpreterFinding& finding)
+{
+  std::string text = finding.need->name;
+  if (finding.program != finding.need->name) {
+    text += " as " + terminal_safe(finding.program);
+  }
+  if (!finding.path) {
+    return fmt::format("{} missing (needed by {})", text, fmt::join(finding.need->jobs, ", "));
+  }
+  if (finding.version) {
+    text += " " + terminal_safe(*finding.version);
+  }
+  return text + " (" + terminal_safe(*finding.path) + ")";
+}
+
+nlohmann::json findings_json(const std::vector<InterpreterFinding>& findings)
+{
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& f : findings) {
+    list.push_back({{"interpreter", f.need->name},
+                    {"program", f.program},
+                    {"found", f.path.has_value()},
+                    {"path", f.path ? nlohmann::json(*f.path) : nullptr},
+                    {"version", f.version ? nlohmann::json(*f.version) : nullptr},
+                    {"jobs", f.need->jobs}});
+  }
+  return list;
+}
+
+// How the host was reached: "host key SHA256:…, auth ok, SFTP ok", or "local" for this machine.
+std::string reach_text(const RunRecord& record)
+{
+  if (record.target.contains("local")) {
+    return "local (no SSH or SFTP involved)";
+  }
+  const std::string key = record.target.value("host_key_sha256", "");
+  return fmt::format("{}auth ok, SFTP ok", key.empty() ? "" : "host key " + key + ", ");
+}
+
+// Each host's check as one line (terminal) or one object (JSON Lines); remembers whether any
+// host lacks an interpreter the jobs need.
 class CheckView final : public RunObserver {
 public:
-  explicit CheckView(Reporter& reporter) : m_reporter(reporter) {}
+  CheckView(Reporter& reporter, const std::vector<InterpreterNeed>& needs)
+      : m_reporter(reporter), m_needs(needs)
+  {
+  }
 
-  void batch_started(std::size_t total) override { m_reporter.batch_started(total); }
+  void batch_started(const BatchInfo& batch) override { m_reporter.batch_started(batch); }
   void progress(const FleetProgress& progress) override { m_reporter.progress(progress); }
   void batch_finished() override { m_reporter.batch_finished(); }
 
   void run_finished(RunRecord& record) override
   {
+    const auto findings = findings_for(record, m_needs);
+    const bool ok = record.status == RunStatus::ok;
+    m_missing |= ok && any_missing(findings);
+    const std::string status = !ok ? "failed" : any_missing(findings) ? "missing" : "ok";
     const nlohmann::json line = {
         {"host", record.host_label},
         {"target", record.target},
-        {"status", record.status == RunStatus::ok ? "ok" : "failed"},
+        {"status", status},
         {"error", record.error ? nlohmann::json(*record.error) : nlohmann::json()},
+        {"interpreters", ok ? findings_json(findings) : nlohmann::json()},
         {"facts", record.result}};
-    m_reporter.document(text(record), line);
+    m_reporter.document(text(record, findings), line);
   }
 
+  [[nodiscard]] bool missing() const { return m_missing; }
+
 private:
-  static std::string text(const RunRecord& record)
+  static std::string text(const RunRecord& record, const std::vector<InterpreterFinding>& found)
   {
     if (auto slurm = slurm_check_text(record)) {
       return *slurm;
     }
+    const std::string host = terminal_safe(record.host_label);
     if (record.status != RunStatus::ok) {
-      return fmt::format("{}: FAILED — {}\n", record.host_label,
-                         record.error.value_or("see stderr"));
+      return fmt::format("{}: FAILED — {}\n", host,
+                         terminal_safe(record.error.value_or("see stderr")));
     }
-    const std::string key = record.target.value("host_key_sha256", "");
-    return fmt::format("{}: ok in {:.2f} s — {}{}SFTP ok, {}\n", record.host_label,
-                       record.duration_s, key.empty() ? "" : "host key " + key + ", ",
-                       record.target.contains("local") ? "" : "auth ok, ",
-                       interpreters_line(record.result));
+    std::vector<std::string> parts;
+    std::vector<std::string> missing;
+    for (const auto& finding : found) {
+      parts.push_back(finding_text(finding));
+      if (!finding.path) {
+        missing.push_back(finding.need->name);
+      }
+    }
+    const std::string status =
+        missing.empty() ? "ok" : fmt::format("MISSING {}", fmt::join(missing, ", "));
+    const auto smi = string_member(record.result.value("tools", nlohmann::json::object())
+                                       .value("nvidia-smi", nlohmann::json::object()),
+                                   "path");
+    return fmt::format("{}: {} in {:.2f} s — {}; {}; nvidia-smi {}\n", host, status,
+                       record.duration_s, reach_text(record),
+                       parts.empty() ? "no interpreters needed"
+                                     : fmt::format("{}", fmt::join(parts, ", ")),
+                       smi ? terminal_safe(*smi) : "not found");
   }
 
   Reporter& m_reporter;
+  const std::vector<InterpreterNeed>& m_needs;
+  bool m_missing = false;
 };
 
 Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
 {
   ctx.use_json(cmd.json);
-  FERRY_TRY_ASSIGN(const auto job, find_job("host_facts", JobPath{{}, true}));
-  CheckCommand described = cmd;
-  described.target.slurm.describe_cluster = true; // --slurm: version, partitions, GPU gres
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(described.target));
-  const std::vector<PlannedRun> runs = {{&job, nlohmann::json::object()}};
-  CheckView view(ctx.reporter());
-  return execute_runs(ctx, sessions, runs, RunOptions{},
-                      {false, batch_parallel(cmd.target, cmd.parallel, sessions.size())}, view);
+  // Always the built-in: a host_facts on the job path cannot change what check reports.
+  FERRY_TRY_ASSIGN(const auto job, find_job(std::string(k_builtin_prefix) + "host_facts", {}));
+  const auto needs = interpreter_needs(ctx.job_path());
+  TargetOptions target = cmd.target;
+  target.slurm.describe_cluster = true; // --slurm: version, partitions, GPU gres
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target));
+  const std::vector<PlannedRun> runs = {
+      {&job, nlohmann::json{{"interpreters", programs_to_ask(needs)}}}};
+  CheckView view(ctx.reporter(), needs);
+  const ExitCode code =
+      execute_runs(ctx, sessions, runs, RunOptions{},
+                   {false, batch_parallel(target, cmd.parallel, sessions.size())}, view);
+  return code == ExitCode::ok && view.missing() ? ExitCode::run_failed : code;
 }
 
 } // namespace
@@ -94,11 +229,16 @@ Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
 void add_check_command(CLI::App& app, Context& ctx)
 {
   auto cmd = std::make_shared<CheckCommand>();
-  auto* sub =
-      app.add_subcommand("check", "Reach each host: host key, auth, SFTP, interpreters found");
+  auto* sub = app.add_subcommand(
+      "check", "Reach each host: host key, auth, SFTP, and the interpreters the jobs need");
   add_target_options(*sub, cmd->target);
   sub->add_flag("--json", cmd->json, "one JSON object per host");
   sub->add_option("-j,--parallel", cmd->parallel, "hosts at once")->capture_default_str();
+  sub->footer(R"(Exits 1 when a host lacks an interpreter that a job on the job path declares.
+
+Examples:
+  ferry check --host gpu1,gpu2
+  ferry check --hosts-file hosts.txt --accept-new-host-key)");
   on_chosen(*sub, ctx, [cmd, &ctx] { return check(ctx, *cmd); });
 }
 

@@ -39,17 +39,28 @@ std::string duration_display(double seconds)
   return seconds < 10 ? fmt::format("{:.2f}s", seconds) : fmt::format("{:.0f}s", seconds);
 }
 
-// JSON Lines shows each run's whole record; the terminal, one line of it.
-Table log_table(const std::vector<RunRecord>& runs, bool json)
+// One line per run. The terminal's table reads small columns only (params, results and outputs
+// stay on disk); JSON Lines shows each run's whole record.
+Expected<Table> log_table(Archive& archive, const LogFilter& filter, bool json)
 {
   Table table;
   table.header = {"RUN", "STARTED", "JOB", "HOST", "STATUS", "TIME", "RESULT"};
-  for (const auto& run : runs) {
+  const auto add_row = [&table](const RunRecord& run, std::string_view result_line) {
     table.rows.push_back({run.run_id, started_display(run.started_at), terminal_safe(run.job),
                           terminal_safe(target_label(run)), std::string(to_string(run.status)),
-                          duration_display(run.duration_s), terminal_safe(result_digest(run, 60))});
-    if (json) {
+                          duration_display(run.duration_s),
+                          terminal_safe(result_digest(run, result_line, 60))});
+  };
+  if (json) {
+    FERRY_TRY_ASSIGN(const auto runs, archive.log(filter));
+    for (const auto& run : runs) {
+      add_row(run, run.result.is_null() ? "" : to_json_line(run.result));
       table.objects.push_back(to_json(run));
+    }
+  } else {
+    FERRY_TRY_ASSIGN(const auto runs, archive.list(filter));
+    for (const auto& [run, result_head] : runs) {
+      add_row(run, result_head);
     }
   }
   return table;
@@ -80,8 +91,8 @@ Expected<ExitCode> run_log(Context& ctx, const LogCommand& cmd)
   ctx.use_json(cmd.json);
   const LogFilter filter = filter_of(cmd);
   FERRY_TRY_ASSIGN(auto archive, Archive::open_read_only(ctx.archive_path()));
-  FERRY_TRY_ASSIGN(const auto runs, archive.log(filter));
-  if (runs.empty() && !cmd.json) {
+  FERRY_TRY_ASSIGN(auto table, log_table(archive, filter, cmd.json));
+  if (table.rows.empty() && !cmd.json) {
     const bool filtered = filter.job || filter.host || filter.status || filter.since;
     ctx.reporter().note(
         !archive.exists()
@@ -90,7 +101,7 @@ Expected<ExitCode> run_log(Context& ctx, const LogCommand& cmd)
                    : fmt::format("no runs recorded yet in {}", archive.path().string()));
     return ExitCode::ok;
   }
-  ctx.reporter().table(log_table(runs, cmd.json));
+  ctx.reporter().table(table);
   return ExitCode::ok;
 }
 

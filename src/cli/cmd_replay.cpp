@@ -116,7 +116,8 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
 {
   ctx.use_json(cmd.json);
   FERRY_TRY_ASSIGN(auto archive, Archive::open(ctx.archive_path()));
-  FERRY_TRY_ASSIGN(const auto original, archive.load(cmd.run));
+  // The archived bytes are run as they are: a script that no longer matches its sha256 is refused.
+  FERRY_TRY_ASSIGN(const auto original, archive.load(cmd.run, LoadOptions{.verify_blobs = true}));
   if (original.script.empty()) {
     return fail(ErrorKind::failed, "run {} has no archived script bytes to replay",
                 original.run_id);
@@ -127,7 +128,7 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
                              original.script_name.empty() ? original.job : original.script_name,
                              "archived script of run " + original.run_id, original.script));
   const TargetOptions target = replay_target(cmd, original);
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(target, std::span<const Job>(&job, 1)));
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target, std::span<const Job>(&job, 1)));
   RunOptions options;
   options.verbose = ctx.global.verbose;
   options.replay_of = original.run_id;

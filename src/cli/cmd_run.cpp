@@ -16,21 +16,26 @@ struct RunCommand {
   int parallel = 8;
   bool json = false;
   bool raw_output = false;
+  bool stream = false;
   bool keep_remote = false;
   bool no_archive = false;
   std::size_t output_cap_mib = 16;
 };
 
+// `--params FILE` or `--params -` (standard input): its size and nesting are checked before it
+// is parsed, so no input can make ferry recurse itself to death or hold more than the cap.
 Expected<std::optional<nlohmann::json>> read_params_file(const std::string& path)
 {
   if (path.empty()) {
     return std::optional<nlohmann::json>();
   }
-  FERRY_TRY_ASSIGN(const auto text, read_file(path));
+  const std::string what = path == "-" ? "--params - (standard input)" : "--params " + path;
+  FERRY_TRY_ASSIGN(const auto text, read_params_input(path, what));
+  FERRY_TRY(check_params_json_limits(text, what));
   auto value = nlohmann::json::parse(text, nullptr, false);
   if (value.is_discarded()) {
-    return fail(ErrorKind::usage,
-                "--params {}: not valid JSON; give a JSON object like {{\"tp\": 8}}", path);
+    return fail(ErrorKind::usage, "{}: not valid JSON; give a JSON object like {{\"tp\": 8}}",
+                what);
   }
   return std::optional<nlohmann::json>(std::move(value));
 }
@@ -103,7 +108,7 @@ Expected<std::vector<Job>> find_jobs(const RunCommand& cmd, const JobPath& path)
 
 Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
 {
-  ctx.use_json(cmd.json, cmd.raw_output);
+  ctx.use_json(cmd.json, TerminalOptions{cmd.raw_output, cmd.stream});
   // Everything is checked before any host is contacted: jobs, parameters, targets.
   FERRY_TRY_ASSIGN(const auto jobs, find_jobs(cmd, ctx.job_path()));
   FERRY_TRY_ASSIGN(const auto file, read_params_file(cmd.params_file));
@@ -113,7 +118,7 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
     runs.push_back({&job, std::move(params)});
   }
   FERRY_TRY(check_keys_used(cmd, jobs));
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(cmd.target, jobs));
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, cmd.target, jobs));
   RunOptions options;
   options.verbose = ctx.global.verbose;
   options.timeout_s = cmd.timeout_s;
@@ -131,9 +136,12 @@ void add_run_command(CLI::App& app, Context& ctx)
   auto* sub = app.add_subcommand("run", "Run jobs on hosts (or here) and collect their results");
   sub->add_option("JOB", cmd->jobs, "job names on the job path, or paths to job files")->required();
   add_target_options(*sub, cmd->target);
-  sub->add_option("-p,--param", cmd->assignments, "KEY=VALUE, typed by the job's declaration")
+  sub->add_option("-p,--param", cmd->assignments,
+                  "KEY=VALUE, typed by the job's declaration; KEY=@FILE reads the value from FILE; "
+                  "repeating a list parameter appends")
       ->allow_extra_args(false);
-  sub->add_option("--params", cmd->params_file, "JSON file with an object of parameters");
+  sub->add_option("--params", cmd->params_file,
+                  "JSON file with an object of parameters (- reads standard input)");
   sub->add_option("--timeout", cmd->timeout_s,
                   "seconds before the job is killed (default: the job's)")
       ->check(CLI::Range(1, 7 * 24 * 3600));
@@ -141,6 +149,9 @@ void add_run_command(CLI::App& app, Context& ctx)
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   sub->add_flag("--json", cmd->json, "print one JSON run record per line (JSON Lines)");
+  sub->add_flag("--stream", cmd->stream,
+                "show every host's output as it arrives, each line prefixed with its host (one "
+                "host's output is always shown as it arrives); with --json, output events");
   sub->add_flag("--raw-output", cmd->raw_output,
                 "write job output to a terminal as it is, control sequences included (by default "
                 "they are shown escaped; ferry's own lines always are)");

@@ -37,9 +37,13 @@ public:
     }
   }
 
-  void batch_started(std::size_t total) override { m_view.batch_started(total); }
+  void batch_started(const BatchInfo& batch) override { m_view.batch_started(batch); }
   void run_started(const RunRef& run) override { m_view.run_started(run); }
   void run_note(const RunRef& run, std::string_view text) override { m_view.run_note(run, text); }
+  void run_output(const RunRef& run, OutputStream stream, std::string_view bytes) override
+  {
+    m_view.run_output(run, stream, bytes);
+  }
   void progress(const FleetProgress& progress) override { m_view.progress(progress); }
   void batch_finished() override { m_view.batch_finished(); }
 
@@ -50,6 +54,11 @@ public:
         m_ctx.reporter().error(
             {stored.error().kind,
              stored.error().message + " — this run's result is still shown below"});
+      } else if (stored->spooled_to) {
+        m_ctx.reporter().note(fmt::format(
+            "{}; run {} was saved to {} instead, and goes into the archive the next time ferry "
+            "opens it to record a run",
+            stored->why, record.run_id, stored->spooled_to->string()));
       }
     }
     m_failed |= record.status != RunStatus::ok;

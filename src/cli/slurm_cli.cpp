@@ -9,6 +9,7 @@
 #include "cli/targets.hpp"
 #include "ferry/host_spec.hpp"
 #include "ferry/slurm.hpp"
+#include "ferry/text.hpp"
 #include "ferry/util.hpp"
 
 namespace ferry::cli {
@@ -99,7 +100,10 @@ Expected<SlurmOptions> config_table(const toml::table& table, const std::string&
   return options;
 }
 
-bool has_slurm_key(const nlohmann::json& target) { return target.contains("slurm"); }
+bool has_slurm_key(const nlohmann::json& target)
+{
+  return target.contains("slurm");
+}
 
 } // namespace
 
@@ -170,11 +174,13 @@ Expected<SlurmOptions> config_slurm_options(const std::string& path)
 }
 
 Expected<std::vector<std::unique_ptr<HostSession>>>
-make_slurm_target_sessions(const TargetOptions& target, std::span<const Job> jobs)
+make_slurm_target_sessions(Context& ctx, const TargetOptions& target, std::span<const Job> jobs)
 {
   FERRY_TRY(parse_host_spec(target.slurm.login));
   SlurmTarget slurm;
-  slurm.login = ssh_target_for(target, target.slurm.login);
+  slurm.login = ssh_target_for(ctx, target, target.slurm.login);
+  // The ssh config is read now, so that one ssh would refuse is a usage error before any contact.
+  FERRY_TRY(make_checked_ssh_session(slurm.login));
   FERRY_TRY_ASSIGN(slurm.command_line, command_line_options(target.slurm));
   if (target.slurm.archived) {
     SlurmOptions archived = *target.slurm.archived;
@@ -189,8 +195,7 @@ make_slurm_target_sessions(const TargetOptions& target, std::span<const Job> job
 
 int batch_parallel(const TargetOptions& target, int parallel, std::size_t sessions)
 {
-  return target.slurm.login.empty() ? parallel
-                                    : std::max(parallel, static_cast<int>(sessions));
+  return target.slurm.login.empty() ? parallel : std::max(parallel, static_cast<int>(sessions));
 }
 
 void use_archived_slurm_target(TargetOptions& target, const RunRecord& original)
@@ -238,14 +243,14 @@ std::optional<std::string> slurm_check_text(const RunRecord& record)
                                  : "remote base NOT visible on node " + slurm.value("nodes", "?"));
   std::string text = fmt::format(
       "{}: {} — Slurm {}, partitions {}, GPU gres {}; {}\n", record.host_label,
-      record.status == RunStatus::ok ? fmt::format("ok in {:.2f} s", record.duration_s)
-                                     : "FAILED",
+      record.status == RunStatus::ok ? fmt::format("ok in {:.2f} s", record.duration_s) : "FAILED",
       cluster.value("version", "?"), partitions.empty() ? "?" : partitions,
       gres.empty() ? "none" : gres, base);
   if (record.status != RunStatus::ok) {
     text += fmt::format("  {}\n", record.error.value_or("see stderr"));
   }
-  return text;
+  // The cluster's names and the error come from the login node: no control sequences pass.
+  return terminal_safe(text, Newlines::keep);
 }
 
 } // namespace ferry::cli

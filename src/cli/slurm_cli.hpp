@@ -17,6 +17,7 @@
 namespace ferry::cli {
 
 struct TargetOptions;
+struct Context;
 
 struct SlurmCli {
   std::string login; // --slurm LOGIN
@@ -38,13 +39,12 @@ struct SlurmCli {
 void add_slurm_options(CLI::App& command, SlurmCli& slurm);
 
 // Refuses Slurm options without --slurm, and --slurm together with --host/--hosts-file/--local.
-[[nodiscard]] Expected<void> check_slurm_combination(const TargetOptions& target,
-                                                     bool hosts_given);
+[[nodiscard]] Expected<void> check_slurm_combination(const TargetOptions& target, bool hosts_given);
 
 // One session per node of the Slurm target, the options checked and the config file read first.
 // `jobs` are the runs' jobs: their [slurm] tables may say how many nodes.
 [[nodiscard]] Expected<std::vector<std::unique_ptr<HostSession>>>
-make_slurm_target_sessions(const TargetOptions& target, std::span<const Job> jobs);
+make_slurm_target_sessions(Context& ctx, const TargetOptions& target, std::span<const Job> jobs);
 
 // The user config file: $XDG_CONFIG_HOME/ferry/config.toml, else ~/.config/ferry/config.toml.
 [[nodiscard]] std::string user_config_path();

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 
 #include "cli/targets.hpp"
@@ -9,17 +11,69 @@ namespace ferry::cli {
 
 namespace {
 
-void add_hosts(std::vector<std::string>& hosts, const std::string& list)
+// The hosts of a comma-separated list. An empty one (`--host ""` from an unset variable, "a,,b")
+// is refused: taking it for "no host" would run the job on this machine instead.
+Expected<void> add_hosts(std::vector<std::string>& hosts, const std::string& list,
+                         const std::string& where)
 {
   std::size_t start = 0;
   while (start <= list.size()) {
     const auto comma = std::min(list.find(',', start), list.size());
     std::string host(trim(std::string_view(list).substr(start, comma - start)));
-    if (!host.empty()) {
-      hosts.push_back(std::move(host));
+    if (host.empty()) {
+      return fail(ErrorKind::usage,
+                  "{} names an empty host ('{}'); give a host name, or --local to run here", where,
+                  terminal_safe(list));
     }
+    hosts.push_back(std::move(host));
     start = comma + 1;
   }
+  return {};
+}
+
+Expected<void> add_hosts_file(std::vector<std::string>& hosts, const std::string& path)
+{
+  std::ifstream in(path);
+  if (!in) {
+    return fail(ErrorKind::usage, "cannot read the hosts file {} (--hosts-file)", path);
+  }
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (const auto hash = line.find('#'); hash != std::string::npos) {
+      line.resize(hash);
+    }
+    if (!trim(line).empty()) { // a blank or comment line names no host, which is fine
+      FERRY_TRY(add_hosts(hosts, line, fmt::format("{} line {}", path, number)));
+    }
+  }
+  if (hosts.empty()) {
+    return fail(ErrorKind::usage, "the hosts file {} names no host", path);
+  }
+  return {};
+}
+
+// Each host once, in the order first named; a repeat is worth a note, not a second run.
+std::vector<std::string> without_repeats(const std::vector<std::string>& hosts,
+                                         std::vector<std::string>& repeated)
+{
+  std::vector<std::string> once;
+  for (const auto& host : hosts) {
+    if (std::find(once.begin(), once.end(), host) == once.end()) {
+      once.push_back(host);
+    } else if (std::find(repeated.begin(), repeated.end(), host) == repeated.end()) {
+      repeated.push_back(host);
+    }
+  }
+  return once;
+}
+
+// One write per line, "ferry: HOST: TEXT", so lines of hosts connecting at once never mix.
+std::function<void(std::string_view)> stderr_lines(const std::string& host, std::string kind)
+{
+  return [host = terminal_safe(host), kind = std::move(kind)](std::string_view text) {
+    const std::string line = fmt::format("ferry: {}: {}{}\n", host, kind, terminal_safe(text));
+    std::fwrite(line.data(), 1, line.size(), stderr);
+  };
 }
 
 } // namespace
@@ -67,24 +121,10 @@ Expected<std::vector<std::string>> target_hosts(const TargetOptions& target)
 {
   std::vector<std::string> hosts;
   for (const auto& item : target.hosts) {
-    add_hosts(hosts, item);
+    FERRY_TRY(add_hosts(hosts, item, "--host"));
   }
   if (!target.hosts_file.empty()) {
-    std::ifstream in(target.hosts_file);
-    if (!in) {
-      return fail(ErrorKind::usage, "cannot read the hosts file {} (--hosts-file)",
-                  target.hosts_file);
-    }
-    std::string line;
-    while (std::getline(in, line)) {
-      if (const auto hash = line.find('#'); hash != std::string::npos) {
-        line.resize(hash);
-      }
-      add_hosts(hosts, line);
-    }
-    if (hosts.empty()) {
-      return fail(ErrorKind::usage, "the hosts file {} names no host", target.hosts_file);
-    }
+    FERRY_TRY(add_hosts_file(hosts, target.hosts_file));
   }
   for (const auto& host : hosts) {
     FERRY_TRY(parse_host_spec(host));
@@ -96,7 +136,7 @@ Expected<std::vector<std::string>> target_hosts(const TargetOptions& target)
   return hosts;
 }
 
-SshTarget ssh_target_for(const TargetOptions& target, const std::string& host)
+SshTarget ssh_target_for(Context& ctx, const TargetOptions& target, const std::string& host)
 {
   SshTarget ssh;
   ssh.spec = host;
@@ -107,23 +147,34 @@ SshTarget ssh_target_for(const TargetOptions& target, const std::string& host)
   ssh.connect_timeout_s = target.connect_timeout_s;
   ssh.retries = target.retries;
   ssh.remote_base = target.remote_base;
+  ssh.warn = stderr_lines(host, "warning: ");
+  if (ctx.global.verbose) {
+    ssh.debug = stderr_lines(host, "");
+  }
   return ssh;
 }
 
-Expected<std::vector<std::unique_ptr<HostSession>>> make_sessions(const TargetOptions& target,
-                                                                  std::span<const Job> jobs)
+Expected<std::vector<std::unique_ptr<HostSession>>>
+make_sessions(Context& ctx, const TargetOptions& target, std::span<const Job> jobs)
 {
-  FERRY_TRY_ASSIGN(auto hosts, target_hosts(target));
+  FERRY_TRY_ASSIGN(const auto named, target_hosts(target));
   if (!target.slurm.login.empty()) {
-    return make_slurm_target_sessions(target, jobs);
+    return make_slurm_target_sessions(ctx, target, jobs);
   }
   std::vector<std::unique_ptr<HostSession>> sessions;
-  if (hosts.empty()) {
+  if (named.empty()) {
     sessions.push_back(make_local_session(LocalTarget{}));
     return sessions;
   }
+  std::vector<std::string> repeated;
+  const auto hosts = without_repeats(named, repeated);
+  for (const auto& host : repeated) {
+    ctx.reporter().note(
+        fmt::format("{} is named more than once; it runs once", terminal_safe(host)));
+  }
   for (const auto& host : hosts) {
-    sessions.push_back(make_ssh_session(ssh_target_for(target, host)));
+    FERRY_TRY_ASSIGN(auto session, make_checked_ssh_session(ssh_target_for(ctx, target, host)));
+    sessions.push_back(std::move(session));
   }
   return sessions;
 }

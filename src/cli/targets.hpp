@@ -12,11 +12,14 @@ namespace ferry::cli {
 // checked before anything is contacted.
 [[nodiscard]] Expected<std::vector<std::string>> target_hosts(const TargetOptions& target);
 
-// One unconnected session per target (per node for --slurm; `jobs` may say how many).
+// One unconnected session per host (a host named twice gets one, with a note); with -v each SSH
+// session tells its connection's story on stderr. For --slurm, one per node (`jobs`' [slurm]
+// tables may say how many).
 [[nodiscard]] Expected<std::vector<std::unique_ptr<HostSession>>>
-make_sessions(const TargetOptions& target, std::span<const Job> jobs = {});
+make_sessions(Context& ctx, const TargetOptions& target, std::span<const Job> jobs = {});
 
 // How to reach `host` with the SSH options given.
-[[nodiscard]] SshTarget ssh_target_for(const TargetOptions& target, const std::string& host);
+[[nodiscard]] SshTarget ssh_target_for(Context& ctx, const TargetOptions& target,
+                                       const std::string& host);
 
 } // namespace ferry::cli

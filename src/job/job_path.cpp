@@ -1,8 +1,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <span>
+
+#include <fmt/ranges.h>
 
 #include "ferry/job.hpp"
+#include "ferry/suggest.hpp"
 #include "ferry/util.hpp"
 #include "job/builtin_jobs.hpp"
 
@@ -32,25 +36,18 @@ bool is_candidate_file(const fs::directory_entry& entry)
   return !file.empty() && file.front() != '.' && file.back() != '~' && entry.is_regular_file(ec);
 }
 
-// Files in `dir` whose name without extension is `name` (hidden and backup files excluded).
-std::optional<fs::path> find_in_dir(const fs::path& dir, const std::string& name)
+// The candidate files of `dir`, in byte order of their names (the first of a name wins).
+std::vector<fs::path> candidate_files(const fs::path& dir)
 {
   std::error_code ec;
-  std::vector<fs::path> matches;
+  std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const fs::path& p = entry.path();
-    if (!is_candidate_file(entry)) {
-      continue;
-    }
-    if (p.stem().string() == name) {
-      matches.push_back(p);
+    if (is_candidate_file(entry)) {
+      files.push_back(entry.path());
     }
   }
-  if (matches.empty()) {
-    return std::nullopt;
-  }
-  std::sort(matches.begin(), matches.end());
-  return matches.front();
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 Expected<Job> load_job_file(const fs::path& path)
@@ -59,98 +56,192 @@ Expected<Job> load_job_file(const fs::path& path)
   return parse_job(path.stem().string(), path.filename().string(), path.string(), std::move(bytes));
 }
 
+std::string stem_of(std::string_view file_name)
+{
+  return fs::path(std::string(file_name)).stem().string();
+}
+
+const EmbeddedFile* find_builtin(std::string_view name)
+{
+  for (const auto& file : builtin_job_files()) {
+    if (stem_of(file.file_name) == name) {
+      return &file;
+    }
+  }
+  return nullptr;
+}
+
+Expected<Job> load_builtin(const EmbeddedFile& file)
+{
+  return parse_job(stem_of(file.file_name), std::string(file.file_name), "built-in",
+                   std::string(file.bytes));
+}
+
+Expected<Job> find_builtin_job(std::string_view name)
+{
+  if (const auto* file = find_builtin(name)) {
+    return load_builtin(*file);
+  }
+  std::vector<std::string> names;
+  for (const auto& file : builtin_job_files()) {
+    names.push_back(stem_of(file.file_name));
+  }
+  return fail(ErrorKind::usage, "no built-in job named '{}'{} (the built-in jobs are {})", name,
+              did_you_mean(name, names), fmt::join(names, ", "));
+}
+
+std::string first_line(std::string_view text)
+{
+  return std::string(text.substr(0, text.find('\n')));
+}
+
+std::string no_such_job(const std::string& spec, const JobPath& path,
+                        const std::vector<fs::path>& not_jobs)
+{
+  std::vector<std::string> names;
+  for (const auto& listing : list_jobs(path)) {
+    names.push_back(listing.name);
+  }
+  std::string message =
+      fmt::format("no job named '{}' on the job path{} (`ferry jobs` lists the jobs there, "
+                  "`ferry jobs --path` the directories searched, and a path like ./{}.py runs a "
+                  "file directly)",
+                  spec, did_you_mean(spec, names), spec);
+  for (const auto& file : not_jobs) {
+    message += fmt::format(" ({} is not a job: it has no `/// ferry` block)", file.string());
+  }
+  return message;
+}
+
 } // namespace
 
 JobPath JobPath::from_environment(const std::vector<std::string>& jobs_dirs)
 {
   JobPath path;
+  auto add = [&path](fs::path dir, std::string origin) {
+    path.dirs.push_back(std::move(dir));
+    path.origins.push_back(std::move(origin));
+  };
   for (const auto& dir : jobs_dirs) {
-    path.dirs.emplace_back(dir);
+    add(dir, "--jobs-dir");
   }
   for (const auto& dir : split(env_or("FERRY_JOBS_PATH", ""), ':')) {
-    path.dirs.emplace_back(dir);
+    add(dir, "$FERRY_JOBS_PATH");
   }
-  path.dirs.emplace_back("jobs");
-  path.dirs.push_back(fs::path(env_or("XDG_CONFIG_HOME", home_dir() + "/.config")) / "ferry" /
-                      "jobs");
+  add("jobs", "./jobs, relative to the current directory");
+  add(fs::path(env_or("XDG_CONFIG_HOME", home_dir() + "/.config")) / "ferry" / "jobs",
+      "$XDG_CONFIG_HOME/ferry/jobs (default ~/.config/ferry/jobs)");
   return path;
 }
 
 Expected<Job> find_job(const std::string& spec, const JobPath& path)
 {
-  const bool looks_like_path = spec.find('/') != std::string::npos;
-  if (looks_like_path) {
+  if (spec.starts_with(k_builtin_prefix)) {
+    return find_builtin_job(std::string_view(spec).substr(k_builtin_prefix.size()));
+  }
+  if (spec.find('/') != std::string::npos) {
     std::error_code ec;
     if (!fs::is_regular_file(spec, ec)) {
       return fail(ErrorKind::usage, "job file {} does not exist or is not a regular file", spec);
     }
     return load_job_file(spec);
   }
+  std::vector<fs::path> not_jobs; // files of that name without a block: not jobs, passed over
   for (const auto& dir : path.dirs) {
-    if (auto found = find_in_dir(dir, spec)) {
-      return load_job_file(*found);
+    for (const auto& file : candidate_files(dir)) {
+      if (file.stem().string() != spec) {
+        continue;
+      }
+      FERRY_TRY_ASSIGN(auto bytes, read_file(file));
+      if (!has_job_block(bytes)) {
+        not_jobs.push_back(file);
+        continue;
+      }
+      return parse_job(spec, file.filename().string(), file.string(), std::move(bytes));
     }
   }
   if (path.builtins) {
-    for (const auto& file : builtin_job_files()) {
-      if (fs::path(std::string(file.file_name)).stem().string() == spec) {
-        return parse_job(spec, std::string(file.file_name), "built-in", std::string(file.bytes));
-      }
+    if (const auto* file = find_builtin(spec)) {
+      return load_builtin(*file);
     }
   }
   std::error_code ec;
   if (fs::is_regular_file(spec, ec)) {
     return load_job_file(fs::path(".") / spec);
   }
-  return fail(ErrorKind::usage,
-              "no job named '{}' on the job path; `ferry jobs` lists the jobs there, and a path "
-              "like ./{}.py runs a file directly",
-              spec, spec);
+  return fail(ErrorKind::usage, "{}", no_such_job(spec, path, not_jobs));
 }
 
 namespace {
 
-// The jobs of one directory that no earlier directory named already.
-void list_dir(const fs::path& dir, std::map<std::string, JobListing>& found)
+JobListing listing_of(std::string name, std::string source, const Expected<JobMeta>& meta)
 {
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().stem().string();
-    if (!is_candidate_file(entry) || found.count(name) != 0) {
-      continue;
+  if (!meta) {
+    return {std::move(name),
+            std::move(source),
+            "(not a valid job: " + first_line(meta.error().message) + ")",
+            "",
+            false,
+            "",
+            ""};
+  }
+  return {std::move(name), std::move(source), meta->description, meta->interpreter, true, "", ""};
+}
+
+// The jobs of one directory whose names no earlier directory took.
+void scan_dir(const fs::path& dir, std::map<std::string, JobListing>& found,
+              std::vector<std::string>& notes)
+{
+  for (const auto& file : candidate_files(dir)) {
+    const std::string name = file.stem().string();
+    const auto bytes = read_file(file);
+    if (bytes && !has_job_block(*bytes)) {
+      notes.push_back(fmt::format("{}: not a job (no `/// ferry` block), skipped", file.string()));
+    } else if (const auto taken = found.find(name); taken != found.end()) {
+      notes.push_back(fmt::format("{}: hidden by {}, which comes first on the job path",
+                                  file.string(), taken->second.source));
+    } else if (!bytes) {
+      found[name] = listing_of(name, file.string(), Unexpected{bytes.error()});
+    } else {
+      found[name] = listing_of(name, file.string(), parse_job_meta(*bytes, file.string()));
     }
-    auto bytes = read_file(entry.path());
-    if (!bytes) {
-      continue;
-    }
-    auto meta = parse_job_meta(*bytes, entry.path().string());
-    found[name] = {name, entry.path().string(),
-                   meta ? meta->description : "(not a valid job: " + meta.error().message + ")"};
   }
 }
 
 } // namespace
 
-std::vector<JobListing> list_jobs(const JobPath& path)
+JobScan scan_jobs(const JobPath& path)
 {
+  JobScan scan;
   std::map<std::string, JobListing> found;
   for (const auto& dir : path.dirs) {
-    list_dir(dir, found);
+    scan_dir(dir, found, scan.notes);
   }
-  if (path.builtins) {
-    for (const auto& file : builtin_job_files()) {
-      const std::string name = fs::path(std::string(file.file_name)).stem().string();
-      if (found.count(name) == 0) {
-        auto meta = parse_job_meta(file.bytes, file.file_name);
-        found[name] = {name, "built-in", meta ? meta->description : ""};
-      }
+  std::map<std::string, JobListing> hidden; // built-ins a file hides, by their plain name
+  for (const auto& file : path.builtins ? builtin_job_files() : std::span<const EmbeddedFile>()) {
+    const std::string name = stem_of(file.file_name);
+    auto listing = listing_of(name, "built-in", parse_job_meta(file.bytes, file.file_name));
+    if (const auto taken = found.find(name); taken != found.end()) {
+      taken->second.shadows = std::string(k_builtin_prefix) + name;
+      listing.name = taken->second.shadows;
+      listing.shadowed_by = taken->second.source;
+      hidden.emplace(name, std::move(listing));
+    } else {
+      found.emplace(name, std::move(listing));
     }
   }
-  std::vector<JobListing> listing;
-  for (auto& [name, item] : found) {
-    listing.push_back(std::move(item));
+  for (auto& [name, listing] : found) {
+    scan.jobs.push_back(std::move(listing));
+    if (const auto builtin = hidden.find(name); builtin != hidden.end()) {
+      scan.jobs.push_back(std::move(builtin->second));
+    }
   }
-  return listing;
+  return scan;
+}
+
+std::vector<JobListing> list_jobs(const JobPath& path)
+{
+  return scan_jobs(path).jobs;
 }
 
 std::string job_template(std::string_view name, std::string_view lang)

@@ -325,29 +325,61 @@ Expected<void> set_slurm(JobMeta& meta, const toml::node& value, const Source& s
   return {};
 }
 
+// A JSON Schema for the result: a table, so that it is a schema object (MCP requires one).
+Expected<void> set_result_schema(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  if (!value.is_table()) {
+    return source.refuse(value, "result_schema must be a table (a JSON Schema object), e.g. "
+                                "[result_schema] with type = \"object\"");
+  }
+  if (has_non_finite(value)) {
+    return source.refuse(value, "result_schema holds inf or nan, which JSON cannot carry");
+  }
+  meta.result_schema = to_json(value);
+  return {};
+}
+
+Expected<void> set_description(JobMeta& meta, const toml::node& value, const Source&)
+{
+  meta.description = value.value<std::string>().value_or("");
+  return {};
+}
+
+Expected<void> set_result(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  const auto mode = value.value<std::string>();
+  if (!mode || (*mode != "required" && *mode != "optional")) {
+    return source.refuse(value, "result must be \"required\" (the default) or \"optional\"");
+  }
+  meta.result_required = *mode == "required";
+  return {};
+}
+
+// The keys of the `/// ferry` block, each with what reads it.
+using MetaSetter = Expected<void> (*)(JobMeta&, const toml::node&, const Source&);
+constexpr std::pair<std::string_view, MetaSetter> k_meta_keys[] = {
+    {"description", set_description},
+    {"interpreter", set_interpreter},
+    {"timeout", set_timeout},
+    {"result", set_result},
+    {"result_schema", set_result_schema},
+    {"params", set_params},
+    {"slurm", set_slurm},
+};
+
 Expected<void> set_meta_key(JobMeta& meta, std::string_view key, const toml::node& value,
                             const Source& source)
 {
-  if (key == "description") {
-    meta.description = value.value<std::string>().value_or("");
-    return {};
+  for (const auto& [name, setter] : k_meta_keys) {
+    if (name == key) {
+      return setter(meta, value, source);
+    }
   }
-  if (key == "interpreter") {
-    return set_interpreter(meta, value, source);
+  std::string known;
+  for (const auto& [name, setter] : k_meta_keys) {
+    known += (known.empty() ? "" : ", ") + std::string(name);
   }
-  if (key == "timeout") {
-    return set_timeout(meta, value, source);
-  }
-  if (key == "params") {
-    return set_params(meta, value, source);
-  }
-  if (key == "slurm") {
-    return set_slurm(meta, value, source);
-  }
-  return source.refuse(value,
-                       "unknown key '{}' in the `/// ferry` block (known: description, "
-                       "interpreter, timeout, params, slurm)",
-                       key);
+  return source.refuse(value, "unknown key '{}' in the `/// ferry` block (known: {})", key, known);
 }
 
 } // namespace
@@ -369,6 +401,15 @@ std::string_view to_string(ParamType type)
     return "json";
   }
   return "?";
+}
+
+bool has_job_block(std::string_view bytes)
+{
+  const auto lines = split_lines(bytes);
+  return std::any_of(lines.begin(), lines.end(), [](std::string_view line) {
+    const auto body = comment_body(line);
+    return body && trim(*body) == "/// ferry";
+  });
 }
 
 Expected<JobMeta> parse_job_meta(std::string_view bytes, std::string_view label)

@@ -1,9 +1,18 @@
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <set>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ferry/fd.hpp"
 #include "ferry/params.hpp"
+#include "ferry/suggest.hpp"
 #include "ferry/text.hpp"
 
 namespace ferry {
@@ -115,7 +124,69 @@ Expected<void> check_choices(const ParamSpec& spec, const json& value)
   return {};
 }
 
+std::string too_large(std::string_view what)
+{
+  return fmt::format("{} is larger than {} MiB, the most ferry takes as parameters (the same cap "
+                     "as a result); put large inputs in a file on the host and pass its path",
+                     what, k_max_params_bytes >> 20);
+}
+
 } // namespace
+
+Expected<void> check_params_json_limits(std::string_view text, std::string_view what)
+{
+  if (text.size() > k_max_params_bytes) {
+    return fail(ErrorKind::usage, "{}", too_large(what));
+  }
+  if (json_nesting_depth(text) > k_max_json_depth) {
+    return fail(ErrorKind::usage,
+                "{} nests JSON deeper than {} levels, the most ferry takes (as for a result); "
+                "give it a flatter shape",
+                what, k_max_json_depth);
+  }
+  return {};
+}
+
+Expected<std::string> read_params_input(const std::string& path, std::string_view what)
+{
+  Fd owned;
+  if (path != "-") {
+    owned.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!owned) {
+      return fail(ErrorKind::usage, "{}: cannot read {}: {}", what, path, std::strerror(errno));
+    }
+  }
+  const int fd = owned ? owned.get() : STDIN_FILENO;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    return fail(ErrorKind::usage, "{}: cannot read {}: {}", what, path,
+                S_ISDIR(st.st_mode) ? "it is a directory" : std::strerror(errno));
+  }
+  // Judged by the size before a byte is read; a pipe has none and is read up to the cap.
+  if (S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) > k_max_params_bytes) {
+    return fail(ErrorKind::usage, "{}", too_large(what));
+  }
+  std::string bytes;
+  bytes.reserve(S_ISREG(st.st_mode) ? static_cast<std::size_t>(st.st_size) : 0);
+  std::vector<char> buffer(std::size_t{1} << 16);
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return fail(ErrorKind::usage, "{}: error while reading {}: {}", what, path,
+                  std::strerror(errno));
+    }
+    if (n == 0) {
+      return bytes;
+    }
+    if (bytes.size() + static_cast<std::size_t>(n) > k_max_params_bytes) {
+      return fail(ErrorKind::usage, "{}", too_large(what));
+    }
+    bytes.append(buffer.data(), static_cast<std::size_t>(n));
+  }
+}
 
 Expected<json> check_param_value(const ParamSpec& spec, const json& value, std::string_view origin)
 {
@@ -148,6 +219,7 @@ namespace {
 
 Expected<json> parse_json_text(const ParamSpec& spec, std::string_view text)
 {
+  FERRY_TRY(check_params_json_limits(text, fmt::format("parameter '{}'", spec.name)));
   json value = json::parse(text.begin(), text.end(), nullptr, false);
   if (value.is_discarded()) {
     return fail(ErrorKind::usage,
@@ -202,6 +274,16 @@ std::string known_names(const Job& job)
   return names.empty() ? std::string("it takes none") : "known: " + names;
 }
 
+std::string no_such_param(const Job& job, std::string_view key)
+{
+  std::vector<std::string> names;
+  for (const auto& spec : job.meta.params) {
+    names.push_back(spec.name);
+  }
+  return fmt::format("job {} has no parameter '{}'{} ({})", job.name, key, did_you_mean(key, names),
+                     known_names(job));
+}
+
 // The values `--params` gives, each checked against its declaration.
 Expected<void> add_file_values(const Job& job, const json& file, std::string_view file_label,
                                json& given)
@@ -213,18 +295,59 @@ Expected<void> add_file_values(const Job& job, const json& file, std::string_vie
   for (const auto& [key, value] : file.items()) {
     const ParamSpec* spec = job.param(key);
     if (spec == nullptr) {
-      return fail(ErrorKind::usage, "{}: job {} has no parameter '{}' ({})", file_label, job.name,
-                  key, known_names(job));
+      return fail(ErrorKind::usage, "{}: {}", file_label, no_such_param(job, key));
     }
     FERRY_TRY_ASSIGN(given[key], check_param_value(*spec, value, file_label));
   }
   return {};
 }
 
-// The values `-p KEY=VALUE` gives, typed by their declarations; they win over the file's.
-Expected<void> add_assignments(const Job& job, const std::vector<std::string>& assignments,
-                               json& given)
+// A parameter's value read from a file (`-p KEY=@FILE`): a string takes the bytes as they are,
+// a list or json value is parsed as JSON, the other types are parsed from the trimmed text.
+Expected<json> parse_param_file(const ParamSpec& spec, const std::string& bytes,
+                                std::string_view what)
 {
+  if (spec.type == ParamType::string) {
+    return parse_param_text(spec, bytes);
+  }
+  if (spec.type != ParamType::list && spec.type != ParamType::json) {
+    return parse_param_text(spec, trim(bytes));
+  }
+  FERRY_TRY(check_params_json_limits(bytes, what));
+  const json value = json::parse(bytes, nullptr, false);
+  if (value.is_discarded()) {
+    return fail(ErrorKind::usage, "{}: not valid JSON; a {} parameter read from a file takes {}",
+                what, to_string(spec.type),
+                spec.type == ParamType::list ? "a JSON array like [1, 2]" : "any JSON value");
+  }
+  return check_param_value(spec, value, what);
+}
+
+// VALUE of `-p KEY=VALUE`: text, or the contents of FILE for `@FILE` (`@@…` is the text `@…`).
+Expected<json> assignment_value(const ParamSpec& spec, std::string_view text,
+                                const ParamFileReader& read_file)
+{
+  if (!text.starts_with('@') || text.starts_with("@@")) {
+    return parse_param_text(spec, text.starts_with('@') ? text.substr(1) : text);
+  }
+  const std::string file(text.substr(1));
+  if (file.empty()) {
+    return fail(ErrorKind::usage,
+                "-p {}=@: name the file to read after the @ (a value that starts with @ is "
+                "written @@…)",
+                spec.name);
+  }
+  const std::string what = fmt::format("-p {}=@{}", spec.name, file);
+  FERRY_TRY_ASSIGN(const auto bytes, read_file(file, what));
+  return parse_param_file(spec, bytes, what);
+}
+
+// The values `-p KEY=VALUE` gives, typed by their declarations; they win over the file's. A list
+// parameter given again gets the new elements appended.
+Expected<void> add_assignments(const Job& job, const std::vector<std::string>& assignments,
+                               const ParamFileReader& read_file, json& given)
+{
+  std::set<std::string> assigned;
   for (const auto& assignment : assignments) {
     const auto eq = assignment.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -233,11 +356,17 @@ Expected<void> add_assignments(const Job& job, const std::vector<std::string>& a
     const std::string key = assignment.substr(0, eq);
     const ParamSpec* spec = job.param(key);
     if (spec == nullptr) {
-      return fail(ErrorKind::usage, "-p {}: job {} has no parameter '{}' ({})", key, job.name, key,
-                  known_names(job));
+      return fail(ErrorKind::usage, "-p {}: {}", key, no_such_param(job, key));
     }
-    FERRY_TRY_ASSIGN(given[key],
-                     parse_param_text(*spec, std::string_view(assignment).substr(eq + 1)));
+    FERRY_TRY_ASSIGN(
+        json value,
+        assignment_value(*spec, std::string_view(assignment).substr(eq + 1), read_file));
+    const bool again = !assigned.insert(key).second;
+    if (again && spec->type == ParamType::list) {
+      given[key].insert(given[key].end(), value.begin(), value.end());
+    } else {
+      given[key] = std::move(value);
+    }
   }
   return {};
 }
@@ -254,13 +383,14 @@ Expected<json> parse_param_text(const ParamSpec& spec, std::string_view text)
 }
 
 Expected<json> resolve_params(const Job& job, const std::vector<std::string>& assignments,
-                              const std::optional<json>& file, std::string_view file_label)
+                              const std::optional<json>& file, std::string_view file_label,
+                              const ParamFileReader& read_file)
 {
   json given = json::object();
   if (file) {
     FERRY_TRY(add_file_values(job, *file, file_label, given));
   }
-  FERRY_TRY(add_assignments(job, assignments, given));
+  FERRY_TRY(add_assignments(job, assignments, read_file, given));
   json params = json::object();
   for (const auto& spec : job.meta.params) {
     if (given.contains(spec.name)) {

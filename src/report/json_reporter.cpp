@@ -7,7 +7,23 @@ namespace {
 
 class JsonReporter final : public Reporter {
 public:
-  JsonReporter(std::FILE* out, std::FILE* err) : m_out(out), m_err(err) {}
+  JsonReporter(std::FILE* out, std::FILE* err, bool stream)
+      : m_out(out), m_err(err), m_stream(stream)
+  {
+  }
+
+  void run_output(const RunRef& run, OutputStream stream, std::string_view bytes) override
+  {
+    if (!m_stream) {
+      return;
+    }
+    line({{"event", "output"},
+          {"host", run.host},
+          {"job", run.job},
+          {"stream", stream == OutputStream::out ? "stdout" : "stderr"},
+          {"data", std::string(bytes)}});
+    std::fflush(m_out);
+  }
 
   ReportFormat format() const override { return ReportFormat::json_lines; }
 
@@ -58,13 +74,14 @@ private:
 
   std::FILE* m_out;
   std::FILE* m_err;
+  bool m_stream;
 };
 
 } // namespace
 
-std::unique_ptr<Reporter> make_json_reporter(std::FILE* out, std::FILE* err)
+std::unique_ptr<Reporter> make_json_reporter(std::FILE* out, std::FILE* err, bool stream)
 {
-  return std::make_unique<JsonReporter>(out, err);
+  return std::make_unique<JsonReporter>(out, err, stream);
 }
 
 } // namespace ferry

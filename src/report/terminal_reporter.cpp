@@ -1,6 +1,7 @@
 // The terminal reporter: run blocks, the summary table, the progress line on a tty.
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 
 #include <unistd.h>
 
@@ -107,10 +108,33 @@ std::string job_output(std::string_view bytes, bool escape)
   return escape ? terminal_safe(bytes, Newlines::keep) : std::string(bytes);
 }
 
+// Pieces of output become whole lines (and whole UTF-8 sequences) before they are shown.
+class LineBuffer {
+public:
+  // The complete lines `bytes` adds, each with its newline.
+  std::vector<std::string> add(std::string_view bytes)
+  {
+    m_partial.append(bytes);
+    std::vector<std::string> lines;
+    std::size_t start = 0;
+    for (std::size_t nl = m_partial.find('\n'); nl != std::string::npos;
+         nl = m_partial.find('\n', start)) {
+      lines.push_back(m_partial.substr(start, nl + 1 - start));
+      start = nl + 1;
+    }
+    m_partial.erase(0, start);
+    return lines;
+  }
+  std::string rest() { return std::exchange(m_partial, {}); }
+
+private:
+  std::string m_partial;
+};
+
 class TerminalReporter final : public Reporter {
 public:
   TerminalReporter(std::FILE* out, std::FILE* err, TerminalOptions options)
-      : m_out(out), m_err(err), m_colour(wants_colour(out)),
+      : m_out(out), m_err(err), m_colour(wants_colour(out)), m_stream(options.stream),
         m_escape_out(!options.raw_output && isatty(fileno(out)) != 0),
         m_escape_err(!options.raw_output && isatty(fileno(err)) != 0)
   {
@@ -118,37 +142,69 @@ public:
 
   ReportFormat format() const override { return ReportFormat::terminal; }
 
-  void batch_started(std::size_t total) override
+  void batch_started(const BatchInfo& batch) override
   {
-    m_many = total > 1;
+    m_many = batch.total > 1;
     m_show_progress = m_many && isatty(fileno(m_err)) != 0;
+    // One host: its output as it comes, as ssh shows it. Several: whole blocks, unless asked.
+    m_live = batch.hosts <= 1 || m_stream;
+    m_prefixed = m_live && batch.hosts > 1;
+    m_swept = batch.swept;
+  }
+
+  void run_started(const RunRef& run) override
+  {
+    if (m_live && !m_prefixed && m_many) {
+      clear_progress();
+      put(m_out, header(run.job, run.host));
+      std::fflush(m_out);
+    }
+  }
+
+  void run_output(const RunRef& run, OutputStream stream, std::string_view bytes) override
+  {
+    if (!m_live) {
+      return;
+    }
+    clear_progress();
+    const bool out = stream == OutputStream::out;
+    std::FILE* to = out ? m_out : m_err;
+    if (m_prefixed) {
+      for (const auto& line : m_lines[key(run.host, run.job, stream)].add(bytes)) {
+        put(to, prefixed(run.host, line, out ? m_escape_out : m_escape_err));
+      }
+    } else {
+      std::string& pending = m_pending[out ? 0 : 1];
+      pending.append(bytes);
+      const std::size_t hold =
+          (out ? m_escape_out : m_escape_err) ? utf8_incomplete_tail(pending) : 0;
+      put(to, job_output(std::string_view(pending).substr(0, pending.size() - hold),
+                         out ? m_escape_out : m_escape_err));
+      pending.erase(0, pending.size() - hold);
+      m_ends_with_newline[out ? 0 : 1] = pending.empty() && !bytes.empty()
+                                             ? bytes.back() == '\n'
+                                             : m_ends_with_newline[out ? 0 : 1];
+    }
+    std::fflush(to);
   }
 
   void record(const RunRecord& record, const nlohmann::json&) override
   {
     clear_progress();
-    if (m_many) {
-      put(m_out, fmt::format("== {} @ {} ==\n", terminal_safe(record.job),
-                             terminal_safe(record.host_label)));
-    }
-    put(m_out, job_output(record.stdout_text, m_escape_out));
-    if (!record.stdout_text.empty() && record.stdout_text.back() != '\n') {
-      put(m_out, "\n");
-    }
-    if (record.stdout_truncated) {
-      put(m_out, "[stdout truncated]\n");
-    }
-    if (record.status != RunStatus::ok && !record.stderr_text.empty()) {
-      std::fflush(m_out);
-      put(m_err, job_output(tail_lines(record.stderr_text, 20), m_escape_err));
-      if (record.stderr_text.back() != '\n') {
-        put(m_err, "\n");
-      }
+    if (m_live) {
+      finish_live(record);
+    } else {
+      show_block(record);
     }
     put(m_out, summary_line(record, m_colour));
     std::fflush(m_out);
-    m_rows.push_back({record.host_label, record.job, std::string(to_string(record.status)),
-                      fmt::format("{:.2f} s", record.duration_s), result_digest(record)});
+    std::vector<std::string> row = {record.host_label, record.job};
+    for (const auto& name : m_swept) {
+      row.push_back(record.params.contains(name) ? to_json_line(record.params[name]) : "-");
+    }
+    row.insert(row.end(), {std::string(to_string(record.status)),
+                           fmt::format("{:.2f} s", record.duration_s), result_digest(record)});
+    m_rows.push_back(std::move(row));
   }
 
   void progress(const FleetProgress& p) override
@@ -167,13 +223,7 @@ public:
   {
     clear_progress();
     if (m_rows.size() > 1) {
-      Table summary{{"HOST", "JOB", "STATUS", "TIME", "RESULT"},
-                    m_rows,
-                    {},
-                    {false, false, false, true},
-                    {0, 0, 0, 9},
-                    true};
-      put(m_out, render_table(summary));
+      put(m_out, render_table(summary_table()));
     }
     std::fflush(m_out);
   }
@@ -212,6 +262,92 @@ public:
   }
 
 private:
+  static std::string header(std::string_view job, std::string_view host)
+  {
+    return fmt::format("== {} @ {} ==\n", terminal_safe(job), terminal_safe(host));
+  }
+  static std::string key(std::string_view host, std::string_view job, OutputStream stream)
+  {
+    return fmt::format("{}\n{}\n{}", host, job, stream == OutputStream::out ? 1 : 2);
+  }
+  static std::string prefixed(std::string_view host, std::string_view line, bool escape)
+  {
+    return fmt::format("{}: {}", terminal_safe(host), job_output(line, escape));
+  }
+
+  // The end of a run whose output was shown as it came: what is still buffered, and a newline
+  // so the summary line starts a line of its own.
+  void finish_live(const RunRecord& record)
+  {
+    if (m_prefixed) {
+      for (const auto stream : {OutputStream::out, OutputStream::err}) {
+        const std::string rest = m_lines[key(record.host_label, record.job, stream)].rest();
+        if (!rest.empty()) {
+          const bool out = stream == OutputStream::out;
+          put(out ? m_out : m_err,
+              prefixed(record.host_label, rest + "\n", out ? m_escape_out : m_escape_err));
+        }
+      }
+    } else {
+      for (int i = 0; i < 2; ++i) {
+        std::FILE* to = i == 0 ? m_out : m_err;
+        if (!m_pending[i].empty()) {
+          put(to,
+              job_output(std::exchange(m_pending[i], {}), i == 0 ? m_escape_out : m_escape_err));
+          m_ends_with_newline[i] = false;
+        }
+        if (!m_ends_with_newline[i]) {
+          put(to, "\n");
+        }
+        m_ends_with_newline[i] = true;
+      }
+    }
+    std::fflush(m_err);
+    if (record.stdout_truncated) {
+      put(m_out, "[stdout truncated in the record: its first and last part are kept]\n");
+    }
+  }
+
+  // A run shown when it has ended: its stdout, the end of its stderr, then the summary line.
+  void show_block(const RunRecord& record)
+  {
+    if (m_many) {
+      put(m_out, header(record.job, record.host_label));
+    }
+    put(m_out, job_output(record.stdout_text, m_escape_out));
+    if (!record.stdout_text.empty() && record.stdout_text.back() != '\n') {
+      put(m_out, "\n");
+    }
+    if (record.stdout_truncated) {
+      put(m_out, "[stdout truncated]\n");
+    }
+    if (!record.stderr_text.empty()) {
+      std::fflush(m_out);
+      put(m_err, job_output(tail_lines(record.stderr_text, 20), m_escape_err));
+      if (record.stderr_text.back() != '\n') {
+        put(m_err, "\n");
+      }
+    }
+  }
+
+  Table summary_table() const
+  {
+    Table summary;
+    summary.header = {"HOST", "JOB"};
+    for (const auto& name : m_swept) {
+      summary.header.push_back(name);
+    }
+    summary.header.insert(summary.header.end(), {"STATUS", "TIME", "RESULT"});
+    const std::size_t time_column = summary.header.size() - 2;
+    summary.rows = m_rows;
+    summary.right_aligned.assign(summary.header.size(), false);
+    summary.right_aligned[time_column] = true;
+    summary.min_widths.assign(summary.header.size(), 0);
+    summary.min_widths[time_column] = 9;
+    summary.blank_line_before = true;
+    return summary;
+  }
+
   void clear_progress()
   {
     if (m_progress_shown) {
@@ -223,11 +359,18 @@ private:
   std::FILE* m_out;
   std::FILE* m_err;
   bool m_colour;
+  bool m_stream;
   bool m_escape_out; // job output shown on a terminal is escaped (unless --raw-output)
   bool m_escape_err;
   bool m_many = false;
+  bool m_live = false;     // output is shown as it arrives
+  bool m_prefixed = false; // ... line by line, each prefixed with its host
   bool m_show_progress = false;
   bool m_progress_shown = false;
+  std::vector<std::string> m_swept;
+  std::map<std::string, LineBuffer> m_lines;
+  std::string m_pending[2];                   // an incomplete UTF-8 sequence held back
+  bool m_ends_with_newline[2] = {true, true}; // the last byte shown on stdout, stderr
   std::vector<std::vector<std::string>> m_rows;
 };
 
@@ -241,8 +384,13 @@ std::unique_ptr<Reporter> make_terminal_reporter(std::FILE* out, std::FILE* err,
 
 std::string result_digest(const RunRecord& record, std::size_t width)
 {
+  return result_digest(record, record.result.is_null() ? "" : to_json_line(record.result), width);
+}
+
+std::string result_digest(const RunRecord& record, std::string_view result_line, std::size_t width)
+{
   std::string text = record.status != RunStatus::ok && record.error ? *record.error
-                     : !record.result.is_null()                     ? to_json_line(record.result)
+                     : !result_line.empty()                         ? std::string(result_line)
                                                                     : "-";
   std::replace_if(
       text.begin(), text.end(), [](char c) { return c == '\n' || c == '\r' || c == '\t'; }, ' ');

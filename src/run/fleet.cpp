@@ -119,10 +119,11 @@ private:
 
 void run_fleet(std::vector<std::unique_ptr<HostSession>>& sessions,
                const std::vector<PlannedRun>& runs, int parallel, const RunOptions& options,
-               RunObserver& observer)
+               RunObserver& observer, std::vector<std::string> swept)
 {
   Fleet fleet(sessions, runs, options, observer);
-  observer.batch_started(sessions.size() * runs.size());
+  observer.batch_started(
+      BatchInfo{sessions.size() * runs.size(), sessions.size(), std::move(swept)});
   const int workers = std::max(1, std::min<int>(parallel, static_cast<int>(sessions.size())));
   if (workers == 1) {
     fleet.work();

@@ -18,6 +18,8 @@ std::string_view to_string(RunStatus status)
     return "timeout";
   case RunStatus::bad_result:
     return "bad-result";
+  case RunStatus::no_result:
+    return "no-result";
   case RunStatus::error:
     return "error";
   case RunStatus::interrupted:
@@ -29,7 +31,7 @@ std::string_view to_string(RunStatus status)
 std::optional<RunStatus> run_status_from(std::string_view text)
 {
   for (auto status : {RunStatus::ok, RunStatus::failed, RunStatus::timeout, RunStatus::bad_result,
-                      RunStatus::error, RunStatus::interrupted}) {
+                      RunStatus::no_result, RunStatus::error, RunStatus::interrupted}) {
     if (to_string(status) == text) {
       return status;
     }
@@ -70,6 +72,9 @@ json to_json(const RunRecord& r, bool with_streams)
   j["ferry_version"] = r.ferry_version;
   if (!r.warnings.empty()) {
     j["warnings"] = r.warnings;
+  }
+  if (!r.client.is_null()) {
+    j["client"] = r.client;
   }
   return j;
 }
@@ -114,6 +119,9 @@ Expected<RunRecord> run_record_from_json(const json& j)
     }
     r.ferry_version = j.value("ferry_version", "");
     r.warnings = j.value("warnings", json::array());
+    if (const auto client = j.find("client"); client != j.end() && client->is_object()) {
+      r.client = *client;
+    }
   } catch (const json::exception& e) {
     return fail(ErrorKind::failed, "malformed run record: {}", e.what());
   }

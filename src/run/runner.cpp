@@ -160,7 +160,8 @@ void record_output(const Run& run, ExecOutcome& outcome)
   if (outcome.out.truncated || outcome.err.truncated) {
     add_warning(
         record, "output-truncated",
-        fmt::format("output over the {} MiB cap was dropped: {} bytes of stdout, {} of stderr",
+        fmt::format("output over the {} MiB cap: the first and the last half of each stream are "
+                    "kept; {} bytes of stdout and {} of stderr between them were dropped",
                     run.options.output_cap >> 20, outcome.out.dropped, outcome.err.dropped));
   }
   if (outcome.output_held_open) {
@@ -283,6 +284,15 @@ void collect(const Run& run, const ExecOutcome& outcome, const std::string& run_
   }
   if (parsed.bad) {
     return conclude(record, RunStatus::bad_result, *parsed.bad);
+  }
+  if (run.job.meta.result_required && fetched->kind == FetchedFile::Kind::missing &&
+      record.result.is_null()) {
+    return conclude(record, RunStatus::no_result,
+                    fmt::format("the job wrote no result: it should write one JSON document to "
+                                "$FERRY_RESULT ({}/result.json) or print exactly one on stdout; "
+                                "a job with nothing to return says `result = \"optional\"` in its "
+                                "/// ferry block",
+                                run_dir));
   }
   conclude(record, RunStatus::ok, std::nullopt);
 }

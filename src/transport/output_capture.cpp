@@ -88,13 +88,31 @@ void OutputCapture::keep(std::string_view job_bytes)
   if (m_sink) {
     m_sink(job_bytes);
   }
-  const std::size_t room = m_cap > m_out.bytes.size() ? m_cap - m_out.bytes.size() : 0;
-  if (job_bytes.size() <= room) {
-    m_out.bytes.append(job_bytes);
-  } else {
-    m_out.bytes.append(job_bytes.substr(0, room));
-    m_out.dropped += job_bytes.size() - room;
-    m_out.truncated = true;
+  m_total += job_bytes.size();
+  // The first half of the cap keeps the start of the stream, the second half (a ring) its end:
+  // errors are usually last.
+  const std::size_t head_cap = m_cap - m_cap / 2;
+  if (m_out.bytes.size() < head_cap) {
+    const std::size_t n = std::min(job_bytes.size(), head_cap - m_out.bytes.size());
+    m_out.bytes.append(job_bytes.substr(0, n));
+    job_bytes.remove_prefix(n);
+  }
+  const std::size_t tail_cap = m_cap / 2;
+  if (job_bytes.empty() || tail_cap == 0) {
+    return;
+  }
+  if (m_tail.size() != tail_cap) {
+    m_tail.assign(tail_cap, '\0');
+  }
+  if (job_bytes.size() >= tail_cap) {
+    job_bytes = job_bytes.substr(job_bytes.size() - tail_cap);
+  }
+  for (std::size_t done = 0; done < job_bytes.size();) {
+    const std::size_t n = std::min(job_bytes.size() - done, tail_cap - m_tail_pos);
+    m_tail.replace(m_tail_pos, n, job_bytes.substr(done, n));
+    m_tail_pos = (m_tail_pos + n) % tail_cap;
+    m_tail_filled = std::min(tail_cap, m_tail_filled + n);
+    done += n;
   }
 }
 
@@ -111,6 +129,16 @@ CapturedStream OutputCapture::finish() &&
     keep(m_held); // not the launcher's last line after all: the job's
   }
   m_held.clear();
+  // The ring, oldest byte first, after the head.
+  const std::size_t oldest = m_tail_filled < m_tail.size() ? 0 : m_tail_pos;
+  m_out.bytes.append(m_tail, oldest, m_tail_filled - oldest);
+  m_out.bytes.append(m_tail, 0, oldest);
+  m_tail.clear();
+  m_tail.shrink_to_fit();
+  if (m_total > m_out.bytes.size() && m_out.saw_sentinel) {
+    m_out.dropped = m_total - m_out.bytes.size();
+    m_out.truncated = true;
+  }
   return std::move(m_out);
 }
 

@@ -141,6 +141,19 @@ bool is_valid_utf8(std::string_view text)
   return true;
 }
 
+std::size_t utf8_incomplete_tail(std::string_view text)
+{
+  for (std::size_t k = 1; k <= 3 && k <= text.size(); ++k) {
+    const unsigned lead = byte_at(text, text.size() - k);
+    if (lead >= 0x80 && lead < 0xC0) {
+      continue; // a continuation byte: look further back for its lead
+    }
+    const std::size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC2 ? 2 : 1;
+    return length > k ? k : 0;
+  }
+  return 0;
+}
+
 std::string shorten(std::string_view text, std::size_t width)
 {
   if (width == 0) {

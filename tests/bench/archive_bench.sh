@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark, not a test: how fast `ferry log --limit 20` and `ferry show RUN` are on an archive
-# of 100,000 runs, next to `ferry --version` (process start-up alone) in the same hyperfine run.
+# of 100,000 runs, next to `ferry --version` (process start-up alone) in the same hyperfine run;
+# then the same `log` once a run with 100 MB of params is among the last 20, with the peak RSS
+# of that `log` and of the `ferry run` that recorded it (/usr/bin/time).
 #
 #   tests/bench/archive_bench.sh [BUILD_DIR] [N]
 #
@@ -9,7 +11,7 @@
 # N (default 100000) runs are recorded through the library, one transaction each as `ferry run`
 # does, into a fresh archive under $BENCH_TMPDIR (default /dev/shm when it exists: every
 # commit fsyncs, which on a disk makes generation take minutes instead of about 1.5). Needs
-# hyperfine and python3. Writes the medians as a markdown table to stdout and to
+# hyperfine, python3 and /usr/bin/time. Writes the medians as a markdown table to stdout and to
 # BUILD_DIR/archive_bench.md (hyperfine's own table: BUILD_DIR/archive_bench.hyperfine.md).
 set -euo pipefail
 
@@ -25,7 +27,7 @@ for tool in "$ferry" "$generator"; do
     exit 2
   fi
 done
-for tool in hyperfine python3; do
+for tool in hyperfine python3 /usr/bin/time; do
   command -v "$tool" >/dev/null || { echo "archive_bench.sh: $tool is not installed" >&2; exit 2; }
 done
 
@@ -48,13 +50,48 @@ hyperfine -N --warmup 2 --runs 20 \
   -n "ferry log --limit 20" "$ferry --archive $archive log --limit 20" \
   -n "ferry show RUN" "$ferry --archive $archive show $run_id" >&2
 
-python3 - "$work/results.json" "$runs" <<'PY' | tee "$build/archive_bench.md"
+peak_kib() { # peak RSS in KiB of one run of the command
+  /usr/bin/time -f %M -o "$work/rss" "$@" >/dev/null
+  tail -n 1 "$work/rss"
+}
+log_kib=$(peak_kib "$ferry" --archive "$archive" log --limit 20)
+
+# One run with 100 MB of params (a string parameter) becomes the newest.
+cat >"$work/blob.py" <<'JOB'
+# /// ferry
+# description = "archive_bench: takes a big parameter"
+# interpreter = "python3"
+# [params.blob]
+# type = "string"
+# ///
+import json, os
+params = json.load(open(os.environ["FERRY_PARAMS"]))
+json.dump({"blob_bytes": len(params["blob"])}, open(os.environ["FERRY_RESULT"], "w"))
+JOB
+python3 -c 'import json, sys; json.dump({"blob": "x" * 100_000_000}, open(sys.argv[1], "w"))' \
+  "$work/big.json"
+echo "archive_bench.sh: recording a run with 100 MB of params ..." >&2
+run_kib=$(peak_kib "$ferry" --archive "$archive" run "$work/blob.py" --local --params "$work/big.json")
+big_log_kib=$(peak_kib "$ferry" --archive "$archive" log --limit 20)
+hyperfine -N --warmup 2 --runs 20 --export-json "$work/results_big.json" \
+  -n "ferry log --limit 20 (100 MB params run among them)" \
+  "$ferry --archive $archive log --limit 20" >&2
+
+python3 - "$work/results.json" "$work/results_big.json" "$runs" "$log_kib" "$big_log_kib" "$run_kib" \
+  <<'PY' | tee "$build/archive_bench.md"
 import json, sys
-results = json.load(open(sys.argv[1]))["results"]
-print(f"Archive of {int(sys.argv[2]):,} runs; hyperfine --warmup 2 --runs 20 (times in ms)\n")
+results = json.load(open(sys.argv[1]))["results"] + json.load(open(sys.argv[2]))["results"]
+runs, log_kib, big_log_kib, run_kib = (int(x) for x in sys.argv[3:7])
+print(f"Archive of {runs:,} runs; hyperfine --warmup 2 --runs 20 (times in ms)\n")
 print("| command | median | mean | min | max |")
 print("|---|---:|---:|---:|---:|")
 for r in results:
     ms = lambda s: f"{s * 1000:.1f}"
     print(f"| `{r['command']}` | {ms(r['median'])} | {ms(r['mean'])} | {ms(r['min'])} | {ms(r['max'])} |")
+print("\nPeak RSS (/usr/bin/time, MiB)\n")
+print("| command | peak RSS |")
+print("|---|---:|")
+print(f"| `ferry log --limit 20` | {log_kib / 1024:.1f} |")
+print(f"| `ferry run` with 100 MB of params | {run_kib / 1024:.1f} |")
+print(f"| `ferry log --limit 20`, that run among them | {big_log_kib / 1024:.1f} |")
 PY

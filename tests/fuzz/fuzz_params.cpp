@@ -3,7 +3,8 @@
 //
 // The first bytes declare a job (1-3 parameters: type, list item type, required, choices,
 // default), kept only where parse_job_meta would accept them; the rest are `-p` assignments,
-// a --params JSON text and a VALUE fed straight to parse_param_text. Beyond "no crash, no
+// a --params JSON text and a VALUE fed straight to parse_param_text (`-p KEY=@FILE` reads FILE
+// through a reader that gives back FILE itself). Beyond "no crash, no
 // sanitizer report, no exception": whatever is accepted has the declared type and passes the
 // JSON-value check, and every refusal is a usage error that names the parameter.
 #include <algorithm>
@@ -198,7 +199,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
 
-  auto params = ferry::resolve_params(job, assignments, file);
+  // `-p KEY=@FILE` must not read the fuzzer's files (or its stdin): FILE stands for its own
+  // contents, so the typing of file values is fuzzed too.
+  const auto contents = [](const std::string& path,
+                           std::string_view what) -> ferry::Expected<std::string> {
+    FUZZ_CHECK(what.find(path) != std::string_view::npos);
+    return path;
+  };
+  auto params = ferry::resolve_params(job, assignments, file, "--params", contents);
   if (!params) {
     FUZZ_CHECK(params.error().kind == ferry::ErrorKind::usage);
     return 0;

@@ -22,6 +22,11 @@ netns="NAME" starts sshd inside an existing network namespace (`ip netns exec NA
 `ip` from iproute2 is needed then) and checks its readiness from inside it; the namespace's
 `lo` must be up. Clients must then run inside the namespace too.
 
+inetd_netns="NAME" makes a bastion: the fixture listens on listen:port in this process's
+namespace and serves each connection with `sshd -i` started inside NAME, so clients here reach
+it while it reaches what only NAME can (a target started with netns=NAME). NetNamespace()
+creates such a namespace (lo up) and deletes it again.
+
 Why the things below are the way they are:
 - UsePAM no: a '!'-locked password field makes sshd refuse the account, so users get '*'.
 - StrictModes checks every directory from the key file up to '/': each must be owned by
@@ -328,12 +333,14 @@ class SshServer:
     shells = list(SHELLS)
 
     def __init__(self, sftp: str = "internal", extra_config: str = "", listen: str = "127.0.0.1",
-                 reset_users: bool = True, port: int | None = None, netns: str | None = None):
+                 reset_users: bool = True, port: int | None = None, netns: str | None = None,
+                 inetd_netns: str | None = None):
         """sftp: "internal" (internal-sftp), "external" (/usr/lib/openssh/sftp-server) or an
         absolute path of an sftp server.  extra_config: sshd_config text; its keywords win over
         the fixture's (sshd keeps the first value it reads), its Match blocks go at the end.
         port: a fixed port instead of a free one.  netns: the name of an existing network
-        namespace (`ip netns add NAME`, its lo up) to run sshd in; None: this process's."""
+        namespace (`ip netns add NAME`, its lo up) to run sshd in; None: this process's.
+        inetd_netns: listen here, serve each connection by `sshd -i` inside that namespace."""
         if sftp == "internal":
             self.sftp_subsystem = "internal-sftp"
         elif sftp == "external":
@@ -349,6 +356,10 @@ class SshServer:
         self.reset_users = reset_users
         self.port = port or 0
         self.netns = netns
+        self.inetd_netns = inetd_netns
+        self._listener: socket.socket | None = None
+        self._inetd_thread: threading.Thread | None = None
+        self._inetd_procs: list[subprocess.Popen] = []
         self.dir = ""
         self.host_key = self.host_key_pub = ""
         self.client_key = self.client_key_pub = ""
@@ -370,8 +381,8 @@ class SshServer:
 
     def start(self) -> "SshServer":
         require_root_and_tools()
-        if self.netns is not None and not _tool("ip"):
-            raise AssertionError(f"sshd fixture: netns={self.netns!r} needs `ip` (package iproute2); "
+        if (self.netns is not None or self.inetd_netns is not None) and not _tool("ip"):
+            raise AssertionError(f"sshd fixture: netns={self.netns or self.inetd_netns!r} needs `ip` (package iproute2); "
                                  f"to fix: {SETUP_HINT}")
         if self._reaper is not None:
             raise RuntimeError("sshd fixture: start() called twice")
@@ -674,8 +685,22 @@ class SshServer:
             f.write(config)
         os.chmod(self.sshd_config, 0o644)
 
+    def set_authorized_keys(self, user: str, public_keys: list[str]) -> None:
+        """Replace what this server accepts for that user (public key lines; empty: nothing, as
+        for a user who logs in with certificates only)."""
+        name = _as_user(user)
+        path = os.path.join(self.dir, "keys", name)
+        pw = pwd.getpwnam(name)
+        with open(path, "w") as f:
+            f.write("".join(k.strip() + "\n" for k in public_keys))
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+        os.chmod(path, 0o600)
+
     def _launch(self) -> None:
         _ensure_root_dir("/run/sshd")  # sshd's privilege-separation directory
+        if self.inetd_netns is not None:
+            self._launch_inetd()
+            return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.pid_path)
         test = subprocess.run([SSHD, "-t", "-f", self.sshd_config], capture_output=True, text=True)
@@ -720,7 +745,60 @@ class SshServer:
                 text += f.read()
         return "\n".join(text.strip().splitlines()[-40:])
 
+    def _launch_inetd(self) -> None:
+        test = subprocess.run([SSHD, "-t", "-f", self.sshd_config], capture_output=True, text=True)
+        if test.returncode != 0:
+            raise RuntimeError(f"sshd fixture: sshd -t rejects {self.sshd_config}: "
+                               f"{(test.stderr + test.stdout).strip()}")
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((self.listen, self.port))
+        except OSError as e:
+            listener.close()
+            raise _PortTaken(str(e))
+        listener.listen(64)
+        listener.settimeout(0.2)
+        self._listener = listener
+        self._stderr_file = open(self.stderr_path, "ab")
+        self._inetd_thread = threading.Thread(target=self._serve_inetd, daemon=True)
+        self._inetd_thread.start()
+
+    def _serve_inetd(self) -> None:
+        ip = _tool("ip") or "ip"
+        while self._listener is not None:
+            try:
+                conn, _ = self._listener.accept()
+            except (socket.timeout, OSError):
+                continue
+            with conn:
+                self._inetd_procs.append(subprocess.Popen(
+                    [ip, "netns", "exec", self.inetd_netns, SSHD, "-i", "-E", self.log_path, "-f", self.sshd_config],
+                    stdin=conn.fileno(), stdout=conn.fileno(), stderr=self._stderr_file,
+                    start_new_session=True))
+            self._inetd_procs = [p for p in self._inetd_procs if p.poll() is None]
+
+    def _stop_inetd(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        if self._inetd_thread is not None:
+            self._inetd_thread.join(5)
+            self._inetd_thread = None
+        for proc in self._inetd_procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self._inetd_procs:
+            try:
+                proc.wait(3)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        self._inetd_procs = []
+
     def _stop_sshd(self) -> None:
+        self._stop_inetd()
         reaper, self._reaper = self._reaper, None
         if reaper is not None:
             # sshd's connection children call setsid(), so signal the whole tree ourselves
@@ -740,6 +818,41 @@ class SshServer:
 
 class _PortTaken(RuntimeError):
     pass
+
+
+class NetNamespace:
+    """A network namespace with only `lo` (up), deleted by stop(): what it runs is reachable from
+    nowhere else. `run(argv)` gives the argv that runs a command inside it."""
+
+    def __init__(self, prefix: str = "ferry-ns"):
+        self.name = f"{prefix}-{os.getpid()}-{os.urandom(3).hex()}"
+        self._made = False
+
+    def __enter__(self) -> "NetNamespace":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> "NetNamespace":
+        ip = _tool("ip")
+        if not ip:
+            raise AssertionError(f"sshd fixture: network namespaces need `ip` (package iproute2); to fix: {SETUP_HINT}")
+        _run([ip, "netns", "add", self.name])
+        self._made = True
+        atexit.register(self.stop)
+        _run([ip, "netns", "exec", self.name, ip, "link", "set", "lo", "up"])
+        return self
+
+    def stop(self) -> None:
+        if self._made:
+            self._made = False
+            subprocess.run([_tool("ip") or "ip", "netns", "delete", self.name], capture_output=True)
+            with contextlib.suppress(Exception):
+                atexit.unregister(self.stop)
+
+    def run(self, argv: list[str]) -> list[str]:
+        return [_tool("ip") or "ip", "netns", "exec", self.name, *argv]
 
 
 # ----------------------------------------------------------------------------- users

@@ -1,6 +1,7 @@
 """The archive through the ferry binary (issue 4): show/export give back the exact bytes,
-replay runs the archived script, concurrent ferry processes all land, a killed ferry leaves
-no half run. Local target: no sshd needed."""
+replay runs the archived script (and refuses one that no longer matches its sha256), concurrent
+ferry processes all land, a run a locked archive keeps out is spooled and moved in later, a
+killed ferry leaves no half run, `log` reads only what it prints. Local target: no sshd needed."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ferry_harness import ferry_bin, run_ferry, write_job  # noqa: E402
+from ferry_harness import ferry_bin, memory_env, run_ferry, write_job  # noqa: E402
 
 
 class ArchiveCli(unittest.TestCase):
@@ -116,6 +117,72 @@ class ArchiveCli(unittest.TestCase):
         db.close()
         again = self.ferry("run", job, "--json").record
         self.assertEqual({r["run_id"] for r in self.ferry("log", "--json").records}, {ok["run_id"], again["run_id"]})
+
+    def test_replay_refuses_a_tampered_script(self):
+        marker = os.path.join(self.tmp, "tampered-ran")
+        job = write_job(self.tmp, "honest", 'print("{\\"ok\\": true}")\n')
+        first = self.ferry("run", job, "--json").record
+        # Another job under the same hash: a complete job file that would run if not refused.
+        with open(write_job(self.tmp, "evil", f"import pathlib\npathlib.Path({marker!r}).touch()\n"),
+                  "rb") as f:
+            evil = f.read()
+        db = sqlite3.connect(self.env["FERRY_ARCHIVE"])
+        with db:
+            db.execute("UPDATE scripts SET bytes = ?", (evil,))
+        db.close()
+        res = self.ferry("replay", first["run_id"])
+        self.assertEqual(res.code, 1, res)
+        err = res.stderr.decode()
+        self.assertIn("does not match its sha256", err)
+        self.assertIn(first["run_id"], err)
+        self.assertIn(first["job_sha256"], err)
+        self.assertNotIn("identical", res.stdout.decode())
+        self.assertFalse(os.path.exists(marker), "the tampered script ran")
+        self.assertEqual(len(self.ferry("log", "--json", "--limit", "0").records), 1)
+
+    def test_a_run_the_locked_archive_keeps_out_is_spooled_then_moved_in(self):
+        job = write_job(self.tmp, "bytes", 'import sys\nsys.stdout.buffer.write(bytes(range(256)) * 3)\n')
+        archive = self.env["FERRY_ARCHIVE"]
+        self.assertEqual(self.ferry("run", job, "--json").code, 0)
+        holder = sqlite3.connect(archive, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # someone holds the write lock past ferry's wait
+        try:
+            res = self.ferry("run", job, "--json", timeout=120)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        self.assertEqual(res.code, 0, res)
+        spooled_id = res.record["run_id"]
+        err = res.stderr.decode()
+        self.assertRegex(err, r"stayed locked by another process for [0-9]+\.[0-9] s")
+        self.assertNotIn("more than 10 s", err)
+        spool_file = os.path.join(archive + ".spool", spooled_id + ".run")
+        self.assertIn(spool_file, err)
+        self.assertEqual(os.stat(spool_file).st_mode & 0o777, 0o600)
+        self.assertEqual(os.stat(archive + ".spool").st_mode & 0o777, 0o700)
+        self.assertEqual(len(self.ferry("log", "--json").records), 1)  # readers do not move it in
+        self.assertEqual(self.ferry("run", job, "--json").code, 0)  # the next writer does
+        self.assertFalse(os.path.exists(spool_file))
+        self.assertEqual(len(self.ferry("log", "--json").records), 3)
+        self.assertEqual(self.ferry("show", spooled_id, "--stdout").stdout, bytes(range(256)) * 3)
+
+    def test_log_reads_only_the_columns_it_prints(self):
+        job = write_job(self.tmp, "blob", 'import json, os\n'
+                        'p = json.load(open(os.environ["FERRY_PARAMS"]))\n'
+                        'json.dump({"len": len(p["blob"])}, open(os.environ["FERRY_RESULT"], "w"))\n',
+                        params='[params.blob]\ntype = "string"\n')
+        self.assertEqual(self.ferry("run", job, "-p", "blob=small").code, 0)
+        small = self.ferry("log", env=memory_env())
+        big_params = os.path.join(self.tmp, "big.json")
+        with open(big_params, "w") as f:
+            json.dump({"blob": "x" * (12 << 20)}, f)
+        self.assertEqual(self.ferry("run", job, "--params", big_params).code, 0)
+        res = self.ferry("log", env=memory_env())
+        self.assertEqual(res.code, 0, res)
+        self.assertIn('{"len":12582912}', res.stdout.decode())
+        # Reading the 12 MiB params (as text, then as JSON) would add twice that or more.
+        self.assertLess(res.max_rss_kib, small.max_rss_kib + 6 * 1024,
+                        f"peak RSS {res.max_rss_kib} KiB, {small.max_rss_kib} KiB without the big run")
 
     def test_daemon_that_escapes_the_job_is_reported(self):
         job = write_job(self.tmp, "daemon", "setsid sleep 876 &\nsleep 0.3\necho done\n", interpreter="sh")

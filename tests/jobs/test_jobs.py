@@ -63,12 +63,12 @@ class JobRun:
     """A private run dir like ferry's, a sandbox PATH, and the job run in it."""
 
     def __init__(self, test, job, *, nvidia_smi=None, python3=True, with_result=True,
-                 run_dir_name="run", extra_env=None):
+                 run_dir_name="run", extra_env=None, params=None, tools=()):
         self.tmp = tempfile.mkdtemp(prefix="ferry-jobs-test-")
         test.addCleanup(shutil.rmtree, self.tmp, True)
         self.bin = os.path.join(self.tmp, "bin")
         os.mkdir(self.bin)
-        for tool in TOOLS + (("python3",) if python3 else ()):
+        for tool in TOOLS + (("python3",) if python3 else ()) + tuple(tools):
             path = shutil.which(tool, path=SYSTEM_PATH)
             test.assertIsNotNone(path, f"{tool} not installed: run ./setup.sh --deps as root")
             os.symlink(path, os.path.join(self.bin, tool))
@@ -78,9 +78,10 @@ class JobRun:
         self.run_dir = os.path.join(self.tmp, run_dir_name)
         os.mkdir(self.run_dir, 0o700)
         self.result = os.path.join(self.run_dir, "result.json")
+        params_value = params
         params = os.path.join(self.run_dir, "params.json")
-        with open(params, "w") as f:
-            f.write("{}\n")
+        with open(params, "w") as f:  # as ferry writes it: compact, keys sorted
+            f.write(json.dumps(params_value or {}, separators=(",", ":"), sort_keys=True) + "\n")
         self.env = {"PATH": self.bin, "HOME": self.tmp, "USER": "tester", "SHELL": "/bin/zsh",
                     "FERRY_RUN_DIR": self.run_dir, "FERRY_PARAMS": params, "FERRY_JOB": job,
                     "FAKE_NVIDIA_SMI": nvidia_smi or "", "FAKE_NVIDIA_SMI_LOG": self.smi_log}
@@ -197,7 +198,7 @@ class GpuProbe(unittest.TestCase):
 class HostFacts(unittest.TestCase):
     def check_shape(self, facts, job):
         self.assertEqual(set(facts), {"hostname", "os", "kernel", "arch", "cpus", "memory", "disk",
-                                      "tools", "user", "shell", "sh"})
+                                      "tools", "interpreters", "user", "shell", "sh"})
         for key in ("hostname", "os", "kernel", "arch", "user", "shell", "sh"):
             self.assertIsInstance(facts[key], str, key)
             self.assertTrue(facts[key], key)
@@ -252,6 +253,39 @@ class HostFacts(unittest.TestCase):
                 self.check_shape(facts, job)
                 self.assertEqual(facts["tools"], {"python3": None, "nvidia-smi": None})
                 self.assertIn("python3:    not found", proc.stdout)
+
+    def test_interpreters_asked_for_come_back_with_path_and_version(self):
+        """What `ferry check` asks: each name or absolute path in the `interpreters` parameter,
+        found on PATH (or not), its version from `--version`; with and without `timeout`."""
+        perl = shutil.which("perl", path=SYSTEM_PATH)
+        self.assertIsNotNone(perl, "perl is not installed")
+        real_perl = subprocess.run([perl, "-e", "printf '%vd', $^V"], capture_output=True, text=True).stdout
+        asked = ["python3", "sh", "ferry-missing-interp", perl, "$(touch pwned)", "-x", "a b", "a,b"]
+        for tools in ((), ("timeout",)):
+            for label, shell in _shells().items():
+                with self.subTest(shell=label, tools=tools):
+                    job = JobRun(self, "host_facts", params={"interpreters": asked}, tools=tools)
+                    proc = job.run(shell)
+                    self.assertEqual(proc.returncode, 0, proc.stderr)
+                    facts = job.result_json()
+                    self.check_shape(facts, job)
+                    py = os.path.join(job.bin, "python3")
+                    self.assertEqual(facts["interpreters"], {
+                        "python3": {"path": py, "version": facts["tools"]["python3"]["version"]},
+                        "sh": {"path": os.path.join(job.bin, "sh"), "version": None},
+                        "ferry-missing-interp": None,
+                        perl: {"path": perl, "version": real_perl},
+                    })
+                    self.assertFalse(os.path.exists(os.path.join(job.run_dir, "pwned")))
+                    self.assertIn(f"interpreters: python3 {py} (", proc.stdout)
+                    self.assertIn("ferry-missing-interp not found", proc.stdout)
+
+    def test_no_interpreters_asked_for_gives_an_empty_object(self):
+        job = JobRun(self, "host_facts")
+        proc = job.run(["/bin/sh"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(job.result_json()["interpreters"], {})
+        self.assertNotIn("interpreters:", proc.stdout)
 
     def test_awkward_values_are_escaped(self):
         shell_value = '/odd "shell" \\ with\ttab\nand newline $HOME `id`'

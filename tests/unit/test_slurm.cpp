@@ -31,8 +31,8 @@ std::string error_of(const Expected<std::string>& checked)
 
 std::string job_error(std::string_view slurm_lines)
 {
-  const std::string text = "# /// ferry\n# interpreter = \"sh\"\n# [slurm]\n" +
-                           std::string(slurm_lines) + "# ///\n";
+  const std::string text =
+      "# /// ferry\n# interpreter = \"sh\"\n# [slurm]\n" + std::string(slurm_lines) + "# ///\n";
   auto meta = parse_job_meta(text, "probe.sh");
   REQUIRE_FALSE(meta);
   return meta.error().message;
@@ -71,8 +71,7 @@ TEST_CASE("--slurm-arg takes only allow-listed long options with plain values", 
 {
   CHECK_THAT(error_of(check_slurm_arg("--output=/tmp/x", "--slurm-arg")),
              Catch::Contains("does not pass --output") && Catch::Contains("qos"));
-  CHECK_THAT(error_of(check_slurm_arg("--wrap=id", "--slurm-arg")),
-             Catch::Contains("--wrap"));
+  CHECK_THAT(error_of(check_slurm_arg("--wrap=id", "--slurm-arg")), Catch::Contains("--wrap"));
   CHECK_THAT(error_of(check_slurm_arg("--export=LD_PRELOAD=/x", "--slurm-arg")),
              Catch::Contains("--export"));
   CHECK_THAT(error_of(check_slurm_arg("--partition=gpu", "--slurm-arg")),
@@ -130,9 +129,9 @@ TEST_CASE("the command line wins over the job, the job over the config", "[slurm
   CHECK(merged.time_min == 5);
   CHECK(merged.account == "team");
   CHECK(merged.args == std::vector<std::string>{"--qos=urgent", "--constraint=a100"});
-  CHECK(sbatch_options(merged) ==
-        std::vector<std::string>{"--partition=cli", "--gres=gpu:8", "--time=5", "--account=team",
-                                 "--qos=urgent", "--constraint=a100"});
+  CHECK(sbatch_options(merged) == std::vector<std::string>{"--partition=cli", "--gres=gpu:8",
+                                                           "--time=5", "--account=team",
+                                                           "--qos=urgent", "--constraint=a100"});
 
   auto back = slurm_options_from_json(slurm_options_json(merged));
   REQUIRE(back);
@@ -197,7 +196,8 @@ TEST_CASE("a stream that is not frames is refused, not guessed at", "[slurm][fra
   CHECK_THAT(broken("T out -1\n"), Catch::Contains("bad chunk header"));
   CHECK_THAT(broken("T out 999999999999\n"), Catch::Contains("bad chunk header"));
   CHECK_THAT(broken(std::string(5000, 'x')), Catch::Contains("without a newline"));
-  slurm::FrameReader cut("T", [](const auto&) {}, [](OutputStream, std::string_view) {});
+  slurm::FrameReader cut(
+      "T", [](const auto&) {}, [](OutputStream, std::string_view) {});
   cut.feed("T out 10\nabc");
   CHECK(cut.midway());
 }
@@ -302,13 +302,13 @@ TEST_CASE("the node slots of an allocation meet before it is submitted", "[slurm
 
 TEST_CASE("the submit script is filled with quoted fields and parses under sh", "[slurm]")
 {
-  const std::string script = fill_template(remote_script("submit.sh"),
-                                           {{"run_dir", sh_quote("/runs/ferry-x")},
-                                            {"tag", sh_quote("ferry-slurm-1")},
-                                            {"job_id", sh_quote("")},
-                                            {"job_name", sh_quote("ferry-a'b-1")},
-                                            {"end_marker", sh_quote("ferry-end-1")},
-                                            {"sentinel", sh_quote("ferry-submit-1")}});
+  const std::string script =
+      fill_template(remote_script("submit.sh"), {{"run_dir", sh_quote("/runs/ferry-x")},
+                                                 {"tag", sh_quote("ferry-slurm-1")},
+                                                 {"job_id", sh_quote("")},
+                                                 {"job_name", sh_quote("ferry-a'b-1")},
+                                                 {"end_marker", sh_quote("ferry-end-1")},
+                                                 {"sentinel", sh_quote("ferry-submit-1")}});
   CHECK(script.find("run_dir='/runs/ferry-x'") != std::string::npos);
   CHECK(script.find("job_name='ferry-a'\\''b-1'") != std::string::npos);
   const auto path = std::filesystem::temp_directory_path() / "ferry-unit-submit.sh";

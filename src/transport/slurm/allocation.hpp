@@ -17,9 +17,7 @@ namespace ferry::slurm {
 
 class SharedAllocation {
 public:
-  explicit SharedAllocation(int slots) : m_slots(slots), m_left(static_cast<std::size_t>(slots))
-  {
-  }
+  explicit SharedAllocation(int slots) : m_slots(slots), m_left(static_cast<std::size_t>(slots)) {}
 
   [[nodiscard]] int slots() const { return m_slots; }
 

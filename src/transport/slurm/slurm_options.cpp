@@ -13,12 +13,14 @@ namespace {
 
 constexpr std::string_view k_name_chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                                           "0123456789_.-";
-constexpr std::string_view k_gres_name_chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                               "0123456789_";
+constexpr std::string_view k_gres_name_chars =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    "0123456789_";
 // Values of --slurm-arg: node lists (n[1-4]), memory sizes (64G), constraints (a100&nvlink is
 // refused: & and | would be harmless here, but nobody needs them to be).
-constexpr std::string_view k_arg_value_chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                               "0123456789_.,:+@/[]-";
+constexpr std::string_view k_arg_value_chars =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    "0123456789_.,:+@/[]-";
 constexpr std::size_t k_max_value = 256;
 
 bool only(std::string_view value, std::string_view allowed)
@@ -241,8 +243,9 @@ Expected<std::string> check_slurm_account(std::string_view value, std::string_vi
   if (only(value, k_name_chars)) {
     return std::string(value);
   }
-  return fail(ErrorKind::usage, "{} '{}': an account name is made of letters, digits, '_', '.' "
-                                "and '-'",
+  return fail(ErrorKind::usage,
+              "{} '{}': an account name is made of letters, digits, '_', '.' "
+              "and '-'",
               what, value);
 }
 
@@ -275,8 +278,7 @@ Expected<std::string> check_slurm_arg(std::string_view arg, std::string_view wha
   }
   for (const auto& [own, flag] : k_own_flags) {
     if (name == own) {
-      return fail(ErrorKind::usage, "{} '{}': use ferry's own {} option for this", what, arg,
-                  flag);
+      return fail(ErrorKind::usage, "{} '{}': use ferry's own {} option for this", what, arg, flag);
     }
   }
   const auto allowed = std::find_if(k_allowed_args.begin(), k_allowed_args.end(),

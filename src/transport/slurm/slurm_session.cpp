@@ -29,8 +29,8 @@ std::string slurm_job_name(std::string_view job)
 {
   std::string name = "ferry-";
   for (const char c : job.substr(0, 32)) {
-    name += std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' ? c
-                                                                                           : '_';
+    name +=
+        std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' ? c : '_';
   }
   return name + "-" + random_hex(4);
 }
@@ -52,10 +52,9 @@ Expected<std::string> run_dir_of(const ExecRequest& request)
 std::string sbatch_args_file(const SlurmOptions& options, const std::string& job_name,
                              const std::vector<std::string>& dirs)
 {
-  std::vector<std::string> args = {"--parsable",         "--job-name=" + job_name,
-                                   "--output=/dev/null", "--error=/dev/null",
-                                   "--chdir=/",          "--ntasks-per-node=1",
-                                   "--no-requeue"};
+  std::vector<std::string> args = {
+      "--parsable", "--job-name=" + job_name, "--output=/dev/null", "--error=/dev/null",
+      "--chdir=/",  "--ntasks-per-node=1",    "--no-requeue"};
   const auto chosen = sbatch_options(options);
   args.insert(args.end(), chosen.begin(), chosen.end());
   args.push_back(dirs.front() + "/" + std::string(k_batch_script));
@@ -138,8 +137,8 @@ private:
   void withdraw(std::string_view why)
   {
     if (m_round >= 0 && !m_joined) {
-      m_allocation->abandon(m_round, fmt::format("node slot {} of {}: {}", m_slot + 1,
-                                              m_allocation->slots(), why));
+      m_allocation->abandon(
+          m_round, fmt::format("node slot {} of {}: {}", m_slot + 1, m_allocation->slots(), why));
       m_joined = true;
     }
   }
@@ -263,10 +262,9 @@ Expected<std::string> SlurmSession::submit_or_wait(const std::string& run_dir,
 Expected<ExecOutcome> SlurmSession::exec(const ExecRequest& request)
 {
   FERRY_TRY_ASSIGN(const auto run_dir, run_dir_of(request));
-  m_time_min = m_options.time_min.value_or(
-      slurm_minutes_for(m_timeout_s, static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(
-                                                           request.grace)
-                                                           .count())));
+  m_time_min = m_options.time_min.value_or(slurm_minutes_for(
+      m_timeout_s,
+      static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(request.grace).count())));
   auto job_id = submit_or_wait(run_dir, request);
   if (!job_id) {
     if (m_slot == 0) {
@@ -277,8 +275,8 @@ Expected<ExecOutcome> SlurmSession::exec(const ExecRequest& request)
   auto outcome = follow(request, run_dir, *job_id);
   if (m_slot == 0) {
     // Whatever happened, the others stop waiting (a no-op once the id is out).
-    m_allocation->abandon(m_round, outcome ? "sbatch did not submit the job"
-                                        : outcome.error().message);
+    m_allocation->abandon(m_round,
+                          outcome ? "sbatch did not submit the job" : outcome.error().message);
   }
   return outcome;
 }
@@ -287,8 +285,8 @@ Expected<ExecOutcome> SlurmSession::follow(const ExecRequest& request, const std
                                            const std::string& job_id)
 {
   const std::string nonce = random_hex(12);
-  ScriptFields fields{run_dir,    "ferry-slurm-" + nonce, job_id, m_job_name,
-                      request.end_marker, "ferry-submit-" + nonce};
+  ScriptFields fields{run_dir,    "ferry-slurm-" + nonce, job_id,
+                      m_job_name, request.end_marker,     "ferry-submit-" + nonce};
   FERRY_TRY(m_login->put_file(run_dir + "/" + std::string(k_submit_script), submit_script(fields)));
   m_job_id = job_id;
   Follow follow(request, fields.tag, [this](std::string id) {
@@ -297,16 +295,16 @@ Expected<ExecOutcome> SlurmSession::follow(const ExecRequest& request, const std
       m_allocation->submitted(m_round, std::move(id));
     }
   });
-  FERRY_TRY_ASSIGN(auto script,
-                   m_login->exec(follow.script_request(
-                       {"/bin/sh", run_dir + "/" + std::string(k_submit_script)}, fields.sentinel)));
+  FERRY_TRY_ASSIGN(auto script, m_login->exec(follow.script_request(
+                                    {"/bin/sh", run_dir + "/" + std::string(k_submit_script)},
+                                    fields.sentinel)));
   m_job_id = follow.job_id();
   m_node = follow.node();
   m_end = follow.end();
   if (m_end && slurm::is_final_state(m_end->state)) {
-    m_run_dir_shared = !m_node.empty()                                 ? std::optional(true)
+    m_run_dir_shared = !m_node.empty()                                ? std::optional(true)
                        : m_end->exit_code == slurm::k_no_run_dir_exit ? std::optional(false)
-                                                                       : std::nullopt;
+                                                                      : std::nullopt;
   }
   if (m_job_id.empty() && script.end == ExecEnd::exited) {
     const std::string said(trim(script.err.bytes));

@@ -45,9 +45,9 @@ std::optional<ExecOutcome::Verdict> scheduler_ended(const JobEnd& end, const Nod
                                 "OUT_OF_MEMORY); ask for more with --slurm-arg=--mem=SIZE"};
   }
   if (end.state == "NODE_FAIL" || end.state == "BOOT_FAIL") {
-    return ExecOutcome::Verdict{Kind::error,
-                                fmt::format("node {} failed while the job ran (state {})",
-                                            where(end, run), end.state)};
+    return ExecOutcome::Verdict{
+        Kind::error,
+        fmt::format("node {} failed while the job ran (state {})", where(end, run), end.state)};
   }
   if (end.state == "PREEMPTED" || end.state == "DEADLINE") {
     return ExecOutcome::Verdict{Kind::failed,
@@ -102,12 +102,12 @@ std::optional<ExecOutcome::Verdict> slurm_verdict(const JobEnd& end, const NodeR
       return std::nullopt; // cancelled before it started: the runner says interrupted
     }
     return ExecOutcome::Verdict{
-        Kind::error, fmt::format("the Slurm job ended (state {}, exit code {}) before ferry's "
-                                 "launcher started on a node",
-                                 end.state,
-                                 end.exit_code ? fmt::format("{}:{}", *end.exit_code,
-                                                             end.signal.value_or(0))
-                                               : std::string("unknown"))};
+        Kind::error,
+        fmt::format("the Slurm job ended (state {}, exit code {}) before ferry's "
+                    "launcher started on a node",
+                    end.state,
+                    end.exit_code ? fmt::format("{}:{}", *end.exit_code, end.signal.value_or(0))
+                                  : std::string("unknown"))};
   }
   if (!run.launcher_report && !run.stopped_by_ferry) {
     return ExecOutcome::Verdict{

@@ -25,8 +25,8 @@ struct JobEnd {
 // What ferry saw of the run on this node.
 struct NodeRun {
   std::string run_dir;
-  std::string node;            // where the launcher started; empty when it never did
-  bool launcher_report = false; // the launcher's last line came back
+  std::string node;              // where the launcher started; empty when it never did
+  bool launcher_report = false;  // the launcher's last line came back
   bool stopped_by_ferry = false; // ferry cancelled the job (interrupt or its own deadline)
   int time_min = 0;              // the job's --time
 };

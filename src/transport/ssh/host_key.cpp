@@ -1,80 +1,68 @@
 #include "transport/ssh/host_key.hpp"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "ferry/fd.hpp"
+#include "ferry/util.hpp"
+#include "transport/ssh/keys.hpp"
 #include "transport/ssh/known_hosts.hpp"
 
 namespace ferry::ssh {
 
 namespace {
 
-// The public key a known_hosts line carries; null when libssh cannot read it.
-Key entry_key(const known_hosts::Entry& entry)
+std::vector<known_hosts::Entry> all_entries(const Resolved& where)
 {
-  ssh_key raw = nullptr;
-  if (ssh_pki_import_pubkey_base64(entry.key_base64.c_str(),
-                                   ssh_key_type_from_name(entry.key_type.c_str()),
-                                   &raw) != SSH_OK) {
-    return Key();
-  }
-  return Key(raw);
+  std::vector<std::string> files = where.user_known_hosts;
+  files.insert(files.end(), where.global_known_hosts.begin(), where.global_known_hosts.end());
+  return known_hosts::read_files(files);
 }
 
 bool applies(const known_hosts::Entry& entry, known_hosts::Marker marker, const Resolved& where)
 {
-  return entry.marker == marker && known_hosts::host_matches(entry.hosts, where.host, where.port);
+  return entry.marker == marker && known_hosts::name_matches(entry.hosts, where.known_hosts_name);
 }
 
-// The first plain entry for host:port (hashed names included), with its file and line, so a
-// "changed" message can show both fingerprints and where the old one is.
-struct RecordedKey {
-  std::string fingerprint;
-  std::string file;
-  int line = 0;
-};
-std::optional<RecordedKey> recorded_key(const std::vector<known_hosts::Entry>& entries,
-                                        const Resolved& where)
+std::string entry_blob(const known_hosts::Entry& entry)
 {
-  for (const auto& entry : entries) {
-    if (!applies(entry, known_hosts::Marker::none, where)) {
-      continue;
-    }
-    if (const Key key = entry_key(entry)) {
-      return RecordedKey{fingerprint(key.get()), entry.file, entry.line};
-    }
+  return known_hosts::base64_decode(entry.key_base64);
+}
+
+std::string files_text(const Resolved& where)
+{
+  std::string out;
+  for (const auto& file : where.user_known_hosts) {
+    out += (out.empty() ? "" : ", ") + file;
   }
-  return std::nullopt;
-}
-
-// The entry that revokes `key` for host:port (OpenSSH's `@revoked`), if any.
-const known_hosts::Entry* revoking_entry(const std::vector<known_hosts::Entry>& entries,
-                                         ssh_key key, const Resolved& where)
-{
-  for (const auto& entry : entries) {
-    if (!applies(entry, known_hosts::Marker::revoked, where)) {
-      continue;
-    }
-    const Key revoked = entry_key(entry);
-    if (revoked && ssh_key_cmp(revoked.get(), key, SSH_KEY_CMP_PUBLIC) == 0) {
-      return &entry;
-    }
+  for (const auto& file : where.global_known_hosts) {
+    out += (out.empty() ? "" : ", ") + file;
   }
-  return nullptr;
+  return out.empty() ? "no known_hosts file" : out;
 }
 
-Unexpected<Error> changed(const std::vector<known_hosts::Entry>& entries, const Resolved& where,
-                          const HostKeyPolicy& policy, const std::string& offered)
+std::string looked_up_as(const Resolved& where)
 {
-  const auto recorded = recorded_key(entries, where);
-  const std::string file = recorded ? recorded->file : where.known_hosts;
+  return where.known_hosts_name == known_hosts::lookup_name(where.host, where.port)
+             ? std::string()
+             : fmt::format(" under the name '{}' (HostKeyAlias)", where.known_hosts_name);
+}
+
+Unexpected<Error> changed(const known_hosts::Entry& recorded, const Resolved& where,
+                          const std::string& label, const std::string& offered)
+{
   return fail(ErrorKind::unreachable,
-              "{}: host key changed: the server offers {} but {}{} records {}; refusing to "
-              "connect (this could be an attack). If the host was really re-keyed, remove the "
-              "old entry (ssh-keygen -R '{}' -f {}) and connect again",
-              policy.label, offered, file, recorded ? fmt::format(" line {}", recorded->line) : "",
-              recorded ? recorded->fingerprint : "another key",
-              known_hosts::lookup_name(where.host, where.port), file);
+              "{}: host key changed: the server offers {} but {} line {} records {}{}; refusing "
+              "to connect (this could be an attack). If the host was really re-keyed, remove "
+              "the old entry (ssh-keygen -R '{}' -f {}) and connect again",
+              label, offered, recorded.file, recorded.line, blob_fingerprint(entry_blob(recorded)),
+              looked_up_as(where), where.known_hosts_name, recorded.file);
 }
 
 // A @cert-authority line vouches only for certificates; libssh 0.10 negotiates plain host keys,
@@ -93,81 +81,124 @@ std::string cert_authority_note(const std::vector<known_hosts::Entry>& entries,
   return {};
 }
 
-Expected<void> unknown(ssh_session session, const std::vector<known_hosts::Entry>& entries,
-                       const Resolved& where, const HostKeyPolicy& policy,
-                       const std::string& offered)
+Expected<HostKeyVerdict> record(const ServerKey& offered, const Resolved& where,
+                                const std::string& label)
 {
-  if (policy.accept_new) {
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(where.known_hosts).parent_path(), ec);
-    if (ssh_session_update_known_hosts(session) != SSH_OK) {
-      return fail(ErrorKind::unreachable, "{}: cannot record the host key in {}: {}", policy.label,
-                  where.known_hosts, ssh_get_error(session));
-    }
-    return {};
+  if (where.user_known_hosts.empty()) {
+    return fail(ErrorKind::unreachable,
+                "{}: cannot record the host key: UserKnownHostsFile names no file", label);
+  }
+  const std::string& file = where.user_known_hosts.front();
+  std::error_code ec;
+  const auto parent = std::filesystem::path(file).parent_path();
+  if (!parent.empty() && !std::filesystem::exists(parent, ec)) {
+    std::filesystem::create_directories(parent, ec);
+    std::filesystem::permissions(parent, std::filesystem::perms::owner_all, ec);
+  }
+  const std::string line =
+      known_hosts_line(where.known_hosts_name, offered.key.get(), where.hash_known_hosts);
+  Fd fd(::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
+  if (!fd || write_all(fd.get(), line) != 0 || fd.close() != 0) {
+    return fail(ErrorKind::unreachable, "{}: cannot record the host key in {}: {}", label, file,
+                std::strerror(errno));
+  }
+  return HostKeyVerdict{file, true};
+}
+
+Expected<HostKeyVerdict> unknown(const ServerKey& offered,
+                                 const std::vector<known_hosts::Entry>& entries,
+                                 const Resolved& where, const std::string& label)
+{
+  if (where.accept_new) {
+    return record(offered, where, label);
   }
   return fail(ErrorKind::unreachable,
-              "{}: host key unknown ({}; not in {}); refusing to connect{}. Check the "
-              "fingerprint with the host's owner, then run again with --accept-new-host-key to "
-              "record it",
-              policy.label, offered, where.known_hosts, cert_authority_note(entries, where));
+              "{}: host key unknown ({}; not in {}{}); refusing to connect{}. Check the "
+              "fingerprint with the host's owner, then run again with --accept-new-host-key "
+              "(or StrictHostKeyChecking accept-new) to record it",
+              label, offered.fingerprint, files_text(where), looked_up_as(where),
+              cert_authority_note(entries, where));
 }
 
 } // namespace
 
 std::string fingerprint(ssh_key key)
 {
-  unsigned char* hash = nullptr;
-  size_t length = 0;
-  if (key == nullptr ||
-      ssh_get_publickey_hash(key, SSH_PUBLICKEY_HASH_SHA256, &hash, &length) != SSH_OK) {
-    return "SHA256:?";
-  }
-  char* text = ssh_get_fingerprint_hash(SSH_PUBLICKEY_HASH_SHA256, hash, length);
-  ssh_clean_pubkey_hash(&hash);
-  std::string result = text != nullptr ? text : "SHA256:?";
-  ssh_string_free_char(text);
-  return result;
+  const std::string blob = key_blob(key);
+  return blob.empty() ? "SHA256:?" : blob_fingerprint(blob);
 }
 
-Expected<ServerKey> server_key(ssh_session session, const HostKeyPolicy& policy)
+std::string known_hosts_line(const std::string& name, ssh_key key, bool hashed)
+{
+  const std::string blob = key_blob(key);
+  std::string field = name;
+  if (hashed) {
+    const std::string hex = random_hex(20);
+    std::string salt;
+    for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+      salt.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+    }
+    field = "|1|" + base64_encode(salt) + "|" + base64_encode(known_hosts::hmac_sha1(salt, name));
+  }
+  return fmt::format("{} {} {}\n", field, blob_type(blob), base64_encode(blob));
+}
+
+Expected<ServerKey> server_key(ssh_session session, const std::string& label)
 {
   ssh_key raw_key = nullptr;
   if (ssh_get_server_publickey(session, &raw_key) != SSH_OK) {
-    return fail(ErrorKind::unreachable, "{}: the server sent no host key", policy.label);
+    return fail(ErrorKind::unreachable, "{}: the server sent no host key", label);
   }
   ServerKey offered{Key(raw_key), {}};
   offered.fingerprint = fingerprint(offered.key.get());
   return offered;
 }
 
-Expected<void> verify_host_key(ssh_session session, const ServerKey& offered, const Resolved& where,
-                               const HostKeyPolicy& policy)
+std::vector<std::string> known_key_types(const Resolved& where)
 {
-  const auto entries = known_hosts::read_files({where.known_hosts, where.global_known_hosts});
+  std::vector<std::string> types;
+  for (const auto& entry : all_entries(where)) {
+    if (applies(entry, known_hosts::Marker::none, where) &&
+        std::find(types.begin(), types.end(), entry.key_type) == types.end()) {
+      types.push_back(entry.key_type);
+    }
+  }
+  return types;
+}
 
-  // libssh 0.10 does not read @revoked lines: a revoked key is refused here first, whatever
-  // else the files say and with --accept-new-host-key too, as ssh(1) refuses it.
-  if (const auto* revoked = revoking_entry(entries, offered.key.get(), where)) {
-    return fail(ErrorKind::unreachable,
-                "{}: the server's host key {} is REVOKED ({} line {}: @revoked); refusing to "
-                "connect. The key may be compromised: ask the host's owner for its new key",
-                policy.label, offered.fingerprint, revoked->file, revoked->line);
+Expected<HostKeyVerdict> verify_host_key(const ServerKey& offered, const Resolved& where,
+                                         const std::string& label)
+{
+  const auto entries = all_entries(where);
+  const std::string blob = key_blob(offered.key.get());
+  // A revoked key is refused first, whatever else the files say and with accept-new too, as
+  // ssh(1) refuses it (libssh 0.10 does not read @revoked lines).
+  for (const auto& entry : entries) {
+    if (entry.marker == known_hosts::Marker::revoked && entry_blob(entry) == blob &&
+        known_hosts::name_matches(entry.hosts, where.known_hosts_name)) {
+      return fail(ErrorKind::unreachable,
+                  "{}: the server's host key {} is REVOKED ({} line {}: @revoked); refusing to "
+                  "connect. The key may be compromised: ask the host's owner for its new key",
+                  label, offered.fingerprint, entry.file, entry.line);
+    }
   }
-  switch (ssh_session_is_known_server(session)) {
-  case SSH_KNOWN_HOSTS_OK:
-    return {};
-  case SSH_KNOWN_HOSTS_CHANGED:
-  case SSH_KNOWN_HOSTS_OTHER:
-    return changed(entries, where, policy, offered.fingerprint);
-  case SSH_KNOWN_HOSTS_UNKNOWN:
-  case SSH_KNOWN_HOSTS_NOT_FOUND:
-    return unknown(session, entries, where, policy, offered.fingerprint);
-  case SSH_KNOWN_HOSTS_ERROR:
-  default:
-    return fail(ErrorKind::unreachable, "{}: cannot check the host key against {}: {}",
-                policy.label, where.known_hosts, ssh_get_error(session));
+  const known_hosts::Entry* other = nullptr;
+  for (const auto& entry : entries) {
+    if (!applies(entry, known_hosts::Marker::none, where)) {
+      continue;
+    }
+    if (entry_blob(entry) == blob) {
+      return HostKeyVerdict{fmt::format("{} line {}", entry.file, entry.line), false};
+    }
+    if (other == nullptr ||
+        (other->key_type != blob_type(blob) && entry.key_type == blob_type(blob))) {
+      other = &entry; // prefer an entry of the offered type: that key changed
+    }
   }
+  if (other != nullptr) {
+    return changed(*other, where, label, offered.fingerprint);
+  }
+  return unknown(offered, entries, where, label);
 }
 
 } // namespace ferry::ssh

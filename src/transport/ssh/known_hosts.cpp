@@ -160,7 +160,21 @@ std::string lookup_name(std::string_view host, unsigned port)
 
 bool host_matches(std::string_view patterns, std::string_view host, unsigned port)
 {
-  std::string name = lookup_name(host, port);
+  return name_matches(patterns, lookup_name(host, port));
+}
+
+std::string sha1_hex(std::string_view message)
+{
+  std::string out;
+  for (const auto byte : sha1(message)) {
+    out += fmt::format("{:02x}", byte);
+  }
+  return out;
+}
+
+bool name_matches(std::string_view patterns, std::string_view lookup)
+{
+  std::string name(lookup);
   if (patterns.rfind("|1|", 0) == 0) {
     return hashed_match(patterns, name);
   }

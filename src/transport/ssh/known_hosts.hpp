@@ -32,12 +32,16 @@ struct Entry {
 // case-insensitive; a matching `!pattern` excludes the line whatever else matches; a hashed
 // field `|1|base64(salt)|base64(HMAC-SHA1(salt, name))` (ssh-keygen -H) matches that one name.
 [[nodiscard]] bool host_matches(std::string_view patterns, std::string_view host, unsigned port);
+// The same for a name already in lookup form ("host", "[host]:port", or a HostKeyAlias).
+[[nodiscard]] bool name_matches(std::string_view patterns, std::string_view name);
 
 // The name known_hosts records for host:port.
 [[nodiscard]] std::string lookup_name(std::string_view host, unsigned port);
 
 // HMAC-SHA1 (RFC 2104), raw bytes: the hash of hashed known_hosts names. Exposed for tests.
 [[nodiscard]] std::string hmac_sha1(std::string_view key, std::string_view message);
+// SHA-1 (FIPS 180-4) as lowercase hex: ssh_config's %C token.
+[[nodiscard]] std::string sha1_hex(std::string_view message);
 // Base64 (RFC 4648, with padding) decoding; empty on malformed input. Exposed for tests.
 [[nodiscard]] std::string base64_decode(std::string_view text);
 

@@ -1,16 +1,20 @@
 // The SSH transport: libssh for the connection, SFTP for every file, one exec channel per job
 // whose command is only `/bin/sh RUN_DIR/launch.sh`. Each concern has a file of its own in this
-// folder: options (where to go), host_key (whom to trust), auth, sftp_files, exec.
+// folder: config and options (where to go), proxy, host_key (whom to trust), identities, agent
+// and auth (who we are), sftp_files, exec.
 #include <optional>
 #include <random>
 #include <thread>
 
+#include "ferry/fd.hpp"
 #include "ferry/host_spec.hpp"
 #include "ferry/sessions.hpp"
+#include "ferry/text.hpp"
 #include "transport/ssh/auth.hpp"
 #include "transport/ssh/exec.hpp"
 #include "transport/ssh/host_key.hpp"
 #include "transport/ssh/options.hpp"
+#include "transport/ssh/proxy.hpp"
 #include "transport/ssh/sftp_files.hpp"
 
 namespace ferry {
@@ -44,6 +48,15 @@ public:
   std::string label() const override { return m_target.spec; }
 
   Expected<void> connect() override;
+  // Reads the ssh config (once: Match exec commands run once, as with ssh).
+  Expected<void> resolve()
+  {
+    if (!m_resolved) {
+      FERRY_TRY_ASSIGN(m_where, ssh::resolve(m_target));
+      m_resolved = true;
+    }
+    return {};
+  }
   Expected<std::string> create_run_dir() override { return files().create_run_dir(); }
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
   {
@@ -71,6 +84,16 @@ public:
 
 private:
   Expected<void> connect_once();
+  Expected<void> open_connection();
+  Unexpected<Error> connection_failed(const ssh::Stepped& step);
+  Expected<void> check_host_key();
+  void tell_story();
+  void debug(std::string_view line) const
+  {
+    if (m_target.debug) {
+      m_target.debug(line);
+    }
+  }
   ssh::SftpFiles& files()
   {
     if (!m_files) {
@@ -98,15 +121,20 @@ private:
                ? fmt::format("timeout {} s, --connect-timeout", m_target.connect_timeout_s)
                : "timeout: ConnectTimeout in the ssh config, else 10 s; --connect-timeout";
   }
+  ssh::Pace pace() const { return {m_target.stop, m_where.timeout_s}; }
 
   SshTarget m_target;
   StopToken m_stop;
+  std::unique_ptr<ssh::ProxyProcess> m_proxy; // before m_session: it outlives the connection
   ssh::Session m_session;
   // After m_session: they end before the connection does.
   std::optional<ssh::CallWatchdog> m_watchdog;
   std::optional<ssh::SftpFiles> m_files;
   ssh::Resolved m_where;
   std::string m_host_key_sha256;
+  bool m_resolved = false;
+  bool m_told = false;     // the config's story and warnings: once, not once per attempt
+  bool m_no_retry = false; // a proxy that failed says why; trying again would not help
 };
 
 Expected<void> SshSession::connect()
@@ -114,39 +142,145 @@ Expected<void> SshSession::connect()
   std::mt19937 jitter(std::random_device{}());
   for (int attempt = 0;; ++attempt) {
     auto connected = connect_once();
-    if (connected || attempt >= m_target.retries || interrupt_requested() ||
+    if (connected || attempt >= m_target.retries || m_target.stop.stop_requested() || m_no_retry ||
         connected.error().kind != ErrorKind::unreachable ||
         !is_transient_connect_error(connected.error().message)) {
       return connected;
     }
-    // Back off 200–600 ms (doubling) so many clients retrying do not hit sshd in lockstep.
+    // Back off 200–600 ms (doubling) so many clients retrying do not hit sshd in lockstep; a
+    // stop ends the wait.
     std::uniform_int_distribution<int> ms(200, 600);
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms(jitter) << std::min(attempt, 3)));
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(ms(jitter) << std::min(attempt, 3));
+    while (std::chrono::steady_clock::now() < until) {
+      if (m_target.stop.stop_requested()) {
+        return connected;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
+}
+
+void SshSession::tell_story()
+{
+  if (m_told) {
+    return;
+  }
+  m_told = true;
+  if (m_target.warn) {
+    for (const auto& warning : m_where.warnings) {
+      m_target.warn(warning);
+    }
+  }
+  if (!m_target.debug) {
+    return;
+  }
+  for (const auto& file : m_where.config_files) {
+    debug(fmt::format("read ssh config {}", file));
+  }
+  for (const auto& block : m_where.blocks) {
+    debug(fmt::format("applying {}", block));
+  }
+  debug(fmt::format("connecting to {} port {} as {}{}", m_where.host, m_where.port, m_where.user,
+                    m_where.proxy_text.empty() ? "" : " through " + m_where.proxy_text));
+  std::string files;
+  for (const auto& file : m_where.user_known_hosts) {
+    files += " " + file;
+  }
+  for (const auto& file : m_where.global_known_hosts) {
+    files += " " + file;
+  }
+  debug(fmt::format("host key looked up as {} in{}{}", m_where.known_hosts_name, files,
+                    m_where.accept_new ? "; a new key is recorded (accept-new)" : ""));
+  debug(m_where.identities.agent_socket.empty()
+            ? std::string("no ssh agent")
+            : fmt::format("ssh agent from {}", m_where.identities.agent_origin));
+}
+
+Unexpected<Error> SshSession::connection_failed(const ssh::Stepped& step)
+{
+  ssh_session s = m_session.get();
+  if (step.waited == ssh::Waited::stopped) {
+    return fail(ErrorKind::failed, "{}: interrupted while connecting", m_target.spec);
+  }
+  const std::string why = step.waited == ssh::Waited::timed_out
+                              ? fmt::format("timed out after {} s", m_where.timeout_s)
+                              : terminal_safe(ssh_get_error(s));
+  if (m_proxy) {
+    const auto status = m_proxy->exit_status(step.waited == ssh::Waited::timed_out ? 0 : 2000);
+    const std::string said = m_proxy->stderr_text();
+    m_no_retry = status.has_value();
+    if (status || !said.empty()) {
+      return fail(ErrorKind::unreachable, "{}: the proxy failed ({}{}): {}", m_target.spec,
+                  m_where.proxy_text,
+                  status ? fmt::format(", exit status {}", *status) : std::string(),
+                  said.empty() ? "it wrote nothing on stderr; " + why : said);
+    }
+    return fail(ErrorKind::unreachable, "{}: cannot connect to {}:{} through {}: {} ({})",
+                m_target.spec, m_where.host, m_where.port, m_where.proxy_text, why,
+                connect_failure_hint());
+  }
+  return fail(ErrorKind::unreachable,
+              "{}: cannot connect to {}:{}: {}; check the host name, that sshd listens on that "
+              "port, and the network ({})",
+              m_target.spec, m_where.host, m_where.port, why, connect_failure_hint());
+}
+
+Expected<void> SshSession::open_connection()
+{
+  ssh_session s = m_session.get();
+  if (!m_where.proxy_argv.empty()) {
+    std::function<void(std::string)> log;
+    if (m_target.debug) {
+      log = [debug = m_target.debug](std::string line) { debug(line); };
+    }
+    FERRY_TRY_ASSIGN(m_proxy, ssh::ProxyProcess::start(m_where.proxy_argv, std::move(log)));
+  }
+  FERRY_TRY(
+      ssh::configure(s, m_where, ssh::known_key_types(m_where), m_proxy ? m_proxy->socket() : -1));
+  const auto step = ssh::step_until_done(s, pace(), SSH_AGAIN, [s] { return ssh_connect(s); });
+  if (step.waited != ssh::Waited::done || step.rc != SSH_OK) {
+    return connection_failed(step);
+  }
+  return {};
+}
+
+Expected<void> SshSession::check_host_key()
+{
+  FERRY_TRY_ASSIGN(const auto offered, ssh::server_key(m_session.get(), m_target.spec));
+  m_host_key_sha256 = offered.fingerprint;
+  FERRY_TRY_ASSIGN(const auto verdict, ssh::verify_host_key(offered, m_where, m_target.spec));
+  debug(fmt::format("host key {} {} {} {}", ssh_key_type_to_char(ssh_key_type(offered.key.get())),
+                    offered.fingerprint, verdict.recorded ? "recorded in" : "found in",
+                    verdict.found_in));
+  return {};
 }
 
 Expected<void> SshSession::connect_once()
 {
   m_files.reset();
   m_watchdog.reset();
+  m_session.reset();
+  m_proxy.reset();
+  FERRY_TRY(resolve());
+  tell_story();
   m_session.reset(ssh_new());
   if (!m_session) {
     return fail(ErrorKind::failed, "{}: cannot allocate an SSH session", m_target.spec);
   }
-  ssh_session s = m_session.get();
-  FERRY_TRY_ASSIGN(m_where, ssh::configure(s, m_target));
-  if (ssh_connect(s) != SSH_OK) {
-    return fail(ErrorKind::unreachable,
-                "{}: cannot connect to {}:{}: {}; check the host name, that sshd listens on that "
-                "port, and the network ({})",
-                m_target.spec, m_where.host, m_where.port, ssh_get_error(s),
-                connect_failure_hint());
+  // Non-blocking while connecting, so that a stop is seen within a moment; the SFTP and exec
+  // code expects a blocking session afterwards.
+  ssh_set_blocking(m_session.get(), 0);
+  const Defer blocking([s = m_session.get()] { ssh_set_blocking(s, 1); });
+  FERRY_TRY(open_connection());
+  FERRY_TRY(check_host_key());
+  std::function<void(std::string)> log;
+  if (m_target.debug) {
+    log = [debug = m_target.debug](std::string line) { debug(line); };
   }
-  const ssh::HostKeyPolicy policy{m_target.spec, m_target.accept_new_host_key};
-  FERRY_TRY_ASSIGN(const auto offered, ssh::server_key(s, policy));
-  m_host_key_sha256 = offered.fingerprint;
-  FERRY_TRY(ssh::verify_host_key(s, offered, m_where, policy));
-  return ssh::authenticate(s, m_target.spec, m_where.user, m_target.identity);
+  auto identities = ssh::collect_identities(m_where.identities, m_where.user, log);
+  return ssh::authenticate(m_session.get(), std::move(identities),
+                           {m_target.spec, m_where.user, pace(), log});
 }
 
 } // namespace
@@ -154,6 +288,13 @@ Expected<void> SshSession::connect_once()
 std::unique_ptr<HostSession> make_ssh_session(const SshTarget& target)
 {
   return std::make_unique<SshSession>(target);
+}
+
+Expected<std::unique_ptr<HostSession>> make_checked_ssh_session(const SshTarget& target)
+{
+  auto session = std::make_unique<SshSession>(target);
+  FERRY_TRY(session->resolve());
+  return std::unique_ptr<HostSession>(std::move(session));
 }
 
 } // namespace ferry

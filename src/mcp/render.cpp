@@ -1,0 +1,165 @@
+#include "mcp/render.hpp"
+
+#include <algorithm>
+
+#include "ferry/text.hpp"
+
+namespace ferry::mcp {
+
+using nlohmann::json;
+
+namespace {
+
+std::string dump(const json& value)
+{
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// The first byte at or after `from` that starts a character (not a UTF-8 continuation byte).
+std::size_t character_start(std::string_view text, std::size_t from)
+{
+  while (from < text.size() && (static_cast<unsigned char>(text[from]) & 0xC0) == 0x80) {
+    ++from;
+  }
+  return from;
+}
+
+std::string status_line(const RunRecord& run)
+{
+  std::string line = fmt::format("{}: {}", run.host_label, to_string(run.status));
+  line += run.exit_code ? fmt::format(" (exit {}, {:.2f} s)", *run.exit_code, run.duration_s)
+                        : fmt::format(" ({:.2f} s)", run.duration_s);
+  return line + ", run " + run.run_id;
+}
+
+void add_stream(std::string& text, std::string_view name, std::string_view bytes, bool truncated)
+{
+  if (bytes.empty()) {
+    return;
+  }
+  const std::string excerpt = tail_excerpt(bytes, k_excerpt_lines, k_excerpt_bytes);
+  const bool whole = excerpt.size() == bytes.size() && !truncated;
+  text += fmt::format("{}{}:\n{}", name, whole ? "" : " (last lines)", excerpt);
+  if (!excerpt.empty() && excerpt.back() != '\n') {
+    text += '\n';
+  }
+}
+
+std::string render_run(const RunRecord& run, bool archived)
+{
+  std::string text = status_line(run) + "\n";
+  if (run.error) {
+    text += "error: " + *run.error + "\n";
+  }
+  if (!run.result.is_null()) {
+    const std::string result = dump(run.result);
+    if (result.size() <= k_result_text_bytes) {
+      text += "result: " + result + "\n";
+    } else {
+      text += fmt::format("result: {} bytes of JSON, too long to show here{}\n", result.size(),
+                          archived ? "; read " + run_uri(run.run_id) : "");
+    }
+  }
+  // A result read from stdout is shown once, as the result.
+  const bool stdout_is_result = run.result_bytes.empty() && !run.result.is_null();
+  if (!stdout_is_result) {
+    add_stream(text, "stdout", run.stdout_text, run.stdout_truncated);
+  }
+  add_stream(text, "stderr", run.stderr_text, run.stderr_truncated);
+  for (const auto& warning : run.warnings) {
+    text +=
+        fmt::format("warning ({}): {}\n", warning.value("code", ""), warning.value("message", ""));
+  }
+  if (!archived) {
+    text += "(this run is not in the archive)\n";
+  }
+  return text;
+}
+
+std::string summary(const Job& job, const std::vector<RunRecord>& runs)
+{
+  const auto ok = std::count_if(runs.begin(), runs.end(),
+                                [](const RunRecord& r) { return r.status == RunStatus::ok; });
+  return fmt::format("{} on {} target{}: {} ok, {} not ok\n\n", job.name, runs.size(),
+                     runs.size() == 1 ? "" : "s", ok, runs.size() - static_cast<std::size_t>(ok));
+}
+
+json structured_run(const RunRecord& run)
+{
+  json entry = {{"target", run.host_label},
+                {"status", to_string(run.status)},
+                {"exit_code", run.exit_code ? json(*run.exit_code) : json(nullptr)},
+                {"run_id", run.run_id},
+                {"error", run.error ? json(*run.error) : json(nullptr)},
+                {"duration_s", run.duration_s}};
+  // Only an ok run's result is promised to follow the job's schema.
+  if (run.status == RunStatus::ok && !run.result.is_null()) {
+    entry["result"] = run.result;
+  }
+  return entry;
+}
+
+} // namespace
+
+std::string run_uri(std::string_view run_id)
+{
+  return "ferry://runs/" + std::string(run_id);
+}
+
+std::string tail_excerpt(std::string_view text, std::size_t lines, std::size_t bytes)
+{
+  std::size_t start = text.size();
+  // A final newline ends the last line; it does not start another.
+  std::size_t pos = !text.empty() && text.back() == '\n' ? text.size() - 1 : text.size();
+  for (std::size_t n = 0; n < lines; ++n) {
+    const auto newline = pos == 0 ? std::string_view::npos : text.rfind('\n', pos - 1);
+    if (newline == std::string_view::npos) {
+      start = 0;
+      break;
+    }
+    start = newline + 1;
+    pos = newline;
+  }
+  if (text.size() - start > bytes) {
+    start = character_start(text, text.size() - bytes);
+  }
+  return std::string(text.substr(start));
+}
+
+json call_result(const Job& job, const std::vector<RunRecord>& runs,
+                 const std::vector<bool>& archived)
+{
+  std::string text = runs.size() > 1 ? summary(job, runs) : "";
+  json content = json::array();
+  json structured_runs = json::array();
+  bool failed = false;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const bool stored = i < archived.size() && archived[i];
+    text += (i == 0 ? "" : "\n") + render_run(runs[i], stored);
+    structured_runs.push_back(structured_run(runs[i]));
+    failed |= runs[i].status != RunStatus::ok;
+  }
+  content.push_back({{"type", "text"}, {"text", text}});
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (i < archived.size() && archived[i]) {
+      content.push_back(
+          {{"type", "resource_link"},
+           {"uri", run_uri(runs[i].run_id)},
+           {"name", runs[i].run_id},
+           {"description", fmt::format("archived run of {} on {}", job.name, runs[i].host_label)},
+           {"mimeType", "application/json"}});
+    }
+  }
+  json result = {{"content", content}, {"isError", failed}};
+  if (job.meta.result_schema) {
+    result["structuredContent"] = {{"runs", structured_runs}};
+  }
+  return result;
+}
+
+json error_result(std::string_view message)
+{
+  return {{"content", json::array({{{"type", "text"}, {"text", message}}})}, {"isError", true}};
+}
+
+} // namespace ferry::mcp

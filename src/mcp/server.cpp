@@ -1,0 +1,433 @@
+#include "mcp/server.hpp"
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "ferry/text.hpp"
+#include "ferry/version.hpp"
+#include "mcp/call.hpp"
+#include "mcp/call_reporter.hpp"
+#include "mcp/json_rpc.hpp"
+#include "mcp/render.hpp"
+#include "mcp/resources.hpp"
+#include "mcp/tools.hpp"
+
+namespace ferry::mcp {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::chrono::milliseconds k_poll{200};
+
+void note(std::string_view text)
+{
+  const std::string line = fmt::format("ferry mcp: {}\n", terminal_safe(text));
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+std::string joined(const std::vector<std::string>& items)
+{
+  std::string text;
+  for (const auto& item : items) {
+    text += (text.empty() ? "" : ", ") + item;
+  }
+  return text;
+}
+
+std::string instructions(const std::vector<std::string>& targets)
+{
+  return fmt::format(
+      "ferry runs fixed, typed jobs on a fixed set of targets: {}. Each tool is one job: give "
+      "its parameters as typed arguments and `target` to pick where it runs (\"{}\" runs it on "
+      "every target). There is no tool for free-form commands or shell text, by design: "
+      "nothing you send can name another host, a file path to run, an interpreter or a "
+      "command, and parameters reach the host as a JSON file, never through a shell. A run "
+      "that fails comes back as a tool result with isError set, its error and output "
+      "excerpts. Every call is archived; recent runs are resources ferry://runs/RUN_ID.",
+      joined(targets), k_all_targets);
+}
+
+// A string the client sent, kept short: it goes into every record of its calls.
+std::string client_string(const json& info, const char* key)
+{
+  const auto value = info.find(key);
+  return value != info.end() && value->is_string() ? shorten(value->get<std::string>(), 200)
+                                                   : std::string();
+}
+
+// One tools/call in flight.
+struct Call {
+  StopToken stop = StopToken::make();
+  std::unique_ptr<CallReporter> reporter;
+  std::thread worker;
+  std::atomic<bool> done{false};
+  std::atomic<bool> cancelled{false};
+};
+
+class Server {
+public:
+  Server(ServerConfig config, Writer& writer)
+      : m_config(std::move(config)), m_writer(writer),
+        m_pool(m_config.targets, m_config.idle_limit), m_targets(m_pool.labels())
+  {
+    for (const auto& job : m_config.jobs) {
+      m_tools.push_back(tool_definition(job, m_targets));
+      m_jobs[job.name] = &job;
+    }
+  }
+
+  ExitCode run(LineReader& reader);
+
+private:
+  enum class State { awaiting_initialize, ready, shutting_down };
+
+  void handle(const Incoming& message);
+  void handle_notification(const Incoming& message);
+  void handle_request(const Incoming& message);
+  void answer(const Incoming& message);
+  json initialize(const json& params);
+  void call_tool(const Incoming& message);
+  void start_call(const Incoming& message, const Job& job, CallPlan plan);
+  void run_worker(const json& id, Call& call, const CallSetup& setup, const Job& job);
+  void answer_resource(const Incoming& message);
+  void set_level(const Incoming& message);
+  void cancel(const json& params);
+  void housekeeping();
+  void notice_interrupt();
+  void stop_all();
+  void reap(bool wait);
+  bool reply(const json& id, json result) { return m_writer.send(result_message(id, result)); }
+  bool refuse(const json& id, RpcError code, std::string_view text)
+  {
+    return m_writer.send(error_message(id, code, text));
+  }
+
+  ServerConfig m_config;
+  Writer& m_writer;
+  HostPool m_pool;
+  std::vector<std::string> m_targets;
+  json m_tools = json::array();
+  std::map<std::string, const Job*> m_jobs;
+  State m_state = State::awaiting_initialize;
+  json m_client = json::object();
+  std::atomic<LogLevel> m_level{LogLevel::info};
+  std::map<std::string, std::unique_ptr<Call>> m_calls; // by id (its JSON text); main thread
+};
+
+ExitCode Server::run(LineReader& reader)
+{
+  std::string line;
+  for (;;) {
+    const auto status = reader.next(line, k_poll);
+    if (status == LineReader::Status::eof) {
+      break;
+    }
+    if (status == LineReader::Status::line) {
+      handle(parse_message(line));
+    } else if (status == LineReader::Status::oversized) {
+      refuse(nullptr, RpcError::invalid_request,
+             fmt::format("message larger than {} bytes refused unread", k_max_message_bytes));
+    }
+    housekeeping();
+    if (m_writer.closed() || (m_state == State::shutting_down && m_calls.empty())) {
+      break;
+    }
+  }
+  // The input ended or the client went away: nobody waits for these runs any more.
+  stop_all();
+  reap(true);
+  m_pool.clear();
+  return interrupt_requested() ? ExitCode::interrupted : ExitCode::ok;
+}
+
+void Server::notice_interrupt()
+{
+  if (interrupt_requested() && m_state != State::shutting_down) {
+    note("interrupted: stopping the running calls");
+    m_state = State::shutting_down;
+    stop_all();
+  }
+}
+
+void Server::housekeeping()
+{
+  notice_interrupt();
+  reap(false);
+  for (auto& [id, call] : m_calls) {
+    call->reporter->heartbeat();
+  }
+  m_pool.expire_idle();
+}
+
+void Server::handle(const Incoming& message)
+{
+  switch (message.kind) {
+  case Incoming::Kind::invalid:
+    refuse(message.id, message.problem_code, message.problem);
+    return;
+  case Incoming::Kind::response:
+    return; // ferry sends no requests, so there is nothing to match
+  case Incoming::Kind::notification:
+    return handle_notification(message);
+  case Incoming::Kind::request:
+    return handle_request(message);
+  }
+}
+
+void Server::handle_notification(const Incoming& message)
+{
+  if (message.method == "notifications/cancelled") {
+    cancel(message.params);
+  }
+  // notifications/initialized and anything else need no action (unknown ones are ignored).
+}
+
+void Server::handle_request(const Incoming& message)
+{
+  if (message.method == "ping") {
+    reply(message.id, json::object());
+    return;
+  }
+  notice_interrupt(); // a signal that arrived with this request counts before it
+  if (m_state == State::shutting_down) {
+    refuse(message.id, RpcError::invalid_request,
+           "ferry mcp is shutting down (interrupted); it takes no more requests");
+    return;
+  }
+  if (message.method == "initialize") {
+    if (m_state != State::awaiting_initialize) {
+      refuse(message.id, RpcError::invalid_request, "already initialized");
+      return;
+    }
+    json result = initialize(message.params);
+    if (result.contains("protocolVersion")) {
+      m_state = State::ready;
+    }
+    reply(message.id, std::move(result));
+    return;
+  }
+  if (m_state == State::awaiting_initialize) {
+    refuse(message.id, RpcError::invalid_request,
+           fmt::format("not initialized: send initialize before {}", shorten(message.method, 80)));
+    return;
+  }
+  answer(message);
+}
+
+void Server::answer(const Incoming& message)
+{
+  const std::string& method = message.method;
+  if (method == "tools/list") {
+    reply(message.id, {{"tools", m_tools}});
+  } else if (method == "tools/call") {
+    call_tool(message);
+  } else if (method == "resources/list" || method == "resources/read") {
+    answer_resource(message);
+  } else if (method == "resources/templates/list") {
+    reply(message.id, run_templates());
+  } else if (method == "logging/setLevel") {
+    set_level(message);
+  } else {
+    refuse(message.id, RpcError::method_not_found,
+           fmt::format("Method not found: {}", shorten(method, 80)));
+  }
+}
+
+json Server::initialize(const json& params)
+{
+  const auto requested = params.find("protocolVersion");
+  const bool newer = requested != params.end() && *requested == k_newer_protocol_version;
+  if (const auto info = params.find("clientInfo"); info != params.end() && info->is_object()) {
+    m_client = {{"name", client_string(*info, "name")},
+                {"version", client_string(*info, "version")}};
+  } else {
+    m_client = {{"name", ""}, {"version", ""}};
+  }
+  json server = {{"name", "ferry"}, {"title", "ferry"}, {"version", version()}};
+  if (newer) {
+    server["description"] = "typed, archived jobs on remote hosts instead of a shell";
+  }
+  note(fmt::format("client {} {} connected (protocol {})", m_client["name"].get<std::string>(),
+                   m_client["version"].get<std::string>(),
+                   newer ? k_newer_protocol_version : k_protocol_version));
+  return {{"protocolVersion", newer ? k_newer_protocol_version : k_protocol_version},
+          {"capabilities",
+           {{"tools", {{"listChanged", false}}},
+            {"resources", {{"listChanged", false}}},
+            {"logging", json::object()}}},
+          {"serverInfo", server},
+          {"instructions", instructions(m_targets)}};
+}
+
+void Server::call_tool(const Incoming& message)
+{
+  const auto name = message.params.find("name");
+  if (name == message.params.end() || !name->is_string()) {
+    refuse(message.id, RpcError::invalid_params, "tools/call needs \"name\", a string");
+    return;
+  }
+  const auto job = m_jobs.find(name->get<std::string>());
+  if (job == m_jobs.end()) {
+    refuse(message.id, RpcError::invalid_params,
+           fmt::format("Unknown tool: {}", shorten(name->get<std::string>(), 80)));
+    return;
+  }
+  const auto arguments = message.params.find("arguments");
+  auto plan = plan_call(*job->second,
+                        arguments == message.params.end() ? json(nullptr) : *arguments, m_targets);
+  if (!plan) {
+    reply(message.id, error_result(plan.error().message));
+    return;
+  }
+  if (m_calls.count(message.id.dump()) != 0) {
+    refuse(message.id, RpcError::invalid_request,
+           fmt::format("request id {} belongs to a call still running", message.id.dump()));
+    return;
+  }
+  if (m_calls.size() >= m_config.max_calls) {
+    reply(message.id, error_result(fmt::format("{} calls are running already, the most ferry mcp "
+                                               "runs at once; wait for one to finish",
+                                               m_config.max_calls)));
+    return;
+  }
+  start_call(message, *job->second, std::move(plan).value());
+}
+
+void Server::start_call(const Incoming& message, const Job& job, CallPlan plan)
+{
+  auto call = std::make_unique<Call>();
+  json token;
+  if (const auto meta = message.params.find("_meta");
+      meta != message.params.end() && meta->is_object() && meta->contains("progressToken")) {
+    token = (*meta)["progressToken"];
+  }
+  call->reporter =
+      std::make_unique<CallReporter>(m_writer, token, m_level, job.name, plan.targets.size());
+  CallSetup setup;
+  setup.job = &job;
+  setup.params = std::move(plan.params);
+  setup.targets = std::move(plan.targets);
+  setup.options = m_config.run_options;
+  setup.options.stop = call->stop;
+  setup.client = m_client;
+  Call& running = *call;
+  running.worker = std::thread([this, id = message.id, &running, setup = std::move(setup), &job] {
+    run_worker(id, running, setup, job);
+  });
+  m_calls[message.id.dump()] = std::move(call);
+}
+
+void Server::run_worker(const json& id, Call& call, const CallSetup& setup, const Job& job)
+{
+  json result;
+  try {
+    CallOutcome outcome = run_call(m_pool, m_config.archive, setup, *call.reporter);
+    result = call_result(job, outcome.runs, outcome.archived);
+  } catch (const std::exception& e) {
+    result = error_result(fmt::format("ferry mcp: internal error: {}", e.what()));
+  }
+  call.reporter->close();
+  // A cancelled request gets no response (MCP, "Cancellation").
+  if (!call.cancelled) {
+    reply(id, std::move(result));
+  }
+  call.done = true;
+}
+
+void Server::answer_resource(const Incoming& message)
+{
+  if (m_config.archive == nullptr) {
+    refuse(message.id, RpcError::internal_error, "no archive is open");
+    return;
+  }
+  if (message.method == "resources/list") {
+    auto listed = list_runs(*m_config.archive);
+    listed ? (void)reply(message.id, std::move(listed).value())
+           : (void)refuse(message.id, RpcError::internal_error, listed.error().message);
+    return;
+  }
+  const auto uri = message.params.find("uri");
+  if (uri == message.params.end() || !uri->is_string()) {
+    refuse(message.id, RpcError::invalid_params, "resources/read needs \"uri\", a string");
+    return;
+  }
+  auto read = read_run(*m_config.archive, uri->get<std::string>());
+  if (read) {
+    reply(message.id, std::move(read).value());
+  } else {
+    refuse(message.id,
+           read.error().kind == ErrorKind::usage ? RpcError::resource_not_found
+                                                 : RpcError::internal_error,
+           read.error().message);
+  }
+}
+
+void Server::set_level(const Incoming& message)
+{
+  const auto level = message.params.find("level");
+  const auto parsed = level != message.params.end() && level->is_string()
+                          ? log_level_from(level->get<std::string>())
+                          : std::nullopt;
+  if (!parsed) {
+    refuse(message.id, RpcError::invalid_params,
+           "logging/setLevel needs \"level\": one of debug, info, notice, warning, error, "
+           "critical, alert, emergency");
+    return;
+  }
+  m_level = *parsed;
+  reply(message.id, json::object());
+}
+
+void Server::cancel(const json& params)
+{
+  const auto id = params.find("requestId");
+  if (id == params.end()) {
+    return; // malformed: ignored, as MCP asks
+  }
+  const auto call = m_calls.find(id->dump());
+  if (call == m_calls.end() || call->second->done) {
+    return; // unknown or finished: ignored
+  }
+  const auto reason = params.find("reason");
+  note(fmt::format("call {} cancelled by the client{}", id->dump(),
+                   reason != params.end() && reason->is_string()
+                       ? ": " + shorten(reason->get<std::string>(), 200)
+                       : ""));
+  call->second->cancelled = true;
+  call->second->reporter->close();
+  call->second->stop.request_stop();
+}
+
+void Server::stop_all()
+{
+  for (auto& [id, call] : m_calls) {
+    call->stop.request_stop();
+  }
+}
+
+void Server::reap(bool wait)
+{
+  for (auto it = m_calls.begin(); it != m_calls.end();) {
+    if (wait || it->second->done) {
+      it->second->worker.join();
+      it = m_calls.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+} // namespace
+
+ExitCode serve(ServerConfig config, int in_fd, int out_fd)
+{
+  Writer writer(out_fd);
+  LineReader reader(in_fd, k_max_message_bytes);
+  Server server(std::move(config), writer);
+  return server.run(reader);
+}
+
+} // namespace ferry::mcp

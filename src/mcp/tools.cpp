@@ -1,0 +1,239 @@
+#include "mcp/tools.hpp"
+
+#include <algorithm>
+
+#include "ferry/params.hpp"
+#include "ferry/text.hpp"
+
+namespace ferry::mcp {
+
+using nlohmann::json;
+
+namespace {
+
+// What clients accept as a tool name (MCP 2025-11-25, "Tool Names").
+bool is_tool_name(std::string_view name)
+{
+  return !name.empty() && name.size() <= 128 && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+std::string_view schema_type(ParamType type)
+{
+  switch (type) {
+  case ParamType::integer:
+    return "integer";
+  case ParamType::floating:
+    return "number";
+  case ParamType::boolean:
+    return "boolean";
+  case ParamType::string:
+    return "string";
+  case ParamType::list:
+    return "array";
+  case ParamType::json:
+    return "";
+  }
+  return "";
+}
+
+// One parameter's schema: its type (none for json: any JSON value), the list's element type,
+// choices as enum (on the elements for a list), default and help.
+json param_schema(const ParamSpec& spec)
+{
+  json schema = json::object();
+  if (const auto type = schema_type(spec.type); !type.empty()) {
+    schema["type"] = type;
+  }
+  if (spec.type == ParamType::list) {
+    schema["items"] = {{"type", schema_type(spec.items)}};
+    if (spec.choices) {
+      schema["items"]["enum"] = *spec.choices;
+    }
+  } else if (spec.choices) {
+    schema["enum"] = *spec.choices;
+  }
+  if (spec.default_value) {
+    schema["default"] = *spec.default_value;
+  }
+  std::string description = spec.help;
+  if (spec.type == ParamType::json) {
+    description += std::string(description.empty() ? "" : " ") + "(any JSON value)";
+  }
+  if (!description.empty()) {
+    schema["description"] = description;
+  }
+  return schema;
+}
+
+json target_schema(const std::vector<std::string>& targets)
+{
+  json choices = targets;
+  choices.push_back(k_all_targets);
+  json schema = {{"type", "string"},
+                 {"enum", choices},
+                 {"description", fmt::format("where the job runs: one of the targets this server "
+                                             "was started with, or \"{}\" for every one of them",
+                                             k_all_targets)}};
+  if (targets.size() == 1) {
+    schema["default"] = targets.front();
+  }
+  return schema;
+}
+
+std::string param_line(const ParamSpec& spec)
+{
+  std::string type = spec.type == ParamType::list ? fmt::format("list of {}", to_string(spec.items))
+                                                  : std::string(to_string(spec.type));
+  if (spec.default_value) {
+    type += ", default " +
+            shorten(spec.default_value->dump(-1, ' ', false, json::error_handler_t::replace), 80);
+  } else if (spec.required) {
+    type += ", required";
+  }
+  return fmt::format("- {} ({}){}", spec.name, type, spec.help.empty() ? "" : ": " + spec.help);
+}
+
+std::string tool_description(const Job& job, const std::vector<std::string>& targets)
+{
+  std::string text = job.meta.description.empty() ? "ferry job " + job.name : job.meta.description;
+  if (!job.meta.params.empty()) {
+    text += "\n\nParameters:";
+    for (const auto& spec : job.meta.params) {
+      text += "\n" + param_line(spec);
+    }
+  }
+  std::string names;
+  for (const auto& target : targets) {
+    names += (names.empty() ? "" : ", ") + target;
+  }
+  text += fmt::format("\n\nRuns on: {} (argument `target`, or \"{}\"). Timeout {} s. The job "
+                      "file and its parameters travel as files; no shell parses them.",
+                      names, k_all_targets, job.meta.timeout_s);
+  return text;
+}
+
+std::string target_list(const std::vector<std::string>& targets)
+{
+  std::string names;
+  for (const auto& target : targets) {
+    names += target + ", ";
+  }
+  return names + std::string(k_all_targets);
+}
+
+Expected<std::vector<std::string>> chosen_targets(const json& arguments,
+                                                  const std::vector<std::string>& targets)
+{
+  const auto given = arguments.find(k_target_argument);
+  if (given == arguments.end()) {
+    if (targets.size() == 1) {
+      return targets;
+    }
+    return fail(ErrorKind::usage, "argument '{}' is required: one of {}", k_target_argument,
+                target_list(targets));
+  }
+  if (given->is_string() && *given == k_all_targets) {
+    return targets;
+  }
+  if (given->is_string() &&
+      std::find(targets.begin(), targets.end(), given->get<std::string>()) != targets.end()) {
+    return std::vector<std::string>{given->get<std::string>()};
+  }
+  return fail(ErrorKind::usage, "argument '{}' must be one of {}, not {}", k_target_argument,
+              target_list(targets),
+              shorten(given->dump(-1, ' ', false, json::error_handler_t::replace), 60));
+}
+
+} // namespace
+
+std::optional<std::string> tool_refusal(const Job& job)
+{
+  if (!is_tool_name(job.name)) {
+    return fmt::format("its name is not a valid MCP tool name (1 to 128 of [A-Za-z0-9_.-]); "
+                       "rename the file");
+  }
+  if (job.param(k_target_argument) != nullptr) {
+    return fmt::format("it declares a parameter named '{}', which is the argument that picks the "
+                       "target; rename the parameter",
+                       k_target_argument);
+  }
+  return std::nullopt;
+}
+
+json input_schema(const Job& job, const std::vector<std::string>& targets)
+{
+  json properties = json::object();
+  json required = json::array();
+  for (const auto& spec : job.meta.params) {
+    properties[spec.name] = param_schema(spec);
+    if (spec.required && !spec.default_value) {
+      required.push_back(spec.name);
+    }
+  }
+  properties[std::string(k_target_argument)] = target_schema(targets);
+  if (targets.size() != 1) {
+    required.push_back(k_target_argument);
+  }
+  json schema = {{"type", "object"}, {"properties", properties}, {"additionalProperties", false}};
+  if (!required.empty()) {
+    schema["required"] = required;
+  }
+  return schema;
+}
+
+std::optional<json> output_schema(const Job& job)
+{
+  if (!job.meta.result_schema) {
+    return std::nullopt;
+  }
+  const json status = {"ok", "failed", "timeout", "bad-result", "error", "interrupted"};
+  json run = {{"type", "object"},
+              {"properties",
+               {{"target", {{"type", "string"}}},
+                {"status", {{"type", "string"}, {"enum", status}}},
+                {"exit_code", {{"type", {"integer", "null"}}}},
+                {"run_id", {{"type", "string"}}},
+                {"error", {{"type", {"string", "null"}}}},
+                {"duration_s", {{"type", "number"}}},
+                {"result", *job.meta.result_schema}}},
+              {"required", {"target", "status", "exit_code", "run_id", "error", "duration_s"}}};
+  return json{{"type", "object"},
+              {"properties", {{"runs", {{"type", "array"}, {"items", run}}}}},
+              {"required", {"runs"}}};
+}
+
+json tool_definition(const Job& job, const std::vector<std::string>& targets)
+{
+  json tool = {{"name", job.name},
+               {"title", job.name},
+               {"description", tool_description(job, targets)},
+               {"inputSchema", input_schema(job, targets)}};
+  if (auto schema = output_schema(job)) {
+    tool["outputSchema"] = std::move(*schema);
+  }
+  return tool;
+}
+
+Expected<CallPlan> plan_call(const Job& job, const json& arguments,
+                             const std::vector<std::string>& targets)
+{
+  if (!arguments.is_null() && !arguments.is_object()) {
+    return fail(ErrorKind::usage, "{}: arguments must be a JSON object of parameters, not {}",
+                job.name, arguments.type_name());
+  }
+  json given = arguments.is_null() ? json::object() : arguments;
+  given.erase(std::string(k_target_argument));
+  auto params = resolve_params(job, {}, given, "arguments");
+  if (!params) {
+    return fail(ErrorKind::usage, "{}: {}", job.name, params.error().message);
+  }
+  auto chosen = chosen_targets(arguments.is_null() ? json::object() : arguments, targets);
+  if (!chosen) {
+    return fail(ErrorKind::usage, "{}: {}", job.name, chosen.error().message);
+  }
+  return CallPlan{std::move(chosen).value(), std::move(params).value()};
+}
+
+} // namespace ferry::mcp

@@ -1,0 +1,13 @@
+// libssh is reached only from src/transport/; its version is asked for here.
+#include <libssh/libssh.h>
+
+#include "ferry/version.hpp"
+
+namespace ferry {
+
+std::string_view ssh_library_version()
+{
+  return ssh_version(0);
+}
+
+} // namespace ferry

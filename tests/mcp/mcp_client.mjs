@@ -1,0 +1,161 @@
+// Drives `ferry mcp` through the official MCP TypeScript SDK client (stdio transport), one
+// scenario per run, for the Python tests in this directory.
+//
+//   node mcp_client.mjs SCENARIO.json
+//
+// SCENARIO: {"command": "/path/ferry", "args": [...], "env": {...}, "steps": [STEP, ...]}
+// Prints one JSON object: what initialize returned, each step's outcome, every message the
+// server sent, the SDK's errors and the server's stderr.
+import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
+
+const scenario = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const received = [];
+const logs = [];
+const errors = [];
+let stderr = "";
+let cancelOn = null; // {text, controller}: abort the running call when a line has `text`
+
+const transport = new StdioClientTransport({
+  command: scenario.command,
+  args: scenario.args,
+  env: { ...process.env, ...(scenario.env || {}) },
+  stderr: "pipe",
+});
+transport.stderr.on("data", (chunk) => {
+  stderr += chunk.toString();
+});
+// Every message the server sends, as the SDK parsed it (a line that is not JSON-RPC would
+// surface as an error below instead).
+const start = transport.start.bind(transport);
+transport.start = async () => {
+  const deliver = transport.onmessage;
+  transport.onmessage = (message, extra) => {
+    received.push(message);
+    deliver(message, extra);
+  };
+  return start();
+};
+
+const client = new Client({ name: "ferry-mcp-test", version: "1.2.3" });
+client.onerror = (error) => errors.push(String(error));
+client.setNotificationHandler(LoggingMessageNotificationSchema, (notification) => {
+  logs.push(notification.params);
+  const line = notification.params?.data?.line;
+  if (cancelOn && typeof line === "string" && line.includes(cancelOn.text)) {
+    cancelOn.controller.abort("the test cancels this call");
+    cancelOn = null;
+  }
+});
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function failure(error) {
+  return { error: { code: error?.code ?? null, message: String(error?.message ?? error) } };
+}
+
+async function call(step) {
+  const progress = [];
+  const controller = new AbortController();
+  if (step.cancelOnLine) {
+    cancelOn = { text: step.cancelOnLine, controller };
+  }
+  const logsBefore = logs.length;
+  const options = { signal: controller.signal, timeout: step.timeoutMs ?? 120000 };
+  if (step.progress) {
+    options.onprogress = (p) => progress.push(p);
+    options.resetTimeoutOnProgress = true;
+  }
+  let outcome;
+  try {
+    outcome = { result: await client.callTool({ name: step.name, arguments: step.arguments }, undefined, options) };
+  } catch (error) {
+    outcome = failure(error);
+  }
+  return { ...outcome, progress, logs: logs.slice(logsBefore) };
+}
+
+// Polls resources/list until a run of `job` on `target` with `status` is listed (bounded).
+async function waitRun(step) {
+  const title = `${step.job} on ${step.target}: ${step.status}`;
+  for (let i = 0; i < (step.tries ?? 60); i++) {
+    const listed = await client.listResources();
+    const found = listed.resources.find((r) => r.title === title);
+    if (found) {
+      return { resource: found };
+    }
+    await sleep(500);
+  }
+  return { error: { message: `no run titled '${title}' appeared` } };
+}
+
+function linkOf(steps, index) {
+  const content = steps[index]?.result?.content ?? [];
+  return content.find((c) => c.type === "resource_link")?.uri;
+}
+
+async function runStep(step, done) {
+  switch (step.op) {
+    case "listTools":
+      return { result: await client.listTools() };
+    case "call":
+      return call(step);
+    case "ping":
+      if (step.delayMs) await sleep(step.delayMs);
+      return { result: await client.ping() };
+    case "setLevel":
+      return { result: await client.setLoggingLevel(step.level) };
+    case "listResources":
+      return { result: await client.listResources() };
+    case "readResource":
+      return { result: await client.readResource({ uri: step.uri ?? linkOf(done, step.fromStep) }) };
+    case "waitRun":
+      return waitRun(step);
+    case "run": // a command of the test's between two steps, the connection kept open
+      return { output: execFileSync(step.argv[0], step.argv.slice(1), { encoding: "utf8" }) };
+    case "parallel": {
+      // Sub-steps at once; `order` says in which order they finished.
+      const order = [];
+      const results = await Promise.all(
+        step.steps.map((sub, i) =>
+          runStep(sub, done).then((r) => {
+            order.push(i);
+            return r;
+          }),
+        ),
+      );
+      return { results, order };
+    }
+    default:
+      throw new Error(`unknown step ${step.op}`);
+  }
+}
+
+const output = { steps: [] };
+try {
+  await client.connect(transport);
+  output.serverVersion = client.getServerVersion();
+  output.capabilities = client.getServerCapabilities();
+  output.instructions = client.getInstructions();
+  output.protocolVersion = received.find((m) => m.id !== undefined && m.result?.protocolVersion)?.result.protocolVersion;
+  for (const step of scenario.steps) {
+    let outcome;
+    try {
+      outcome = await runStep(step, output.steps);
+    } catch (error) {
+      outcome = failure(error);
+    }
+    output.steps.push(outcome);
+  }
+} catch (error) {
+  output.fatal = String(error?.stack ?? error);
+} finally {
+  await client.close();
+}
+output.received = received;
+output.errors = errors;
+output.stderr = stderr;
+process.stdout.write(JSON.stringify(output) + "\n");

@@ -1,0 +1,396 @@
+"""`ferry mcp` driven by the official MCP TypeScript SDK client (mcp_client.mjs): initialize,
+the tool list checked against the jobs' metadata, kv_calc on the local target, a probe with
+hostile string parameters on a real sshd under every test shell (byte-identical), a timeout, a
+cancellation that leaves no process or run directory, bad arguments (the command line's
+messages), a failing job, live output, resources, and the archive rows all of it leaves."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from mcp_harness import (HERE, RawServer, archive_rows, ferry_bin, job_block, pid_alive,
+                         run_client, wait_until, write_test_jobs)
+
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+from ferry_harness import HOSTILE  # noqa: E402
+from sshd_fixture import SHELLS, SshServer  # noqa: E402
+
+CLIENT = {"name": "ferry-mcp-test", "version": "1.2.3"}
+READY = re.compile(r"ready pid=(\d+) dir=(\S+)")
+SCHEMA_TYPES = {"int": "integer", "float": "number", "bool": "boolean", "string": "string",
+                "list": "array"}
+
+
+def run_ids(result: dict) -> list[str]:
+    return [c["uri"].removeprefix("ferry://runs/") for c in result["content"]
+            if c["type"] == "resource_link"]
+
+
+def text_of(result: dict) -> str:
+    return "".join(c["text"] for c in result["content"] if c["type"] == "text")
+
+
+def expected_param_schema(param: dict) -> dict:
+    """A parameter's JSON Schema as `ferry jobs NAME --json` describes it."""
+    schema = {}
+    if param["type"] != "json":
+        schema["type"] = SCHEMA_TYPES[param["type"]]
+    if param["type"] == "list":
+        schema["items"] = {"type": SCHEMA_TYPES[param["items"]]}
+        if param["choices"] is not None:
+            schema["items"]["enum"] = param["choices"]
+    elif param["choices"] is not None:
+        schema["enum"] = param["choices"]
+    if param["default"] is not None:
+        schema["default"] = param["default"]
+    description = param["help"]
+    if param["type"] == "json":
+        description = (description + " " if description else "") + "(any JSON value)"
+    if description:
+        schema["description"] = description
+    return schema
+
+
+class McpTestCase(unittest.TestCase):
+    """A temp dir with the test jobs, an archive and a run base; self.client(steps) runs the SDK
+    client against `ferry mcp` with self.target_args."""
+
+    target_args: list[str] = ["--local"]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="ferry-mcp-sdk-")
+        cls.jobs = os.path.join(cls.tmp, "jobs")
+        os.mkdir(cls.jobs)
+        cls.job_paths = write_test_jobs(cls.jobs)
+        cls.runs = os.path.join(cls.tmp, "runs")
+        os.mkdir(cls.runs)
+        cls.archive = os.path.join(cls.tmp, "archive.db")
+        cls.env = {"TMPDIR": cls.runs, "XDG_CONFIG_HOME": os.path.join(cls.tmp, "config"),
+                   "FERRY_JOBS_PATH": "", "FERRY_ARCHIVE": cls.archive}
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def client(self, steps: list[dict]) -> dict:
+        report = run_client(["mcp", *self.target_args, "--jobs", self.jobs,
+                             "--archive", self.archive], steps, self.env)
+        self.assertEqual(report["errors"], [], report["stderr"][-3000:])
+        return report
+
+    def ferry(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([ferry_bin(), "--jobs-dir", self.jobs, *args], capture_output=True,
+                              env={**os.environ, **self.env}, text=True, timeout=120)
+
+    def row(self, run_id: str) -> dict:
+        rows = [r for r in archive_rows(self.archive) if r["run_id"] == run_id]
+        self.assertEqual(len(rows), 1, f"run {run_id} archived {len(rows)} times")
+        self.assertEqual(rows[0]["client"], CLIENT)
+        return rows[0]
+
+    def one_run(self, step: dict, status: str = "ok") -> tuple[dict, dict]:
+        """The result of a call that ran once, and its archive row."""
+        self.assertIn("result", step, step)
+        result = step["result"]
+        self.assertEqual(result["isError"], status != "ok", text_of(result))
+        ids = run_ids(result)
+        self.assertEqual(len(ids), 1, result)
+        row = self.row(ids[0])
+        self.assertEqual(row["status"], status, row)
+        return result, row
+
+    def assert_cancelled(self, report: dict, step: int, job: str, target: str):
+        """The call was cancelled by the client, the run archived as interrupted, and nothing of
+        the job is left: no process, no run directory."""
+        call = report["steps"][step]
+        self.assertIn("error", call, call)
+        self.assertIn("the test cancels this call", call["error"]["message"])
+        self.assertIn("resource", report["steps"][step + 1], report["steps"][step + 1])
+        ready = [READY.search(log["data"]["line"]) for log in call["logs"]
+                 if "line" in log.get("data", {})]
+        ready = [m for m in ready if m]
+        self.assertTrue(ready, call["logs"])
+        pid, run_dir = int(ready[0].group(1)), ready[0].group(2)
+        self.assertTrue(wait_until(lambda: not pid_alive(pid), 30), f"job process {pid} survives")
+        self.assertFalse(os.path.exists(run_dir), f"{run_dir} left behind")
+        row = self.row(report["steps"][step + 1]["resource"]["name"])
+        self.assertEqual((row["job"], row["host_label"], row["status"], row["error"]),
+                         (job, target, "interrupted", "interrupted; the job was stopped"))
+        # A cancelled request gets no response: the SDK would have reported an unknown id.
+        self.assertEqual(report["errors"], [])
+
+
+class Local(McpTestCase):
+    def test_initialize_and_tools_match_the_jobs(self):
+        report = self.client([{"op": "listTools"}])
+        self.assertEqual(report["protocolVersion"], "2025-11-25")  # the SDK asks for its latest
+        self.assertEqual(report["serverVersion"]["name"], "ferry")
+        self.assertIn("no tool for free-form commands", report["instructions"])
+        self.assertEqual(set(report["capabilities"]), {"tools", "resources", "logging"})
+        tools = {t["name"]: t for t in report["steps"][0]["result"]["tools"]}
+        names = [json.loads(line)["name"] for line in self.ferry("jobs", "--json").stdout.splitlines()]
+        self.assertIn("kv_calc", names)
+        self.assertEqual(sorted(tools), sorted(names))  # one tool per job, and nothing else
+        for name, tool in tools.items():
+            with self.subTest(tool=name):
+                meta = json.loads(self.ferry("jobs", name, "--json").stdout)
+                properties = {p["name"]: expected_param_schema(p) for p in meta["params"]}
+                properties["target"] = {"type": "string", "enum": ["local", "all"],
+                                        "default": "local",
+                                        "description": tool["inputSchema"]["properties"]["target"]["description"]}
+                expected = {"type": "object", "properties": properties,
+                            "additionalProperties": False}
+                required = [p["name"] for p in meta["params"] if p["required"] and p["default"] is None]
+                if required:
+                    expected["required"] = required
+                self.assertEqual(tool["inputSchema"], expected)
+                self.assertTrue(tool["description"].startswith(meta["description"]))
+                for param in meta["params"]:
+                    self.assertIn(f"- {param['name']} (", tool["description"])
+                if name in self.job_paths and "result_schema" in job_block(self.job_paths[name]):
+                    declared = job_block(self.job_paths[name])["result_schema"]
+                    runs = tool["outputSchema"]["properties"]["runs"]["items"]
+                    self.assertEqual(runs["properties"]["result"], declared)
+                else:
+                    self.assertNotIn("outputSchema", tool)
+        self.assertIn("outputSchema", tools["echo"])
+
+    def test_kv_calc_locally_matches_the_command_line(self):
+        args = {"model": "qwen3.5-397b-a17b", "tp": 8, "kv_memory_gib": 17.4}
+        report = self.client([{"op": "call", "name": "kv_calc", "arguments": args, "progress": True},
+                              {"op": "readResource", "fromStep": 0}])
+        result, row = self.one_run(report["steps"][0])
+        self.assertIn("local: ok (exit 0", text_of(result))
+        cli = self.ferry("run", "kv_calc", "--local", "--no-archive", "--json",
+                         *[f"-p{k}={v}" for k, v in args.items()])
+        self.assertEqual(cli.returncode, 0, cli.stderr)
+        expected = json.loads(cli.stdout)
+        self.assertEqual(row["params"], expected["params"])
+        self.assertEqual(row["result"], expected["result"])
+        self.assertEqual(row["job_sha256"], expected["job_sha256"])
+        self.assertIn("result: " + json.dumps(expected["result"], separators=(",", ":"))[:40],
+                      text_of(result))
+        progress = report["steps"][0]["progress"]
+        self.assertGreaterEqual(len(progress), 1, progress)  # started (the response ends it)
+        self.assertEqual(progress[0]["message"], "local: kv_calc started")
+        values = [p["progress"] for p in progress]
+        self.assertEqual(values, sorted(set(values)))  # strictly increasing
+        resource = json.loads(report["steps"][1]["result"]["contents"][0]["text"])
+        self.assertEqual(resource["run_id"], row["run_id"])
+        self.assertEqual(resource["result"], expected["result"])
+        self.assertEqual(resource["client"], CLIENT)
+        self.assertEqual(os.listdir(self.runs), [])
+
+    def test_structured_result_and_targets(self):
+        args = {"text": "hello", "items": ["a", "b"], "blob": {"k": [1, None]}}
+        report = self.client([
+            {"op": "call", "name": "echo", "arguments": args},
+            {"op": "call", "name": "echo", "arguments": {**args, "target": "all"}},
+            {"op": "call", "name": "echo", "arguments": {**args, "target": "local"}},
+        ])
+        for step in report["steps"]:
+            result, row = self.one_run(step)
+            (run,) = result["structuredContent"]["runs"]
+            self.assertEqual((run["target"], run["status"], run["exit_code"], run["run_id"]),
+                             ("local", "ok", 0, row["run_id"]))
+            self.assertEqual(run["result"]["params"]["text"], "hello")
+            self.assertEqual(run["result"]["params"]["blob"], {"k": [1, None]})
+            self.assertEqual(row["params"], run["result"]["params"])
+
+    def test_bad_arguments_give_the_command_line_messages(self):
+        before = len(archive_rows(self.archive)) if os.path.exists(self.archive) else 0
+        cases = [{"text": 5}, {}, {"text": "x", "bogus": 1}, {"text": "x", "mode": "medium"},
+                 {"text": "x", "flags": [4]}, {"text": "x", "count": 1.5}]
+        report = self.client([{"op": "call", "name": "echo", "arguments": a} for a in cases]
+                             + [{"op": "call", "name": "echo",
+                                 "arguments": {"text": "x", "target": "gpu9"}}])
+        params_file = os.path.join(self.tmp, "params.json")
+        for arguments, step in zip(cases, report["steps"]):
+            with self.subTest(arguments=arguments):
+                with open(params_file, "w") as f:
+                    json.dump(arguments, f)
+                cli = self.ferry("run", "echo", "--local", "--params", params_file)
+                self.assertEqual(cli.returncode, 2, cli.stderr)
+                message = cli.stderr.strip().removeprefix("ferry: error: ")
+                self.assertTrue(step["result"]["isError"])
+                self.assertEqual(text_of(step["result"]),
+                                 message.replace(f"--params {params_file}", "arguments"))
+        last = report["steps"][-1]["result"]
+        self.assertTrue(last["isError"])
+        self.assertEqual(text_of(last), "echo: argument 'target' must be one of local, all, not \"gpu9\"")
+        after = len(archive_rows(self.archive)) if os.path.exists(self.archive) else 0
+        self.assertEqual(after, before)  # refused before anything ran: nothing archived
+
+    def test_failing_job(self):
+        report = self.client([{"op": "call", "name": "boom", "arguments": {}}])
+        result, row = self.one_run(report["steps"][0], "failed")
+        text = text_of(result)
+        self.assertIn("local: failed (exit 3", text)
+        self.assertIn("error: the job exited with status 3: boom: the disk is on fire", text)
+        self.assertIn("stdout:\nabout to fail\n", text)
+        self.assertEqual(row["exit_code"], 3)
+
+    def test_timeout(self):
+        report = self.client([{"op": "call", "name": "sleepy", "arguments": {}}])
+        result, row = self.one_run(report["steps"][0], "timeout")
+        self.assertIn("local: timeout", text_of(result))
+        self.assertIn("ran past its 1 s timeout", text_of(result))
+        self.assertEqual(os.listdir(self.runs), [])
+
+    def test_cancellation_leaves_nothing(self):
+        report = self.client([
+            {"op": "call", "name": "waiter", "arguments": {}, "progress": True,
+             "cancelOnLine": "ready pid="},
+            {"op": "waitRun", "job": "waiter", "target": "local", "status": "interrupted"},
+            # The SDK's own request timeout cancels the same way.
+            {"op": "call", "name": "waiter", "arguments": {}, "timeoutMs": 3000},
+            {"op": "waitRun", "job": "waiter", "target": "local", "status": "interrupted"},
+            {"op": "ping"},
+        ])
+        self.assert_cancelled(report, 0, "waiter", "local")
+        self.assertIn("Request timed out", report["steps"][2]["error"]["message"])
+        self.assertIn("cancelled by the client", report["stderr"])
+        self.assertTrue(wait_until(lambda: os.listdir(self.runs) == [], 30), os.listdir(self.runs))
+
+    def test_live_output_is_rate_limited_and_follows_the_log_level(self):
+        report = self.client([
+            {"op": "setLevel", "level": "info"},
+            {"op": "call", "name": "chatty", "arguments": {}, "progress": True},
+            {"op": "setLevel", "level": "warning"},
+            {"op": "call", "name": "chatty", "arguments": {}},
+        ])
+        logs = report["steps"][1]["logs"]
+        lines = [log["data"]["line"] for log in logs if "line" in log["data"]]
+        skipped = sum(log["data"].get("skipped_lines", 0) for log in logs)
+        self.assertTrue(all(log["level"] == "info" and log["logger"] == "ferry" for log in logs))
+        self.assertEqual(lines[0], "line 0")
+        self.assertLess(len(lines), 400)  # 400 lines at once go over the rate
+        self.assertEqual(len(lines) + skipped, 400)
+        self.assertEqual(report["steps"][3]["logs"], [])
+        self.one_run(report["steps"][3])
+
+    def test_resources_list_the_archived_runs(self):
+        report = self.client([
+            {"op": "call", "name": "echo", "arguments": {"text": "for the resource"}},
+            {"op": "listResources"},
+            {"op": "readResource", "fromStep": 0},
+        ])
+        _, row = self.one_run(report["steps"][0])
+        uris = [r["uri"] for r in report["steps"][1]["result"]["resources"]]
+        self.assertIn(f"ferry://runs/{row['run_id']}", uris)
+        content = report["steps"][2]["result"]["contents"][0]
+        self.assertEqual(content["mimeType"], "application/json")
+        record = json.loads(content["text"])
+        self.assertEqual(record["params"]["text"], "for the resource")
+        self.assertEqual(record["stdout"], "echoed 8 params\n")
+
+
+class OverSsh(McpTestCase):
+    """Targets: the test sshd's user under every shell, and this machine."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.srv = SshServer(sftp="internal").start()
+        cls.target_args = ["--ssh-config", cls.srv.ssh_config, "--local"]
+        for shell in SHELLS:
+            cls.target_args += ["--host", cls.srv.alias(shell)]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+        super().tearDownClass()
+
+    def test_hostile_parameters_are_byte_identical_under_every_shell(self):
+        args = {"text": "\n".join(HOSTILE[:-1]), "items": HOSTILE, "blob": {"nested": HOSTILE[:6]}}
+        steps = [{"op": "call", "name": "echo", "arguments": {**args, "target": self.srv.alias(s)}}
+                 for s in SHELLS]
+        steps.append({"op": "call", "name": "echo", "arguments": {**args, "target": "all"}})
+        steps.append({"op": "call", "name": "host_facts", "arguments": {"target": self.srv.alias("zsh")}})
+        report = self.client(steps)
+        for shell, step in zip(SHELLS, report["steps"]):
+            with self.subTest(shell=shell):
+                result, row = self.one_run(step)
+                (run,) = result["structuredContent"]["runs"]
+                self.assertEqual(run["target"], self.srv.alias(shell))
+                for key, value in args.items():
+                    self.assertEqual(run["result"]["params"][key], value)
+                    self.assertEqual(row["params"][key], value)
+                self.assertEqual(row["target"]["host"], self.srv.alias(shell))
+        everywhere = report["steps"][len(SHELLS)]["result"]
+        self.assertFalse(everywhere["isError"], text_of(everywhere))
+        runs = everywhere["structuredContent"]["runs"]
+        self.assertEqual([r["target"] for r in runs],
+                         [self.srv.alias(s) for s in SHELLS] + ["local"])
+        for run in runs:
+            self.assertEqual(run["result"]["params"]["items"], HOSTILE)
+            self.assertEqual(self.row(run["run_id"])["status"], "ok")
+        facts, _ = self.one_run(report["steps"][-1])
+        self.assertIn("ok (exit 0", text_of(facts))
+
+    def test_one_session_per_host_reused_and_reconnected(self):
+        user = self.srv.user("dash")
+        before = self.srv.count_accepted(user)
+        target = {"target": self.srv.alias("dash")}
+        kill = ("import sys; sys.path.insert(0, sys.argv[1]); from sshd_fixture import SshServer; "
+                "SshServer.kill_user_processes(sys.argv[2])")
+        report = self.client([
+            {"op": "call", "name": "echo", "arguments": {"text": "1", **target}},
+            {"op": "call", "name": "echo", "arguments": {"text": "2", **target}},
+            {"op": "run", "argv": [sys.executable, "-c", kill,
+                                   os.path.join(HERE, "..", "integration"), user]},
+            {"op": "call", "name": "echo", "arguments": {"text": "3", **target}},
+        ])
+        self.one_run(report["steps"][0])
+        self.one_run(report["steps"][1])
+        self.one_run(report["steps"][3])  # the session died while idle: a new one ran it
+        self.assertEqual(self.srv.count_accepted(user) - before, 2)
+
+    def test_cancellation_over_ssh_leaves_nothing(self):
+        steps = []
+        for shell in SHELLS:
+            steps.append({"op": "call", "name": "waiter", "arguments": {"target": self.srv.alias(shell)},
+                          "cancelOnLine": "ready pid="})
+            steps.append({"op": "waitRun", "job": "waiter", "target": self.srv.alias(shell),
+                          "status": "interrupted"})
+        report = self.client(steps)
+        for i, shell in enumerate(SHELLS):
+            with self.subTest(shell=shell):
+                self.assert_cancelled(report, 2 * i, "waiter", self.srv.alias(shell))
+                self.assertEqual(SshServer.run_dirs(self.srv.user(shell)), [])
+
+    def test_client_disappears_mid_call_over_ssh(self):
+        server = RawServer([*self.target_args, "--jobs", self.jobs, "--archive", self.archive],
+                           self.env)
+        self.addCleanup(server.kill)
+        server.initialize()
+        server.request(1, "tools/call", {"name": "waiter", "arguments": {"target": self.srv.alias("fish")}})
+        pid = run_dir = None
+        for _ in range(200):
+            message = server.read()
+            match = READY.search(message.get("params", {}).get("data", {}).get("line", ""))
+            if match:
+                pid, run_dir = int(match.group(1)), match.group(2)
+                break
+        self.assertIsNotNone(pid)
+        server.proc.stdin.close()
+        server.proc.stdout.close()
+        self.assertEqual(server.proc.wait(60), 0)
+        self.assertTrue(wait_until(lambda: not pid_alive(pid), 30), f"job process {pid} survives")
+        self.assertFalse(os.path.exists(run_dir), f"{run_dir} left behind")
+        rows = [r for r in archive_rows(self.archive) if r["job"] == "waiter"
+                and r["host_label"] == self.srv.alias("fish")]
+        self.assertEqual(rows[-1]["status"], "interrupted")
+        self.assertEqual(rows[-1]["client"], {"name": "raw-test", "version": "0.0.1"})
+
+
+if __name__ == "__main__":
+    unittest.main()
