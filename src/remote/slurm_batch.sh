@@ -1,3 +1,4 @@
+#!/bin/sh
 # ferry's Slurm batch script (runs under /bin/sh on the job's first node)
 # The source is src/remote/slurm_batch.sh; it is submitted as it is, its arguments being the run
 # directories of the allocation's node slots, which live on a filesystem the nodes share with the

@@ -1,5 +1,7 @@
 #include "transport/slurm/follow.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "ferry/remote/launcher.hpp"
@@ -13,6 +15,7 @@ namespace {
 constexpr std::size_t k_script_cap = 64 * 1024;
 // No deadline of its own: a job may wait in the queue for as long as the cluster is busy.
 constexpr auto k_no_deadline = std::chrono::hours(24 * 365);
+constexpr auto k_cancel_grace = std::chrono::seconds(10);
 } // namespace
 
 Follow::Follow(const ExecRequest& request, std::string tag, std::function<void(std::string)> on_job)
@@ -34,7 +37,9 @@ ExecRequest Follow::script_request(std::vector<std::string> argv, std::string se
   script.sentinel = std::move(sentinel);
   script.output_cap = k_script_cap;
   script.deadline = k_no_deadline;
-  script.grace = m_request.grace;
+  // After TERM the script cancels the job and waits for it to leave the queue (a few seconds):
+  // KILL must not cut that short, or the job could outlive the run.
+  script.grace = std::max<std::chrono::steady_clock::duration>(m_request.grace, k_cancel_grace);
   script.start_limit = m_request.start_limit;
   script.stop = m_script_stop;
   script.on_output = [this](OutputStream stream, std::string_view bytes) {
@@ -49,7 +54,7 @@ ExecRequest Follow::script_request(std::vector<std::string> argv, std::string se
 void Follow::note(const std::string& text) const
 {
   if (m_request.on_note) {
-    m_request.on_note(text);
+    m_request.on_note(terminal_safe(text)); // squeue's words come from the login node
   }
 }
 
