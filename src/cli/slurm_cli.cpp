@@ -35,11 +35,11 @@ Expected<SlurmOptions> command_line_options(const SlurmCli& cli)
   if (!cli.account.empty()) {
     FERRY_TRY_ASSIGN(options.account, check_slurm_account(cli.account, "--account"));
   }
-  if (cli.time_min != 0) {
-    FERRY_TRY_ASSIGN(options.time_min, check_slurm_time(cli.time_min, "--time"));
+  if (cli.time_min) {
+    FERRY_TRY_ASSIGN(options.time_min, check_slurm_time(*cli.time_min, "--time"));
   }
-  if (cli.nodes != 0) {
-    FERRY_TRY_ASSIGN(options.nodes, check_slurm_nodes(cli.nodes, "--nodes"));
+  if (cli.nodes) {
+    FERRY_TRY_ASSIGN(options.nodes, check_slurm_nodes(*cli.nodes, "--nodes"));
   }
   for (const auto& arg : cli.args) {
     FERRY_TRY_ASSIGN(auto checked, check_slurm_arg(arg, "--slurm-arg"));
@@ -110,7 +110,7 @@ bool has_slurm_key(const nlohmann::json& target)
 bool SlurmCli::options_given() const
 {
   return !partition.empty() || !gres.empty() || !gpus.empty() || !account.empty() ||
-         time_min != 0 || nodes != 0 || !args.empty();
+         time_min.has_value() || nodes.has_value() || !args.empty();
 }
 
 void add_slurm_options(CLI::App& command, SlurmCli& slurm)

@@ -25,8 +25,8 @@ struct SlurmCli {
   std::string gres;
   std::string gpus;
   std::string account;
-  long long time_min = 0;
-  long long nodes = 0;
+  std::optional<long long> time_min; // given: checked, even 0
+  std::optional<long long> nodes;
   std::vector<std::string> args; // --slurm-arg
   // Set by commands, not options: `check` describes the cluster; `replay` re-submits with the
   // archived run's options (below the command line's).

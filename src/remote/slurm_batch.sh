@@ -5,14 +5,19 @@
 # login node. One task per node (srun when there are several) starts the usual launcher of that
 # node's run directory, its stdout and stderr going to files there that the submit script on the
 # login node passes on to ferry. A node that cannot enter its run directory writes nothing and
-# ends with status 97, so ferry can say that the remote base is not shared.
+# ends with status 97, so ferry can say that the remote base is not shared. The task outlives the
+# launcher for a moment: the launcher's watchdog needs it to stop its sleep, or the end of the
+# step could kill the watchdog first and leave the sleep on the node (without cgroups).
 task='
 umask 077
 shift "${SLURM_NODEID:-0}"
 dir=$1
 cd "$dir" 2>/dev/null || exit 97
 printf "%s\n" "${SLURMD_NODENAME:-$(hostname)}" >"$dir/.ferry-node" || exit 97
-exec /bin/sh "$dir/launch.sh" </dev/null >"$dir/.ferry-stdout" 2>"$dir/.ferry-stderr"
+/bin/sh "$dir/launch.sh" </dev/null >"$dir/.ferry-stdout" 2>"$dir/.ferry-stderr"
+status=$?
+sleep 0.3 2>/dev/null || sleep 1
+exit "$status"
 '
 if [ "$#" -gt 1 ]; then
   exec srun --nodes="$#" --ntasks="$#" --ntasks-per-node=1 --kill-on-bad-exit=0 \

@@ -196,15 +196,21 @@ if [ -z "$job" ]; then
     exit 3
     ;;
   esac
-  say job "$job"
 fi
+say job "$job"
 
 out_at=0
 err_at=0
 final=
 polled=0
 waited=0
+started=0
 while :; do
+  # The node has entered the run directory: the job runs, even if squeue never saw it running.
+  if [ "$started" = 0 ] && [ -f "$run_dir/.ferry-node" ]; then
+    started=1
+    say state RUNNING -
+  fi
   forward_all
   if [ "$polled" -ge "$polls" ] || [ "$polled" = 0 ] || [ "$stopping" = 1 ]; then
     poll

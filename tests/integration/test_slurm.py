@@ -287,19 +287,20 @@ class SlurmTarget(unittest.TestCase):
         self.assertIn("invalid partition", rec["error"].lower())
 
     def test_bad_slurm_options_are_refused_before_anything_is_contacted(self):
-        accepted = self.srv.count_accepted()
+        # Counted for zsh's user only: the background TIMEOUT run logs in as bash's meanwhile.
+        accepted = self.srv.count_accepted("zsh")
         for args, needle in ((["--partition", "a;b"], "--partition 'a;b'"),
                              (["--slurm-arg=--output=/tmp/x"], "does not pass --output"),
                              (["--gres", "gpu:8", "--gpus", "2"], "exclude each other"),
                              (["--nodes", "0"], "--nodes 0")):
             with self.subTest(args=args):
-                r = self.ferry("run", self.node_job, *args)
+                r = self.ferry("run", self.node_job, *args, shell="zsh")
                 self.assertEqual(r.code, 2, r)
                 self.assertIn(needle, r.stderr.decode())
         r = run_ferry("run", self.node_job, "--partition", "gpu", env=self.env)
         self.assertEqual(r.code, 2, r)
         self.assertIn("need --slurm LOGIN", r.stderr.decode())
-        self.assertEqual(self.srv.count_accepted(), accepted)
+        self.assertEqual(self.srv.count_accepted("zsh"), accepted)
 
     def test_options_come_from_the_job_and_the_config_file_and_the_command_line_wins(self):
         job = write_job(self.tmp, "tabled", NODE_JOB, interpreter="sh",

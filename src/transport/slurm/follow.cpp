@@ -106,13 +106,16 @@ void Follow::on_state(std::string_view state, std::string_view reason)
   if (state == "RUNNING" && !m_running_since) {
     m_running_since = Clock::now();
   }
-  if (state == m_state && reason == m_reason) {
+  // A state is shown once, a pending job's reason each time it changes ("None": none yet).
+  const bool pending_again = state == "PENDING" && state == m_state;
+  if ((state == m_state && !pending_again) || (pending_again && reason == m_reason)) {
     return;
   }
   m_state = std::string(state);
   m_reason = std::string(reason);
   if (state == "PENDING") {
-    note(fmt::format("job {} pending: {}", m_job_id, reason));
+    note(reason == "None" || reason == "-" ? fmt::format("job {} pending", m_job_id)
+                                           : fmt::format("job {} pending: {}", m_job_id, reason));
   } else if (state == "RUNNING") {
     note(fmt::format("job {} running", m_job_id));
   } else if (!is_final_state(state)) {
