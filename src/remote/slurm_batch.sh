@@ -5,9 +5,9 @@
 # login node. One task per node (srun when there are several) starts the usual launcher of that
 # node's run directory, its stdout and stderr going to files there that the submit script on the
 # login node passes on to ferry. A node that cannot enter its run directory writes nothing and
-# ends with status 97, so ferry can say that the remote base is not shared. The task outlives the
-# launcher for a moment: the launcher's watchdog needs it to stop its sleep, or the end of the
-# step could kill the watchdog first and leave the sleep on the node (without cgroups).
+# ends with status 97, so ferry can say that the remote base is not shared. When the launcher has
+# exited, the task sends TERM to its own process group (Slurm gives each task one): what the
+# launcher left there (its watchdog's sleep) must not outlive the step on a node without cgroups.
 task='
 umask 077
 shift "${SLURM_NODEID:-0}"
@@ -16,7 +16,8 @@ cd "$dir" 2>/dev/null || exit 97
 printf "%s\n" "${SLURMD_NODENAME:-$(hostname)}" >"$dir/.ferry-node" || exit 97
 /bin/sh "$dir/launch.sh" </dev/null >"$dir/.ferry-stdout" 2>"$dir/.ferry-stderr"
 status=$?
-sleep 0.3 2>/dev/null || sleep 1
+trap "" TERM
+kill -TERM 0 2>/dev/null
 exit "$status"
 '
 if [ "$#" -gt 1 ]; then

@@ -317,9 +317,12 @@ class SlurmTarget(unittest.TestCase):
             self.assertEqual(slurm["options"], {"partition": "gpu", "gres": "gpu:2", "time": 4,
                                                 "args": ["--qos=normal"], "nodes": 1})
             self.assertEqual(r.record["result"]["cvd"], "0,1")
-            info = self.cluster.run(["sacct", "-n", "-P", "-X", "-j", slurm["job_id"], "-o",
-                                     "Partition,Timelimit"]).stdout.strip()
-            self.assertEqual(info, "gpu|00:04:00")
+            # sacct is a moment behind the controller: its row fills in shortly after the end.
+            def sacct_info():
+                return self.cluster.run(["sacct", "-n", "-P", "-X", "-j", slurm["job_id"], "-o",
+                                         "Partition,Timelimit"]).stdout.strip()
+            wait_for(lambda: sacct_info() not in ("", "|"), 10, 0.2)
+            self.assertEqual(sacct_info(), "gpu|00:04:00")
             with open(os.path.join(config, "config.toml"), "w") as f:
                 f.write('[slurm]\npartition = "a b"\n')
             r = self.ferry("run", job)
