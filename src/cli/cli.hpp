@@ -10,11 +10,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include "slurm_cli.hpp" // relative: main.cpp sees only include/
 #include "ferry/archive.hpp"
 #include "ferry/exit_code.hpp"
 #include "ferry/job.hpp"
 #include "ferry/reporter.hpp"
+#include "slurm_cli.hpp" // relative: main.cpp sees only include/
 
 namespace ferry::cli {
 
