@@ -11,6 +11,7 @@
 
 #include "ferry/bundle.hpp"
 #include "ferry/expected.hpp"
+#include "ferry/slurm_options.hpp"
 
 namespace ferry {
 
@@ -48,6 +49,7 @@ struct JobMeta {
   // relative to the run directory, fetched after the run.
   std::vector<std::string> files;
   std::vector<std::string> outputs;
+  SlurmOptions slurm; // what the job asks of a Slurm target (its `[slurm]` table)
 };
 
 struct Job {

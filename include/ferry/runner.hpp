@@ -39,6 +39,7 @@ struct RunOptions {
   std::vector<std::string> fetch;
   std::string out_dir = "ferry-out/{run_id}/{host}";
   std::uint64_t archive_outputs_max = 16u << 20;
+  NoteSink on_note;     // optional: the target's notes about a run (a scheduler's queue state)
 };
 
 // The record's "options" (docs/record.md): the options the run is made with, defaults applied,

@@ -19,6 +19,8 @@
 
 namespace ferry {
 
+struct Job;
+
 // One output stream of a job, kept up to a cap: its first and its last half; what came between
 // them is counted, never stored.
 struct CapturedStream {
@@ -37,6 +39,10 @@ enum class OutputStream { out, err };
 // What a job printed, passed on as it arrives (live output); called from the thread that runs
 // the job.
 using OutputSink = std::function<void(OutputStream, std::string_view)>;
+
+// What a target has to say about a run while it waits or runs, for the user and not part of the
+// job's output ("job 4242 pending: Resources"); called from the thread that runs the job.
+using NoteSink = std::function<void(std::string_view)>;
 
 // Feeds raw stream bytes; sets aside what precedes the launcher's sentinel line and the report
 // the launcher prints after its `end_marker` (a line "END_MARKER CODE CAUSE"), keeps at most
@@ -108,6 +114,7 @@ struct ExecRequest {
   std::chrono::steady_clock::duration start_limit = std::chrono::seconds(20);
   StopToken stop;       // stopped: the job is stopped as on an interrupt
   OutputSink on_output; // optional: the job's output as it arrives
+  NoteSink on_note;     // optional: the target's notes about the run
 };
 
 // The capture of one stream of `request`'s job, passing what arrives to its on_output.
@@ -132,6 +139,14 @@ struct ExecOutcome {
   // The launcher exited but something it left behind (a daemon that escaped the job's process
   // group) kept the output streams open; ferry stopped waiting for them.
   bool output_held_open = false;
+  // A target that knows why the job did not run to its end better than an exit status can tell
+  // (a scheduler stopped it at its time limit, a node could not see the run directory) says so;
+  // the run then ends with this status and message.
+  struct Verdict {
+    enum class Kind { failed, timeout, error } kind = Kind::failed;
+    std::string message;
+  };
+  std::optional<Verdict> verdict;
 };
 
 // How long to wait for the output streams to close once the launcher itself has exited.
@@ -157,6 +172,9 @@ public:
   [[nodiscard]] virtual std::string label() const = 0;
 
   [[nodiscard]] virtual Expected<void> connect() = 0;
+  // The job the next run stages, and its timeout: a scheduler reads the job's own options (its
+  // `[slurm]` table) from it. Called before create_run_dir.
+  virtual void prepare_run(const Job& /*job*/, int /*timeout_s*/) {}
   // What later calls honour as a request to stop (a run's own token; the process's interrupt is
   // always honoured): blocking steps end within a few seconds of it.
   virtual void bind_stop(const StopToken& /*stop*/) {}

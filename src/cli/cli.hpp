@@ -15,6 +15,7 @@
 #include "ferry/job.hpp"
 #include "ferry/reporter.hpp"
 #include "ferry/user_config.hpp"
+#include "slurm_cli.hpp" // relative: main.cpp sees only include/
 
 namespace ferry::cli {
 
@@ -36,6 +37,7 @@ struct TargetOptions {
   double connect_timeout_s = 0; // 0: ConnectTimeout from the ssh config, else 10 s
   std::string remote_base;      // default: $HOME/.cache/ferry/runs on the host
   int retries = 1;
+  SlurmCli slurm; // --slurm LOGIN and its options (docs/slurm.md)
 };
 
 using Action = std::function<Expected<ExitCode>()>;

@@ -193,6 +193,9 @@ public:
 private:
   static std::string text(const RunRecord& record, const std::vector<InterpreterFinding>& found)
   {
+    if (auto slurm = slurm_check_text(record)) {
+      return *slurm;
+    }
     const std::string host = terminal_safe(record.host_label);
     if (record.status != RunStatus::ok) {
       return fmt::format("{}: FAILED — {}\n", host,
@@ -229,14 +232,17 @@ Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
   // Always the built-in: a host_facts on the job path cannot change what check reports.
   FERRY_TRY_ASSIGN(const auto job, find_job(std::string(k_builtin_prefix) + "host_facts", {}));
   auto needs = interpreter_needs(ctx.job_path());
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, cmd.target));
+  TargetOptions target = cmd.target;
+  target.slurm.describe_cluster = true; // --slurm: version, partitions, GPU gres
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target));
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   add_mapped(needs, *config, sessions);
   const std::vector<PlannedRun> runs = {
       {&job, nlohmann::json{{"interpreters", programs_to_ask(needs)}}}};
   CheckView view(ctx.reporter(), needs);
   const ExitCode code =
-      execute_runs(ctx, sessions, runs, RunOptions{}, {false, cmd.parallel, {}}, view);
+      execute_runs(ctx, sessions, runs, RunOptions{},
+                   {false, batch_parallel(target, cmd.parallel, sessions.size()), {}}, view);
   return code == ExitCode::ok && view.missing() ? ExitCode::run_failed : code;
 }
 

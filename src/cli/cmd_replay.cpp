@@ -278,6 +278,10 @@ private:
 TargetOptions replay_target(const ReplayCommand& cmd, const RunRecord& original)
 {
   TargetOptions target = cmd.target;
+  use_archived_slurm_target(target, original);
+  if (!target.slurm.login.empty()) {
+    return target;
+  }
   const bool target_given = !target.hosts.empty() || !target.hosts_file.empty() || target.local;
   if (!target_given && !original.target.value("local", false)) {
     target.hosts = {original.host_label.empty() ? original.target.value("host", "")
@@ -347,7 +351,7 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
   }
   FERRY_TRY_ASSIGN(auto ignored, ignored_pointers(cmd, job));
   const TargetOptions target = replay_target(cmd, original);
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target));
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target, std::span<const Job>(&job, 1)));
   RunOptions options = replay_options(ctx, cmd, original);
   options.remote_base = target.remote_base;
   // The config file applies as for `run`; --env values were never archived, so they are not
@@ -358,7 +362,8 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
   };
   const std::vector<PlannedRun> runs = {{&job, original.params}};
   ReplayView view(ctx.reporter(), original, std::move(ignored), std::move(compare_job));
-  return view.exit_code(execute_runs(ctx, sessions, runs, options, BatchOptions{}, view));
+  const BatchOptions batch{true, batch_parallel(target, BatchOptions{}.parallel, sessions.size())};
+  return view.exit_code(execute_runs(ctx, sessions, runs, options, batch, view));
 }
 
 } // namespace

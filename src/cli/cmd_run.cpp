@@ -202,7 +202,7 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   options.host_settings = [config](std::string_view host) {
     return config->for_host(host).settings;
   };
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, cmd.target));
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, cmd.target, jobs));
   options.verbose = ctx.global.verbose;
   options.timeout_s = cmd.timeout_s;
   options.keep_remote = cmd.keep_remote;
@@ -211,8 +211,9 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   options.fetch = cmd.fetch;
   options.out_dir = cmd.out_dir;
   options.archive_outputs_max = cmd.archive_outputs_max_mib << 20;
-  return execute_runs(ctx, sessions, runs, options,
-                      {!cmd.no_archive, cmd.parallel, swept_keys(cmd)}, ctx.reporter());
+  const int parallel = batch_parallel(cmd.target, cmd.parallel, sessions.size());
+  return execute_runs(ctx, sessions, runs, options, {!cmd.no_archive, parallel, swept_keys(cmd)},
+                      ctx.reporter());
 }
 
 // Files alongside (`--file`, `--max-upload`) and files back (`--fetch`, `--out`,
@@ -287,7 +288,8 @@ void add_run_command(CLI::App& app, Context& ctx)
   sub->footer(R"(Examples:
   ferry run kv_calc -p model=qwen3.5-397b-a17b -p tp=8 -p kv_memory_gib=17.4
   ferry run gpu_probe host_facts --host gpu1 --host gpu2
-  ferry run ./jobs/my_probe.py --hosts-file hosts.txt -j 16 --json)");
+  ferry run ./jobs/my_probe.py --hosts-file hosts.txt -j 16 --json
+  ferry run gpu_probe --slurm login1 --partition gpu --gres gpu:8 --nodes 4)");
   on_chosen(*sub, ctx, [cmd, &ctx] { return run(ctx, *cmd); });
 }
 

@@ -35,6 +35,7 @@ const std::map<std::string, CompletionKind, std::less<>>& kinds_by_name()
       {"params", {ValueKind::file_or_stdin, {}}},
       {"host", {ValueKind::host, {}}},
       {"from-host", {ValueKind::host, {}}},
+      {"slurm", {ValueKind::host, {}}}, // the login node, reached as a --host is
       {"hosts-file", {ValueKind::file, {}}},
       {"identity", {ValueKind::file, {}}},
       {"known-hosts", {ValueKind::file, {}}},
@@ -67,6 +68,14 @@ const std::map<std::string, CompletionKind, std::less<>>& kinds_by_name()
       {"fetch", {ValueKind::free_text, {}}},
       {"max-upload", {ValueKind::free_text, {}}},
       {"archive-outputs-max", {ValueKind::free_text, {}}},
+      // Slurm's options: the cluster's own names, which ferry cannot know without asking it.
+      {"partition", {ValueKind::free_text, {}}},
+      {"gres", {ValueKind::free_text, {}}},
+      {"gpus", {ValueKind::free_text, {}}},
+      {"time", {ValueKind::free_text, {}}},
+      {"account", {ValueKind::free_text, {}}},
+      {"nodes", {ValueKind::free_text, {}}},
+      {"slurm-arg", {ValueKind::free_text, {}}},
       // Positionals.
       {"JOB", {ValueKind::job, {}}},
       {"RUN", {ValueKind::run, {}}},

@@ -40,6 +40,7 @@ public:
 
   void batch_started(const BatchInfo& batch) override { m_view.batch_started(batch); }
   void run_started(const RunRef& run) override { m_view.run_started(run); }
+  void run_note(const RunRef& run, std::string_view text) override { m_view.run_note(run, text); }
   void run_output(const RunRef& run, OutputStream stream, std::string_view bytes) override
   {
     m_view.run_output(run, stream, bytes);

@@ -137,6 +137,7 @@ void add_target_options(CLI::App& command, TargetOptions& target)
       .add_option("--remote-base", target.remote_base,
                   "run directory base on the host (default $HOME/.cache/ferry/runs)")
       ->group("SSH");
+  add_slurm_options(command, target.slurm);
 }
 
 Expected<std::vector<std::string>> target_hosts(const TargetOptions& target)
@@ -154,13 +155,40 @@ Expected<std::vector<std::string>> target_hosts(const TargetOptions& target)
   if (target.local && !hosts.empty()) {
     return fail(ErrorKind::usage, "--local and --host/--hosts-file exclude each other");
   }
+  FERRY_TRY(check_slurm_combination(target, !hosts.empty()));
   return hosts;
 }
 
-Expected<std::vector<std::unique_ptr<HostSession>>> make_sessions(Context& ctx,
-                                                                  const TargetOptions& target)
+SshTarget ssh_target_for(Context& ctx, const TargetOptions& target, const std::string& host)
+{
+  SshTarget ssh;
+  ssh.spec = host;
+  ssh.identity = target.identity;
+  ssh.known_hosts = target.known_hosts;
+  ssh.ssh_config = target.ssh_config;
+  ssh.accept_new_host_key = target.accept_new_host_key;
+  ssh.connect_timeout_s = target.connect_timeout_s;
+  ssh.retries = target.retries;
+  ssh.remote_base = target.remote_base;
+  // The config file's defaults (its mistakes were reported when make_sessions read it).
+  if (const auto config = ctx.user_config(); config) {
+    apply_config(ssh, (*config)->for_host(host));
+  }
+  ssh.warn = stderr_lines(host, "warning: ");
+  if (ctx.global.verbose) {
+    ssh.debug = stderr_lines(host, "");
+  }
+  return ssh;
+}
+
+Expected<std::vector<std::unique_ptr<HostSession>>>
+make_sessions(Context& ctx, const TargetOptions& target, std::span<const Job> jobs)
 {
   FERRY_TRY_ASSIGN(const auto named, target_hosts(target));
+  FERRY_TRY(ctx.user_config()); // a mistake in the config file stops the command here
+  if (!target.slurm.login.empty()) {
+    return make_slurm_target_sessions(ctx, target, jobs);
+  }
   std::vector<std::unique_ptr<HostSession>> sessions;
   if (named.empty()) {
     sessions.push_back(make_local_session(LocalTarget{}));
@@ -172,23 +200,8 @@ Expected<std::vector<std::unique_ptr<HostSession>>> make_sessions(Context& ctx,
     ctx.reporter().note(
         fmt::format("{} is named more than once; it runs once", terminal_safe(host)));
   }
-  FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   for (const auto& host : hosts) {
-    SshTarget ssh;
-    ssh.spec = host;
-    ssh.identity = target.identity;
-    ssh.known_hosts = target.known_hosts;
-    ssh.ssh_config = target.ssh_config;
-    ssh.accept_new_host_key = target.accept_new_host_key;
-    ssh.connect_timeout_s = target.connect_timeout_s;
-    ssh.retries = target.retries;
-    ssh.remote_base = target.remote_base;
-    apply_config(ssh, config->for_host(host));
-    ssh.warn = stderr_lines(host, "warning: ");
-    if (ctx.global.verbose) {
-      ssh.debug = stderr_lines(host, "");
-    }
-    FERRY_TRY_ASSIGN(auto session, make_checked_ssh_session(ssh));
+    FERRY_TRY_ASSIGN(auto session, make_checked_ssh_session(ssh_target_for(ctx, target, host)));
     sessions.push_back(std::move(session));
   }
   return sessions;

@@ -313,6 +313,20 @@ Expected<void> set_timeout(JobMeta& meta, const toml::node& value, const Source&
   return {};
 }
 
+Expected<void> set_slurm(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  const auto* table = value.as_table();
+  if (table == nullptr) {
+    return source.refuse(value, "slurm must be a table ([slurm])");
+  }
+  for (const auto& [key, option] : *table) {
+    if (auto set = set_slurm_option(meta.slurm, key.str(), to_json(option)); !set) {
+      return source.refuse(option, "{}", set.error().message);
+    }
+  }
+  return {};
+}
+
 // A JSON Schema for the result: a table, so that it is a schema object (MCP requires one).
 Expected<void> set_result_schema(JobMeta& meta, const toml::node& value, const Source& source)
 {
@@ -431,6 +445,7 @@ constexpr std::pair<std::string_view, MetaSetter> k_meta_keys[] = {
     {"volatile", set_volatile},
     {"files", set_files},
     {"outputs", set_outputs},
+    {"slurm", set_slurm},
 };
 
 Expected<void> set_meta_key(JobMeta& meta, std::string_view key, const toml::node& value,

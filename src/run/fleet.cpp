@@ -79,6 +79,10 @@ private:
       std::lock_guard guard(m_lock);
       m_observer.run_output(RunRef{host, name}, stream, bytes);
     };
+    options.on_note = [this, host = session.label(), name = job.name](std::string_view text) {
+      std::lock_guard guard(m_lock);
+      m_observer.run_note(RunRef{host, name}, text);
+    };
     return options;
   }
 

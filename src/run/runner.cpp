@@ -206,6 +206,7 @@ Expected<ExecOutcome> execute(const Run& run, const Staged& staged)
   request.deadline = std::chrono::seconds(run.timeout_s + run.options.grace_s + 5);
   request.stop = run.options.stop;
   request.on_output = run.options.on_output;
+  request.on_note = run.options.on_note;
   auto outcome = run.session.exec(request);
   run.record.timings.exec = seconds_since(start);
   run.step("exec", run.record.timings.exec);
@@ -267,9 +268,25 @@ std::optional<Verdict> launcher_never_ran(const Run& run, const ExecOutcome& out
                   said.empty() ? "" : fmt::format(" and said \"{}\"", shorten(said, 200)))};
 }
 
+RunStatus status_of(ExecOutcome::Verdict::Kind kind)
+{
+  switch (kind) {
+  case ExecOutcome::Verdict::Kind::timeout:
+    return RunStatus::timeout;
+  case ExecOutcome::Verdict::Kind::error:
+    return RunStatus::error;
+  case ExecOutcome::Verdict::Kind::failed:
+    break;
+  }
+  return RunStatus::failed;
+}
+
 // How the exit reads, before the result is looked at; nullopt: the job exited 0.
 std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome)
 {
+  if (outcome.verdict) { // the target knows better than the exit status (a scheduler's verdict)
+    return Verdict{status_of(outcome.verdict->kind), outcome.verdict->message};
+  }
   if (auto never = launcher_never_ran(run, outcome)) {
     return never;
   }
@@ -470,6 +487,7 @@ void conclude_failure(const Run& run, const Error& error)
 void run_phases(Run& run)
 {
   run.session.bind_stop(run.options.stop);
+  run.session.prepare_run(run.job, run.timeout_s);
   if (run.options.stop.stop_requested()) {
     return conclude(run.record, RunStatus::interrupted, "interrupted before the job started");
   }
@@ -589,6 +607,9 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params,
     record.options["interpreter"] = run.setup.interpreter; // after the config file and --interpreter
   }
   run_phases(run);
+  // What the target learnt while the job ran (a scheduler's job id, node and final state).
+  record.target = session.target();
+  record.host_label = session.label();
   record.duration_s = seconds_since(start);
   return record;
 }
