@@ -1,9 +1,9 @@
 #pragma once
 // Runs one job on one connected HostSession: stage, exec the launcher, fetch, clean up, and
 // turn what happened into a RunRecord. Knows nothing of how the session reaches its host.
+#include <cstdint>
 #include <functional>
 #include <map>
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,7 +39,7 @@ struct RunOptions {
   std::vector<std::string> fetch;
   std::string out_dir = "ferry-out/{run_id}/{host}";
   std::uint64_t archive_outputs_max = 16u << 20;
-  NoteSink on_note;     // optional: the target's notes about a run (a scheduler's queue state)
+  NoteSink on_note; // optional: the target's notes about a run (a scheduler's queue state)
 };
 
 // The record's "options" (docs/record.md): the options the run is made with, defaults applied,

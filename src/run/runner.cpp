@@ -2,8 +2,8 @@
 // only command a shell sees), collect (status and result), clean (a guard removes the run
 // directory on every path out).
 #include <chrono>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include <unistd.h>
@@ -604,7 +604,8 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params,
   }
   record.interpreter = run.setup.interpreter;
   if (!run.setup.interpreter.empty()) {
-    record.options["interpreter"] = run.setup.interpreter; // after the config file and --interpreter
+    record.options["interpreter"] =
+        run.setup.interpreter; // after the config file and --interpreter
   }
   run_phases(run);
   // What the target learnt while the job ran (a scheduler's job id, node and final state).

@@ -92,7 +92,8 @@ TEST_CASE("the launcher carries declared values as quoted text")
   CHECK_THAT(text, !Catch::Contains("@env@"));
 }
 
-TEST_CASE("job setup: the job's env table, then the config file's, then --env, and --interpreter wins")
+TEST_CASE(
+    "job setup: the job's env table, then the config file's, then --env, and --interpreter wins")
 {
   Job job;
   job.meta.interpreter = "python3";

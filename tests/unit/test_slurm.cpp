@@ -138,7 +138,8 @@ TEST_CASE("the command line wins over the job, the job over the config", "[slurm
   CHECK(slurm_options_json(*back) == slurm_options_json(merged));
 }
 
-TEST_CASE("slurm time option: follows the job's timeout with room for the launcher to stop it", "[slurm]")
+TEST_CASE("slurm time option: follows the job's timeout with room for the launcher to stop it",
+          "[slurm]")
 {
   CHECK(slurm_minutes_for(1, 2) == 1);
   CHECK(slurm_minutes_for(40, 2) == 1);
