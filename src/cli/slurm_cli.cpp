@@ -73,10 +73,14 @@ Expected<SlurmOptions> config_table(const toml::table& table, const std::string&
 {
   SlurmOptions options;
   for (const auto& [key, value] : table) {
+    if (key.str() == "hosts" || key.str() == "archive") {
+      continue; // the other sections of the file, read (and checked) by their own readers
+    }
     if (key.str() != "slurm" || !value.is_table()) {
       return fail(ErrorKind::usage,
-                  "{}:{}: unknown key '{}' in the config file (known: a [slurm] table)", path,
-                  value.source().begin.line, key.str());
+                  "{}:{}: unknown key '{}' in the config file (known: [hosts.\"PATTERN\"], "
+                  "[slurm], [archive])",
+                  path, value.source().begin.line, key.str());
     }
     for (const auto& [name, option] : *value.as_table()) {
       nlohmann::json json;

@@ -157,10 +157,14 @@ Expected<UserConfig> parse_table(const toml::table& table, const fs::path& file)
   UserConfig config;
   config.file = file;
   for (const auto& [key, value] : table) {
+    if ((key.str() == "archive" || key.str() == "slurm") && value.is_table()) {
+      continue; // read and checked by their own readers (docs/archive.md, docs/slurm.md)
+    }
     const auto* hosts = value.as_table();
     if (key.str() != "hosts" || hosts == nullptr) {
       return fail(ErrorKind::usage,
-                  "{}:{}: {}: unknown key; the file holds [hosts.\"PATTERN\"] sections",
+                  "{}:{}: {}: unknown key; the file holds [hosts.\"PATTERN\"], [slurm] and "
+                  "[archive] sections",
                   file.string(), value.source().begin.line, terminal_safe(key.str()));
     }
     for (const auto& [pattern, section] : *hosts) {

@@ -18,8 +18,8 @@
 #   removes the run directory itself.
 # - The job's environment is built here and given to it through `env -i`: PATH, HOME, USER,
 #   LANG, TERM and LC_* when the login environment has them, the FERRY_* variables, then the
-#   declared ones (which win). Nothing else is inherited, so a local run and a remote one see
-#   the same set. Values never pass through eval: only names do, and those are checked.
+#   declared ones (which win); under Slurm also SLURM_* and the GPU variables the scheduler
+#   set. Nothing else is inherited, so a local run and a remote one see the same set. Values never pass through eval: only names do, and those are checked.
 trap '' PIPE
 FERRY_RUN_DIR=@run_dir@
 FERRY_PARAMS=@run_dir@/params.json
@@ -39,7 +39,13 @@ if ! command -v "$interpreter" >/dev/null 2>&1; then
   exit @no_interp_exit@
 fi
 set --
-for name in PATH HOME USER LANG TERM $(env | sed -n 's/^\(LC_[A-Za-z0-9_]*\)=.*/\1/p'); do
+# Under Slurm the allocation is part of the job's world: its SLURM_* variables and the GPUs
+# the scheduler gave it.
+scheduled=
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+  scheduled="$(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p') CUDA_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES GPU_DEVICE_ORDINAL"
+fi
+for name in PATH HOME USER LANG TERM $(env | sed -n 's/^\(LC_[A-Za-z0-9_]*\)=.*/\1/p') $scheduled; do
   eval "isset=\${$name+1}"
   if [ -n "$isset" ]; then eval "set -- \"\$@\" \"$name=\${$name}\""; fi
 done
@@ -90,7 +96,10 @@ stop() {
   killer=$!
   wait "$job" 2>/dev/null
   signal_job KILL
+  # Waited for, so their sleeps are gone before the launcher is: a scheduler that kills what is
+  # left of the step could otherwise kill a subshell before its trap ends its sleep.
   kill "$killer" "$watchdog" 2>/dev/null
+  wait "$killer" "$watchdog" 2>/dev/null
   finish "$1" "$2"
 }
 trap 'stop @timeout_exit@ timeout' USR1
@@ -102,4 +111,5 @@ status=$?
 trap '' TERM INT HUP USR1
 if [ "$grouped" = 1 ]; then kill -KILL -"$job" 2>/dev/null; fi
 kill "$watchdog" 2>/dev/null
+wait "$watchdog" 2>/dev/null
 finish "$status" exit
