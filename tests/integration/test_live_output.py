@@ -92,7 +92,7 @@ class LiveOutput(SshTestCase):
         self.check_single_host(["--local"], "local")
 
     def test_one_host_streams_each_line_as_the_job_prints_it_over_ssh(self):
-        for shell in ("bash", "fish"):
+        for shell in ("zsh", "fish", "tcsh", "bash", "dash"):
             with self.subTest(shell=shell):
                 host = self.srv.alias(shell)
                 self.check_single_host(["--host", host, "--ssh-config", self.srv.ssh_config], host)
