@@ -362,7 +362,8 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
   };
   const std::vector<PlannedRun> runs = {{&job, original.params}};
   ReplayView view(ctx.reporter(), original, std::move(ignored), std::move(compare_job));
-  const BatchOptions batch{true, batch_parallel(target, BatchOptions{}.parallel, sessions.size())};
+  const BatchOptions batch{
+      true, batch_parallel(target, BatchOptions{}.parallel, sessions.size()), {}};
   return view.exit_code(execute_runs(ctx, sessions, runs, options, batch, view));
 }
 
