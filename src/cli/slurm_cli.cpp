@@ -69,6 +69,26 @@ Expected<int> node_count(const SlurmOptions& command_line, const SlurmOptions& c
   return asked.empty() ? config.nodes.value_or(1) : *asked.begin();
 }
 
+// A `[slurm]` value as set_slurm_option takes it: a string, an integer or a list of strings.
+nlohmann::json option_json(const toml::node& option)
+{
+  if (const auto* text = option.as_string()) {
+    return text->get();
+  }
+  if (const auto* number = option.as_integer()) {
+    return number->get();
+  }
+  nlohmann::json json;
+  if (const auto* list = option.as_array()) {
+    json = nlohmann::json::array();
+    for (const auto& item : *list) {
+      json.push_back(item.is_string() ? nlohmann::json(*item.value<std::string>())
+                                      : nlohmann::json());
+    }
+  }
+  return json;
+}
+
 Expected<SlurmOptions> config_table(const toml::table& table, const std::string& path)
 {
   SlurmOptions options;
@@ -83,19 +103,7 @@ Expected<SlurmOptions> config_table(const toml::table& table, const std::string&
                   path, value.source().begin.line, key.str());
     }
     for (const auto& [name, option] : *value.as_table()) {
-      nlohmann::json json;
-      if (const auto* text = option.as_string()) {
-        json = text->get();
-      } else if (const auto* number = option.as_integer()) {
-        json = number->get();
-      } else if (const auto* list = option.as_array()) {
-        json = nlohmann::json::array();
-        for (const auto& item : *list) {
-          json.push_back(item.is_string() ? nlohmann::json(*item.value<std::string>())
-                                          : nlohmann::json());
-        }
-      }
-      if (auto set = set_slurm_option(options, name.str(), json); !set) {
+      if (auto set = set_slurm_option(options, name.str(), option_json(option)); !set) {
         return fail(ErrorKind::usage, "{}:{}: {}", path, option.source().begin.line,
                     set.error().message);
       }
