@@ -119,7 +119,9 @@ done
 
 HF_USER=$(id -un 2>/dev/null)
 [ -n "$HF_USER" ] || HF_USER=${USER:-${LOGNAME:-}}
-HF_SHELL=${SHELL:-}
+# ferry gives jobs no $SHELL (only a fixed set of variables): the account's entry tells it.
+HF_SHELL=${SHELL:-$( (getent passwd "$HF_USER" || cat /etc/passwd) 2>/dev/null |
+    awk -F: -v u="$HF_USER" '$1 == u { print $7; exit }')}
 # Which program `sh` is here (dash, bash, busybox, ...), resolved through symlinks.
 HF_SH=$(command -v sh 2>/dev/null)
 if [ -n "$HF_SH" ]; then

@@ -2,6 +2,7 @@
 // Every run kept in SQLite: WAL, one transaction per run, script bytes stored once per sha256,
 // safe for many ferry processes writing at once; a run the lock keeps out is spooled, not lost.
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -45,10 +46,56 @@ struct RunSummary {
                            // empty when there is no result
 };
 
+// Which runs `last` and `last~N` count (`--job`, `--host`): only this job's, only this host's
+// (its name or the alias given).
+struct RunNarrowing {
+  std::optional<std::string> job;
+  std::optional<std::string> host;
+};
+
 struct LoadOptions {
   // Check every archived blob the run uses (its script) against the sha256 it is filed under;
   // a mismatch or a missing blob is an error. For `replay`, which runs them.
   bool verify_blobs = false;
+  RunNarrowing narrow;
+};
+
+// `ferry prune`: which runs go. Runs that `job`/`host` leave out are never removed.
+struct PruneOptions {
+  std::optional<std::string> started_before; // "YYYY-MM-DDTHH:MM:SS.mmmZ" (normalize_since)
+  std::optional<int> keep_last;              // the N newest runs are kept whatever else says
+  std::optional<std::uint64_t> max_size;     // bytes: oldest runs go until the runs fit in it
+  std::optional<std::string> job;
+  std::optional<std::string> host; // the target's host or the name the user gave
+  bool dry_run = false;            // say what would go, change nothing
+};
+
+// One run as `prune` and `log --stats` count it: its columns' bytes.
+struct RunSize {
+  std::string run_id;
+  std::string job;
+  std::string host_label;
+  std::string started_at;
+  std::uint64_t bytes = 0;
+};
+
+struct PruneOutcome {
+  std::vector<RunSize> removed; // oldest first (with dry_run: what would be removed)
+  std::uint64_t removed_bytes = 0;
+  std::int64_t scripts_removed = 0; // scripts no run refers to any more
+  std::uint64_t file_bytes_before = 0;
+  std::uint64_t file_bytes_after = 0;
+};
+
+// `ferry log --stats`.
+struct ArchiveStats {
+  std::uint64_t file_bytes = 0; // the file and its -wal
+  std::uint64_t used_bytes = 0; // pages in use (the rest is free space a prune left)
+  std::int64_t runs = 0;
+  std::int64_t scripts = 0;
+  std::string oldest; // started_at of the oldest run; empty when there are none
+  std::string newest;
+  std::vector<RunSize> largest; // biggest first
 };
 
 class Archive {
@@ -84,9 +131,24 @@ public:
   // same whatever the runs hold. `with_output` is not used.
   [[nodiscard]] Expected<std::vector<RunSummary>> list(const LogFilter& filter);
 
-  // A run by its id, a unique prefix of it, or "last"; with script and raw result bytes.
-  // No such run, or an ambiguous prefix: ErrorKind::usage.
+  // The id of the run REF names: a run id, a unique prefix of one or of its random part (after
+  // the timestamp), "last", or "last~N" (N runs before the last, among those `narrow` lets
+  // through). No such run, or an ambiguous prefix (the error lists up to 10 candidates):
+  // ErrorKind::usage.
+  [[nodiscard]] Expected<std::string> resolve(std::string_view ref,
+                                              const RunNarrowing& narrow = {});
+
+  // The run resolve() names, with script and raw result bytes.
   [[nodiscard]] Expected<RunRecord> load(std::string_view ref, const LoadOptions& options = {});
+
+  // Removes the runs OPTIONS select, then the scripts no run refers to, in one transaction
+  // taken with the bounded lock wait (other ferry processes may be writing), then returns the
+  // freed pages to the file system (incremental vacuum; an archive made before ferry set that
+  // up is vacuumed whole once). Needs an archive opened with open().
+  [[nodiscard]] Expected<PruneOutcome> prune(const PruneOptions& options);
+
+  // Size, run count and the LARGEST biggest runs.
+  [[nodiscard]] Expected<ArchiveStats> stats(int largest = 5);
 
   [[nodiscard]] const std::filesystem::path& path() const;
 
@@ -106,5 +168,13 @@ private:
 [[nodiscard]] Expected<std::string>
 normalize_since(std::string_view text,
                 std::chrono::system_clock::time_point now = std::chrono::system_clock::now());
+
+// "2GiB", "500MiB", "1.5GB", "4096": a size in bytes. KiB/MiB/GiB/TiB (and K/M/G/T) are
+// powers of 1024, KB/MB/GB/TB powers of 1000; case does not matter. Anything else:
+// ErrorKind::usage naming WHAT.
+[[nodiscard]] Expected<std::uint64_t> parse_size(std::string_view text, std::string_view what);
+
+// A size for people: "1.5 GiB", "320 KiB", "12 B".
+[[nodiscard]] std::string size_text(std::uint64_t bytes);
 
 } // namespace ferry

@@ -49,6 +49,9 @@ public:
                           std::string_view /*bytes*/)
   {
   }
+  // What the target says about a running job that is not its output (a scheduler's queue
+  // state: "job 4242 pending: Resources").
+  virtual void run_note(const RunRef& /*run*/, std::string_view /*text*/) {}
   // A run has ended; the observer may take what it needs from the record (or add to it).
   virtual void run_finished(RunRecord& record) = 0;
   virtual void progress(const FleetProgress& /*progress*/) {}

@@ -9,7 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ferry/bundle.hpp"
 #include "ferry/expected.hpp"
+#include "ferry/slurm_options.hpp"
 
 namespace ferry {
 
@@ -37,6 +39,17 @@ struct JobMeta {
   // A JSON Schema (an object) the job's result follows; `ferry mcp` publishes it as the tool's
   // output schema.
   std::optional<nlohmann::json> result_schema;
+  // `[env]`: variables the job runs with (docs/job-file.md); --env and the config file add to
+  // them and win.
+  std::map<std::string, std::string> env;
+  // `volatile = ["/cwd", "/hostname"]`: JSON Pointers into the result whose values legitimately
+  // vary from run to run; `replay` leaves them (and what is below them) out of its comparison.
+  std::vector<std::string> volatile_pointers;
+  // `files`: globs relative to the job file's directory, staged beside the job; `outputs`: globs
+  // relative to the run directory, fetched after the run.
+  std::vector<std::string> files;
+  std::vector<std::string> outputs;
+  SlurmOptions slurm; // what the job asks of a Slurm target (its `[slurm]` table)
 };
 
 struct Job {
@@ -45,6 +58,7 @@ struct Job {
   std::string file_name; // the name it travels under (its own file name)
   std::string bytes;     // exactly the file's bytes
   JobMeta meta;
+  std::vector<BundleFile> files; // what travels beside it (resolve_job_files, or the archive)
 
   [[nodiscard]] const ParamSpec* param(std::string_view name) const;
 };

@@ -1,6 +1,8 @@
 #pragma once
 // Result comparison for `replay`: numbers compared exactly, list order matters, every change
 // named by its JSON Pointer.
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,5 +19,13 @@ struct JsonChange {
 
 [[nodiscard]] std::vector<JsonChange> json_diff(const nlohmann::json& old_value,
                                                 const nlohmann::json& new_value);
+
+// Whether TEXT is a JSON Pointer (RFC 6901): "" or "/"-separated tokens, '~' only as ~0 or ~1.
+[[nodiscard]] bool is_json_pointer(std::string_view text);
+
+// CHANGES without those at or below any of IGNORED (JSON Pointers): "/cwd" drops "/cwd" and
+// "/cwd/x", not "/cwdx"; "" drops everything.
+[[nodiscard]] std::vector<JsonChange> without_ignored(std::vector<JsonChange> changes,
+                                                      const std::vector<std::string>& ignored);
 
 } // namespace ferry

@@ -38,6 +38,11 @@ public:
   virtual void record(const RunRecord& record, const nlohmann::json& extra) = 0;
   // RunObserver: a finished run is shown as record() shows it.
   void run_finished(RunRecord& run) override { record(run, nlohmann::json::object()); }
+  // RunObserver: a target's note about a running job, as "HOST JOB: TEXT".
+  void run_note(const RunRef& run, std::string_view text) override
+  {
+    note(fmt::format("{} {}: {}", run.host, run.job, text));
+  }
 
   virtual void table(const Table& table) = 0;
   // One document: the terminal shows `text`, JSON Lines shows `json` as one line.

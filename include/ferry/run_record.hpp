@@ -2,8 +2,10 @@
 // One run of one job on one target: what `run --json`, `show --json` and the archive carry
 // (docs/record.md).
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -47,12 +49,26 @@ struct RunRecord {
   // {"name","version"} of the MCP client that asked for the run (`ferry mcp`); null for runs
   // the command line started, and then absent from the JSON record.
   nlohmann::json client;
+  // The names (never the values) of the variables the job was given, and the interpreter that
+  // ran it (after the config file and --interpreter).
+  std::vector<std::string> env;
+  std::string interpreter;
+  // The effective options the run was made with (docs/record.md, "options"): what `replay`
+  // runs with again. An empty object for runs recorded before ferry kept them.
+  nlohmann::json options = nlohmann::json::object();
+  // Files staged beside the job, [{"path","mode","size","sha256"}], and files fetched back,
+  // [{"path","size","sha256","archived"}]; absent from the JSON record when empty.
+  nlohmann::json files = nlohmann::json::array();
+  nlohmann::json outputs = nlohmann::json::array();
 
   // Not part of the JSON record: the exact bytes that ran, the name they travelled under, and
   // the result file's bytes as they came back.
   std::string script;
   std::string result_bytes;
   std::string script_name;
+  // Not part of the JSON record: the bytes of the staged files and of the archived outputs, by
+  // sha256 (each stored once in the archive).
+  std::map<std::string, std::string> blobs;
   std::string host_label;   // what the user called the target ("gpu1", "local")
   bool unreachable = false; // the host could not be reached or trusted (exit 3)
 };

@@ -1,12 +1,17 @@
 #pragma once
 // Runs one job on one connected HostSession: stage, exec the launcher, fetch, clean up, and
 // turn what happened into a RunRecord. Knows nothing of how the session reaches its host.
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "ferry/job.hpp"
+#include "ferry/run_env.hpp"
 #include "ferry/run_record.hpp"
 #include "ferry/transport.hpp"
 
@@ -22,7 +27,24 @@ struct RunOptions {
   bool verbose = false; // `-v`: each step with its time on stderr
   StopToken stop;       // stopped: the runs end as on an interrupt (status interrupted)
   OutputSink on_output; // optional: the job's output as it arrives
+  // The job's environment and interpreter: the job's [env], then the host's settings from the
+  // config file, then --env; --interpreter NAME=PATH wins over the config file's mapping.
+  EnvVars env;
+  std::map<std::string, std::string> interpreters;
+  std::function<HostSettings(std::string_view host)> host_settings; // may be empty
+  // Recorded only (the session applies it): the run directory base given, empty for the default.
+  std::string remote_base;
+  // Files back: `--fetch` globs (besides the job's `outputs`), where they go (`{run_id}` and
+  // `{host}` replaced), and how many bytes of them per run the archive keeps.
+  std::vector<std::string> fetch;
+  std::string out_dir = "ferry-out/{run_id}/{host}";
+  std::uint64_t archive_outputs_max = 16u << 20;
+  NoteSink on_note; // optional: the target's notes about a run (a scheduler's queue state)
 };
+
+// The record's "options" (docs/record.md): the options the run is made with, defaults applied,
+// as `replay` reuses them. The one place that decides what a record keeps of them.
+[[nodiscard]] nlohmann::json recorded_options(const RunOptions& options, const Job& job);
 
 // `-v` output: "ferry: gpu1 kv_calc: upload 0.004 s".
 void log_step(const RunOptions& options, std::string_view host, std::string_view job,
@@ -36,6 +58,13 @@ void log_step(const RunOptions& options, std::string_view host, std::string_view
 // The run: every failure ends up in the record, never as an exception.
 [[nodiscard]] RunRecord run_job(HostSession& session, const Job& job, const nlohmann::json& params,
                                 const RunOptions& options);
+
+// The variables and the interpreter a run on `host` gets (see RunOptions).
+struct JobSetup {
+  EnvVars env;
+  std::string interpreter;
+};
+[[nodiscard]] JobSetup job_setup(const Job& job, const RunOptions& options, std::string_view host);
 
 // The file name the job travels under inside its run directory.
 [[nodiscard]] std::string staged_job_file_name(const Job& job);

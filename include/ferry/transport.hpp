@@ -14,9 +14,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ferry/bundle.hpp"
 #include "ferry/expected.hpp"
 
 namespace ferry {
+
+struct Job;
 
 // One output stream of a job, kept up to a cap: its first and its last half; what came between
 // them is counted, never stored.
@@ -37,6 +40,10 @@ enum class OutputStream { out, err };
 // What a job printed, passed on as it arrives (live output); called from the thread that runs
 // the job.
 using OutputSink = std::function<void(OutputStream, std::string_view)>;
+
+// What a target has to say about a run while it waits or runs, for the user and not part of the
+// job's output ("job 4242 pending: Resources"); called from the thread that runs the job.
+using NoteSink = std::function<void(std::string_view)>;
 
 // Feeds raw stream bytes; sets aside what precedes the launcher's sentinel line and the report
 // the launcher prints after its `end_marker` (at most `report_cap` bytes; more means the job
@@ -113,6 +120,7 @@ struct ExecRequest {
   std::chrono::steady_clock::duration start_limit = std::chrono::seconds(20);
   StopToken stop;       // stopped: the job is stopped as on an interrupt
   OutputSink on_output; // optional: the job's output as it arrives
+  NoteSink on_note;     // optional: the target's notes about the run
 };
 
 // The capture of one stream of `request`'s job, passing what arrives to its on_output.
@@ -137,6 +145,14 @@ struct ExecOutcome {
   // The launcher exited but something it left behind (a daemon that escaped the job's process
   // group) kept the output streams open; ferry stopped waiting for them.
   bool output_held_open = false;
+  // A target that knows why the job did not run to its end better than an exit status can tell
+  // (a scheduler stopped it at its time limit, a node could not see the run directory) says so;
+  // the run then ends with this status and message.
+  struct Verdict {
+    enum class Kind { failed, timeout, error } kind = Kind::failed;
+    std::string message;
+  };
+  std::optional<Verdict> verdict;
 };
 
 // How long to wait for the output streams to close once the launcher itself has exited.
@@ -150,6 +166,9 @@ struct FetchedFile {
   std::string other; // other: what it is instead ("a directory", "a symbolic link", ...)
 };
 
+// Takes the bytes of a file as they are read (fetch_stream); an error stops the read.
+using ChunkSink = std::function<Expected<void>(std::string_view)>;
+
 class HostSession {
 public:
   virtual ~HostSession() = default;
@@ -162,6 +181,9 @@ public:
   // Whether several runs may use this session at once, from as many threads (each its own
   // channel); false: one run at a time.
   [[nodiscard]] virtual bool concurrent_runs() const { return false; }
+  // The job the next run stages, and its timeout: a scheduler reads the job's own options (its
+  // `[slurm]` table) from it. Called before create_run_dir.
+  virtual void prepare_run(const Job& /*job*/, int /*timeout_s*/) {}
   // What later calls honour as a request to stop (a run's own token; the process's interrupt is
   // always honoured): blocking steps end within a few seconds of it.
   virtual void bind_stop(const StopToken& /*stop*/) {}
@@ -175,6 +197,15 @@ public:
   // or directory is never opened or followed), at most `cap` + 1 bytes of it.
   [[nodiscard]] virtual Expected<FetchedFile> fetch_file(const std::string& path,
                                                          std::size_t cap) = 0;
+  // The same rules as fetch_file, the bytes handed to `sink` piece by piece (no copy is held);
+  // `bytes` of the result stays empty.
+  [[nodiscard]] virtual Expected<FetchedFile> fetch_stream(const std::string& path,
+                                                           const ChunkSink& sink) = 0;
+  // A new 0700 directory; one that exists already (a link included) is an error.
+  [[nodiscard]] virtual Expected<void> make_dir(const std::string& path) = 0;
+  // The entries of a directory as lstat sees them; nullopt when it does not exist.
+  [[nodiscard]] virtual Expected<std::optional<std::vector<DirEntry>>>
+  list_dir(const std::string& path) = 0;
   [[nodiscard]] virtual Expected<bool> file_exists(const std::string& path) = 0;
   [[nodiscard]] virtual Expected<void> remove_run_dir(const std::string& path) = 0;
   // The launcher removed the run directory itself: whatever the session remembers of it can go.

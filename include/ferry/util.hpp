@@ -1,5 +1,6 @@
 #pragma once
 // Small helpers that know nothing of ferry: hashing, randomness, time, files.
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -11,6 +12,20 @@
 namespace ferry {
 
 [[nodiscard]] std::string sha256_hex(std::string_view bytes);
+
+// SHA-256 fed piece by piece, for files streamed to disk (no copy of them is held).
+class Sha256 {
+public:
+  Sha256();
+  void update(std::string_view bytes);
+  [[nodiscard]] std::string hex() &&; // lowercase hex
+
+private:
+  std::array<std::uint32_t, 8> m_h;
+  std::array<unsigned char, 64> m_block{};
+  std::size_t m_buffered = 0;
+  std::uint64_t m_total = 0;
+};
 
 // `bytes` random bytes from the operating system (getrandom), as lowercase hex.
 [[nodiscard]] std::string random_hex(std::size_t bytes);

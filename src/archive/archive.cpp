@@ -2,6 +2,8 @@
 
 #include "archive/archive_file.hpp"
 #include "archive/errors.hpp"
+#include "archive/prune.hpp"
+#include "archive/resolve.hpp"
 #include "archive/schema.hpp"
 #include "archive/setup.hpp"
 #include "archive/spool.hpp"
@@ -99,6 +101,18 @@ struct Archive::Impl {
       (void)db.exec("ROLLBACK");
     }
     return stored;
+  }
+
+  // Archive::resolve with the mutex held.
+  Expected<std::string> resolve(std::string_view ref, const RunNarrowing& narrow)
+  {
+    FERRY_TRY_ASSIGN(const bool is_usable, usable());
+    if (!is_usable) {
+      return fail(ErrorKind::usage, "no run '{}': archive {} holds no runs yet", ref,
+                  path.string());
+    }
+    db.start_lock_wait(lock_wait);
+    return archive::resolve_run(db, path, ref, narrow);
   }
 
   Expected<RecordOutcome> spool(const RunRecord& run)
@@ -302,77 +316,24 @@ Expected<std::vector<T>> read_rows(Statement& stmt, Database& db, const fs::path
   }
 }
 
-// The smallest string greater than every string that starts with `prefix`; empty: none.
-std::string prefix_upper_bound(std::string prefix)
-{
-  while (!prefix.empty()) {
-    auto& last = reinterpret_cast<unsigned char&>(prefix.back());
-    if (last != 0xff) {
-      ++last;
-      return prefix;
-    }
-    prefix.pop_back();
-  }
-  return prefix;
-}
-
-// The statement that finds REF: "last", a run id, or the ids that start with it.
-SqliteResult<Statement> select_run(Database& db, std::string_view ref)
-{
-  const std::string select =
-      fmt::format("SELECT {}, script_sha256 FROM runs ", archive::record_columns);
-  if (ref == "last") {
-    return db.prepare(select + "ORDER BY started_at DESC, rowid DESC LIMIT 1");
-  }
-  // The id itself, or the ids in [prefix, upper bound) — a range scan of the primary key.
-  // An exact match sorts first, and wins even when it is also a prefix of other ids.
-  const std::string upper = prefix_upper_bound(std::string(ref));
-  FERRY_TRY_ASSIGN(auto stmt,
-                   db.prepare(select + (upper.empty() ? "WHERE run_id >= ?1 ORDER BY run_id LIMIT 6"
-                                                      : "WHERE run_id >= ?1 AND run_id < ?2 "
-                                                        "ORDER BY run_id LIMIT 6")));
-  stmt.bind(1, ref);
-  if (!upper.empty()) {
-    stmt.bind(2, upper);
-  }
-  return stmt;
-}
-
-// The run REF names: the first row of `stmt` (with its script's sha256), unless REF is an
-// ambiguous prefix or names nothing (ErrorKind::usage).
+// The run with id RUN_ID (with its script's sha256); ErrorKind::failed when it is gone, which
+// only a prune between resolving and loading can do.
 Expected<std::pair<RunRecord, std::optional<std::string>>>
-pick_run(Statement& stmt, Database& db, const fs::path& path, std::string_view ref)
+load_by_id(Database& db, const fs::path& path, const std::string& run_id)
 {
-  std::vector<std::string> candidates;
-  std::optional<RunRecord> found;
-  std::optional<std::string> script_sha256;
-  for (;;) {
-    FERRY_TRY_ASSIGN(const bool row, explained(stmt.step(), path, "read archive", &db));
-    if (!row) {
-      break;
-    }
-    candidates.push_back(stmt.column_bytes(0));
-    if (!found) {
-      FERRY_TRY_ASSIGN(found, archive::record_from_row(stmt, path));
-      script_sha256 = stmt.column_optional(archive::script_sha256_column);
-    }
-  }
-  if (!found) {
-    if (ref == "last") {
-      return fail(ErrorKind::usage, "no run 'last': archive {} holds no runs yet", path.string());
-    }
-    return fail(ErrorKind::usage, "no run '{}' in archive {}; `ferry log` lists the runs", ref,
+  FERRY_TRY_ASSIGN(auto stmt,
+                   explained(db.prepare(fmt::format("SELECT {}, script_sha256 FROM runs WHERE "
+                                                    "run_id = ?1",
+                                                    archive::record_columns)),
+                             path, "read archive", &db));
+  stmt.bind(1, run_id);
+  FERRY_TRY_ASSIGN(const bool row, explained(stmt.step(), path, "read archive", &db));
+  if (!row) {
+    return fail(ErrorKind::failed, "run {} left archive {} while it was read (pruned?)", run_id,
                 path.string());
   }
-  if (candidates.size() > 1 && found->run_id != ref && ref != "last") {
-    std::string listed;
-    for (std::size_t i = 0; i < candidates.size() && i < 5; ++i) {
-      listed += (i == 0 ? "" : ", ") + candidates[i];
-    }
-    return fail(ErrorKind::usage, "run '{}' is ambiguous: it matches {}{}; give more characters",
-                ref, listed, candidates.size() > 5 ? ", …" : "");
-  }
-  return std::pair{std::move(*found), std::move(script_sha256)};
+  FERRY_TRY_ASSIGN(auto run, archive::record_from_row(stmt, path));
+  return std::pair{std::move(run), stmt.column_optional(archive::script_sha256_column)};
 }
 
 // The script bytes stored under SHA256; nothing when there is no such script.
@@ -401,6 +362,42 @@ Expected<void> verify_script(const RunRecord& run, const std::optional<std::stri
                 run.run_id, path.string(), sha256, actual);
   }
   return {};
+}
+
+// The bytes of RUN's staged files and archived outputs (run_files), into run.blobs; with
+// `verify`, a missing blob or one whose bytes do not hash to its name is an error.
+Expected<void> load_file_blobs(Database& db, RunRecord& run, bool verify, const fs::path& path)
+{
+  FERRY_TRY_ASSIGN(auto stmt,
+                   explained(db.prepare("SELECT f.path, f.sha256, s.bytes FROM run_files f "
+                                        "LEFT JOIN scripts s ON s.sha256 = f.sha256 "
+                                        "WHERE f.run_id = ?1 AND f.archived = 1"),
+                             path, "read archive", &db));
+  stmt.bind(1, run.run_id);
+  for (;;) {
+    FERRY_TRY_ASSIGN(const bool row, explained(stmt.step(), path, "read archive", &db));
+    if (!row) {
+      return {};
+    }
+    const std::string sha256 = stmt.column_bytes(1);
+    if (stmt.is_null(2)) {
+      if (verify) {
+        return fail(ErrorKind::failed,
+                    "the file {} of run {} (sha256 {}) is missing from archive {}; the archive "
+                    "was changed outside ferry — refusing to use it",
+                    stmt.column_bytes(0), run.run_id, sha256, path.string());
+      }
+      continue;
+    }
+    std::string bytes = stmt.column_bytes(2);
+    if (verify && sha256_hex(bytes) != sha256) {
+      return fail(ErrorKind::failed,
+                  "the archived file {} of run {} does not match its sha256 {}; the archive was "
+                  "changed outside ferry — refusing to use it",
+                  stmt.column_bytes(0), run.run_id, sha256);
+    }
+    run.blobs.emplace(sha256, std::move(bytes));
+  }
 }
 
 } // namespace
@@ -439,22 +436,23 @@ Expected<std::vector<RunSummary>> Archive::list(const LogFilter& filter)
   return read_rows<RunSummary>(stmt, db, path, archive::summary_from_row);
 }
 
+Expected<std::string> Archive::resolve(std::string_view ref, const RunNarrowing& narrow)
+{
+  std::lock_guard lock(m_impl->mutex);
+  return m_impl->resolve(ref, narrow);
+}
+
 Expected<RunRecord> Archive::load(std::string_view ref, const LoadOptions& options)
 {
   std::lock_guard lock(m_impl->mutex);
   Database& db = m_impl->db;
   const fs::path& path = m_impl->path;
-  if (ref.empty()) {
-    return fail(ErrorKind::usage, "no run given: pass a run id, a unique prefix of one, or 'last'");
-  }
-  FERRY_TRY_ASSIGN(const bool usable, m_impl->usable());
-  if (!usable) {
-    return fail(ErrorKind::usage, "no run '{}': archive {} holds no runs yet", ref, path.string());
-  }
-  db.start_lock_wait(m_impl->lock_wait);
-  FERRY_TRY_ASSIGN(auto stmt, explained(select_run(db, ref), path, "read archive", &db));
-  FERRY_TRY_ASSIGN(auto picked, pick_run(stmt, db, path, ref));
+  FERRY_TRY_ASSIGN(const auto run_id, m_impl->resolve(ref, options.narrow));
+  FERRY_TRY_ASSIGN(auto picked, load_by_id(db, path, run_id));
   auto& [run, script_sha256] = picked;
+  if (!run.files.empty() || !run.outputs.empty()) {
+    FERRY_TRY(load_file_blobs(db, run, options.verify_blobs, path));
+  }
   if (!script_sha256) {
     return std::move(run);
   }
@@ -465,6 +463,32 @@ Expected<RunRecord> Archive::load(std::string_view ref, const LoadOptions& optio
   }
   run.script = std::move(script).value_or(std::string());
   return std::move(run);
+}
+
+Expected<PruneOutcome> Archive::prune(const PruneOptions& options)
+{
+  std::lock_guard lock(m_impl->mutex);
+  if (!m_impl->writable) {
+    return fail(ErrorKind::failed, "cannot prune archive {}: it was opened read-only",
+                m_impl->path.string());
+  }
+  FERRY_TRY_ASSIGN(const bool usable, m_impl->usable());
+  if (!usable) {
+    return PruneOutcome{};
+  }
+  m_impl->db.start_lock_wait(m_impl->lock_wait);
+  return archive::prune_runs(m_impl->db, m_impl->path, options);
+}
+
+Expected<ArchiveStats> Archive::stats(int largest)
+{
+  std::lock_guard lock(m_impl->mutex);
+  FERRY_TRY_ASSIGN(const bool usable, m_impl->usable());
+  if (!usable) {
+    return ArchiveStats{};
+  }
+  m_impl->db.start_lock_wait(m_impl->lock_wait);
+  return archive::archive_stats(m_impl->db, m_impl->path, largest);
 }
 
 } // namespace ferry

@@ -98,10 +98,27 @@ CREATE INDEX runs_by_status ON runs(status, started_at);
 CREATE INDEX runs_by_replay_of ON runs(replay_of) WHERE replay_of IS NOT NULL;
 )sql";
 
+// Version 3: the files that travel with a run and the files fetched back from it. Their bytes
+// are kept once per sha256 in `scripts` (the table of every blob by hash); `archived` says
+// whether an output's bytes were kept (larger ones are recorded with their hash only).
+constexpr std::string_view v3 = R"sql(
+CREATE TABLE run_files (
+  run_id   TEXT NOT NULL,
+  kind     TEXT NOT NULL CHECK (kind IN ('file', 'output')),
+  path     TEXT NOT NULL,
+  mode     INTEGER,
+  size     INTEGER NOT NULL,
+  sha256   TEXT NOT NULL,
+  archived INTEGER NOT NULL,
+  PRIMARY KEY (run_id, kind, path)
+);
+)sql";
+
 // Append new versions here; never edit a step that has shipped.
 constexpr std::array steps{
     Migration{1, v1},
     Migration{2, v2},
+    Migration{3, v3},
 };
 
 static_assert(application_id == 1179800153, "v1 writes application_id as a decimal literal");

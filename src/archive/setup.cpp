@@ -104,9 +104,12 @@ Expected<bool> set_up(Database& db, const fs::path& path, JournalMode journal)
 
   // A small page cache: runs carry blobs of up to 16 MiB each, and the cache need not hold them.
   // The switch to WAL is refused at once (no busy handler) while another process opens the file.
-  const std::string pragmas =
-      fmt::format("PRAGMA journal_mode = {}; PRAGMA synchronous = FULL; PRAGMA cache_size = -1024",
-                  journal == JournalMode::wal ? "WAL" : "OFF");
+  // A new archive gives back the space of pruned runs page by page (`ferry prune`); the setting
+  // only takes before the first table exists.
+  const std::string pragmas = fmt::format(
+      "{}PRAGMA journal_mode = {}; PRAGMA synchronous = FULL; PRAGMA cache_size = -1024",
+      info->objects == 0 ? "PRAGMA auto_vacuum = INCREMENTAL; " : "",
+      journal == JournalMode::wal ? "WAL" : "OFF");
   auto configured = retry_while_locked(db, [&] { return db.exec(pragmas); });
   if (!configured) {
     return unless_locked(configured.error(), path, "open archive", db);

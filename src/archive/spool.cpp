@@ -139,7 +139,9 @@ Moved copy_in(Database& db, const fs::path& file)
                  fmt::format("INSERT INTO scripts(sha256, name, bytes) SELECT sha256, name, bytes "
                              "FROM spool.scripts WHERE true ON CONFLICT(sha256) DO NOTHING; "
                              "INSERT INTO runs({0}) SELECT {0} FROM spool.runs WHERE true "
-                             "ON CONFLICT(run_id) DO NOTHING; COMMIT",
+                             "ON CONFLICT(run_id) DO NOTHING; "
+                             "INSERT INTO run_files SELECT * FROM spool.run_files WHERE true "
+                             "ON CONFLICT DO NOTHING; COMMIT",
                              run_columns))) {
     moved = Moved::yes;
   } else {

@@ -39,8 +39,9 @@ std::string small_record(const RunRecord& run)
   [[maybe_unused]] const auto& [run_id, job, job_sha256, target, params, status, exit_code, error,
                                 result, stdout_text, stderr_text, stdout_truncated,
                                 stderr_truncated, started_at, duration_s, timings, replay_of,
-                                ferry_version, warnings, client, script, result_bytes, script_name,
-                                host_label, unreachable] = run;
+                                ferry_version, warnings, client, env, interpreter, options, files,
+                                outputs, script, result_bytes, script_name, blobs, host_label,
+                                unreachable] = run;
   const RunRecord head{.run_id = run_id,
                        .job = job,
                        .job_sha256 = job_sha256,
@@ -61,9 +62,15 @@ std::string small_record(const RunRecord& run)
                        .ferry_version = ferry_version,
                        .warnings = warnings,
                        .client = client,
+                       .env = env,
+                       .interpreter = interpreter,
+                       .options = options,
+                       .files = files,
+                       .outputs = outputs,
                        .script = {},
                        .result_bytes = {},
                        .script_name = script_name,
+                       .blobs = {},
                        .host_label = host_label,
                        .unreachable = unreachable};
   json record = to_json(head, false);
@@ -124,6 +131,44 @@ SqliteResult<> insert_script(Database& db, const RunRecord& run, const std::stri
   FERRY_TRY_ASSIGN(auto stmt, db.prepare("INSERT INTO scripts(sha256, name, bytes) "
                                          "VALUES(?1, ?2, ?3) ON CONFLICT(sha256) DO NOTHING"));
   return stmt.bind(1, sha256).bind(2, run.script_name).bind_blob(3, run.script).run();
+}
+
+// The staged files' and archived outputs' bytes, once per sha256 (keyed by the bytes themselves).
+SqliteResult<> insert_blobs(Database& db, const RunRecord& run)
+{
+  for (const auto& [sha256, bytes] : run.blobs) {
+    FERRY_TRY_ASSIGN(auto stmt, db.prepare("INSERT INTO scripts(sha256, name, bytes) "
+                                           "VALUES(?1, '', ?2) ON CONFLICT(sha256) DO NOTHING"));
+    FERRY_TRY(stmt.bind(1, sha256_hex(bytes)).bind_blob(2, bytes).run());
+  }
+  return {};
+}
+
+// One run_files row per staged file and fetched output.
+SqliteResult<> insert_file_rows(Database& db, const RunRecord& run)
+{
+  const std::pair<std::string_view, const json*> lists[] = {{"file", &run.files},
+                                                            {"output", &run.outputs}};
+  for (const auto& [kind, list] : lists) {
+    for (const auto& item : *list) {
+      FERRY_TRY_ASSIGN(auto stmt, db.prepare("INSERT INTO run_files(run_id, kind, path, mode, "
+                                             "size, sha256, archived) "
+                                             "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
+      const std::string sha256 = item.value("sha256", "");
+      const bool archived = run.blobs.count(sha256) != 0;
+      stmt.bind(1, run.run_id).bind(2, kind).bind(3, item.value("path", ""));
+      if (const auto mode = item.find("mode"); mode != item.end() && mode->is_string()) {
+        stmt.bind(4, static_cast<std::int64_t>(std::stoll(mode->get<std::string>(), nullptr, 8)));
+      } else {
+        stmt.bind_null(4);
+      }
+      stmt.bind(5, item.value("size", std::int64_t{0}))
+          .bind(6, sha256)
+          .bind(7, std::int64_t{archived ? 1 : 0});
+      FERRY_TRY(stmt.run());
+    }
+  }
+  return {};
 }
 
 // The row with its small columns set and every big one a zeroblob of the right size; its rowid.
@@ -216,6 +261,7 @@ Expected<void> insert_run(Database& db, const fs::path& path, const RunRecord& r
     script_sha256 = sha256_hex(run.script);
     FERRY_TRY(explained(insert_script(db, run, *script_sha256), path, doing, &db));
   }
+  FERRY_TRY(explained(insert_blobs(db, run), path, doing, &db));
   crash_here_if_asked("after-script");
   auto inserted = insert_run_row(db, run, script_sha256);
   if (!inserted && inserted.error().code == SQLITE_CONSTRAINT_PRIMARYKEY) {
@@ -224,6 +270,7 @@ Expected<void> insert_run(Database& db, const fs::path& path, const RunRecord& r
                 path.string());
   }
   FERRY_TRY(explained(std::move(inserted), path, doing, &db));
+  FERRY_TRY(explained(insert_file_rows(db, run), path, doing, &db));
   crash_here_if_asked("after-run");
   return {};
 }

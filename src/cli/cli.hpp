@@ -14,6 +14,8 @@
 #include "ferry/exit_code.hpp"
 #include "ferry/job.hpp"
 #include "ferry/reporter.hpp"
+#include "ferry/user_config.hpp"
+#include "slurm_cli.hpp" // relative: main.cpp sees only include/
 
 namespace ferry::cli {
 
@@ -35,6 +37,7 @@ struct TargetOptions {
   double connect_timeout_s = 0; // 0: ConnectTimeout from the ssh config, else 10 s
   std::string remote_base;      // default: $HOME/.cache/ferry/runs on the host
   int retries = 1;
+  SlurmCli slurm; // --slurm LOGIN and its options (docs/slurm.md)
 };
 
 using Action = std::function<Expected<ExitCode>()>;
@@ -50,6 +53,15 @@ struct Context {
                                        : std::filesystem::path(global.archive_path);
   }
 
+  // The user's config file, read once (docs/config.md); a bad file is a usage error.
+  [[nodiscard]] Expected<const UserConfig*> user_config()
+  {
+    if (!m_config) {
+      FERRY_TRY_ASSIGN(m_config, load_user_config(default_user_config_path()));
+    }
+    return &*m_config;
+  }
+
   // The reporter every output goes through: the terminal one unless a command asked for JSON.
   [[nodiscard]] Reporter& reporter();
   // JSON Lines (with output events when `terminal.stream`), or the terminal reporter.
@@ -57,6 +69,7 @@ struct Context {
 
 private:
   std::unique_ptr<Reporter> m_reporter;
+  std::optional<UserConfig> m_config;
 };
 
 // Makes `action` the one to run when `command` is chosen.
@@ -72,6 +85,7 @@ void add_log_command(CLI::App& app, Context& ctx);
 void add_show_command(CLI::App& app, Context& ctx);
 void add_export_command(CLI::App& app, Context& ctx);
 void add_replay_command(CLI::App& app, Context& ctx);
+void add_prune_command(CLI::App& app, Context& ctx);
 void add_mcp_command(CLI::App& app, Context& ctx);
 void add_completion_command(CLI::App& app, Context& ctx);
 

@@ -17,8 +17,8 @@ struct CheckCommand {
   int parallel = 8;
 };
 
-// An interpreter the jobs on the path declare, and which jobs do. `mapped` is the seam for a
-// per-host interpreter map: a host listed there is asked about that program instead.
+// An interpreter the jobs on the path declare, and which jobs do. `mapped`: the config file's
+// interpreters per host; a host listed there is asked about that program instead.
 struct InterpreterNeed {
   std::string name;
   std::vector<std::string> jobs;
@@ -44,6 +44,24 @@ std::vector<InterpreterNeed> interpreter_needs(const JobPath& path)
     needs.push_back({name, std::move(jobs), {}});
   }
   return needs;
+}
+
+// The config file's interpreters for each host (a mapped program no job needs is checked too).
+void add_mapped(std::vector<InterpreterNeed>& needs, const UserConfig& config,
+                const std::vector<std::unique_ptr<HostSession>>& sessions)
+{
+  for (const auto& session : sessions) {
+    const std::string host = session->label();
+    for (const auto& [name, program] : config.for_host(host).settings.interpreters) {
+      auto need = std::find_if(needs.begin(), needs.end(),
+                               [&](const InterpreterNeed& n) { return n.name == name; });
+      if (need == needs.end()) {
+        needs.push_back({name, {}, {}});
+        need = std::prev(needs.end());
+      }
+      need->mapped[host] = program;
+    }
+  }
 }
 
 // host_facts' `interpreters` parameter: every program any host is asked about.
@@ -107,7 +125,9 @@ std::string finding_text(const InterpreterFinding& finding)
     text += " as " + terminal_safe(finding.program);
   }
   if (!finding.path) {
-    return fmt::format("{} missing (needed by {})", text, fmt::join(finding.need->jobs, ", "));
+    return finding.need->jobs.empty() ? fmt::format("{} missing (mapped in the config file)", text)
+                                      : fmt::format("{} missing (needed by {})", text,
+                                                    fmt::join(finding.need->jobs, ", "));
   }
   if (finding.version) {
     text += " " + terminal_safe(*finding.version);
@@ -173,6 +193,9 @@ public:
 private:
   static std::string text(const RunRecord& record, const std::vector<InterpreterFinding>& found)
   {
+    if (auto slurm = slurm_check_text(record)) {
+      return *slurm;
+    }
     const std::string host = terminal_safe(record.host_label);
     if (record.status != RunStatus::ok) {
       return fmt::format("{}: FAILED — {}\n", host,
@@ -208,13 +231,18 @@ Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
   ctx.use_json(cmd.json);
   // Always the built-in: a host_facts on the job path cannot change what check reports.
   FERRY_TRY_ASSIGN(const auto job, find_job(std::string(k_builtin_prefix) + "host_facts", {}));
-  const auto needs = interpreter_needs(ctx.job_path());
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, cmd.target));
+  auto needs = interpreter_needs(ctx.job_path());
+  TargetOptions target = cmd.target;
+  target.slurm.describe_cluster = true; // --slurm: version, partitions, GPU gres
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target));
+  FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
+  add_mapped(needs, *config, sessions);
   const std::vector<PlannedRun> runs = {
       {&job, nlohmann::json{{"interpreters", programs_to_ask(needs)}}}};
   CheckView view(ctx.reporter(), needs);
   const ExitCode code =
-      execute_runs(ctx, sessions, runs, RunOptions{}, {false, cmd.parallel}, view);
+      execute_runs(ctx, sessions, runs, RunOptions{},
+                   {false, batch_parallel(target, cmd.parallel, sessions.size()), {}}, view);
   return code == ExitCode::ok && view.missing() ? ExitCode::run_failed : code;
 }
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/archive_view.hpp"
+#include "ferry/bundle.hpp"
 #include "ferry/fd.hpp"
 #include "ferry/util.hpp"
 
@@ -23,7 +24,9 @@ using nlohmann::json;
 
 struct ExportCommand {
   std::string run;
+  RunNarrowing narrow;
   std::string dir;
+  std::string to; // --to DIR: the same as DIR
 };
 
 using ExportFile = std::pair<std::string, std::string>; // name, bytes
@@ -38,6 +41,8 @@ std::vector<ExportFile> export_files(const RunRecord& run)
                            : run.result.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   std::string record = to_json(run).dump(2, ' ', false, json::error_handler_t::replace) + "\n";
   return {{"script", run.script},
+          {"files", {}},
+          {"outputs", {}},
           {"params.json", std::move(params)},
           {"result.json", std::move(result)},
           {"stdout", run.stdout_text},
@@ -91,19 +96,56 @@ Expected<void> prepare_directory(const fs::path& dir, const std::vector<ExportFi
   return {};
 }
 
+// The staged files (under files/) and the archived outputs (under outputs/) at their relative
+// paths; returns how many outputs were recorded with their hash only.
+Expected<std::size_t> write_bundles(const RunRecord& run, const fs::path& dir)
+{
+  std::size_t hash_only = 0;
+  const std::pair<const char*, const json*> lists[] = {{"files", &run.files},
+                                                       {"outputs", &run.outputs}};
+  for (const auto& [sub, list] : lists) {
+    for (const auto& item : *list) {
+      const auto blob = run.blobs.find(item.value("sha256", ""));
+      if (blob == run.blobs.end()) {
+        ++hash_only;
+        continue;
+      }
+      FERRY_TRY_ASSIGN(const int raw, create_output_file(dir / sub, item.value("path", "")));
+      Fd fd(raw);
+      if (const int e = write_all(fd.get(), blob->second); e != 0 || fd.close() != 0) {
+        return fail(ErrorKind::failed, "cannot write {}/{}/{}: {}", dir.string(), sub,
+                    item.value("path", ""), std::strerror(e != 0 ? e : errno));
+      }
+    }
+  }
+  return hash_only;
+}
+
 Expected<ExitCode> run_export(Context& ctx, const ExportCommand& cmd)
 {
-  FERRY_TRY_ASSIGN(const auto run, load_archived_run(ctx, cmd.run));
-  const fs::path dir(cmd.dir);
+  if (cmd.dir.empty() == cmd.to.empty()) {
+    return fail(ErrorKind::usage, "export: give the directory once, as DIR or as --to DIR");
+  }
+  FERRY_TRY_ASSIGN(const auto run, load_archived_run(ctx, cmd.run, cmd.narrow));
+  const fs::path dir(cmd.dir.empty() ? cmd.to : cmd.dir);
   const auto files = export_files(run);
   FERRY_TRY(prepare_directory(dir, files));
   for (const auto& [name, bytes] : files) {
-    FERRY_TRY(write_new_file(dir / name, bytes));
+    if (name != "files" && name != "outputs") {
+      FERRY_TRY(write_new_file(dir / name, bytes));
+    }
   }
-  ctx.reporter().document(fmt::format("exported run {} to {}: script, params.json, result.json, "
-                                      "stdout, stderr, run.json\n",
-                                      run.run_id, dir.string()),
-                          {{"run_id", run.run_id}, {"dir", dir.string()}});
+  FERRY_TRY_ASSIGN(const auto hash_only, write_bundles(run, dir));
+  ctx.reporter().document(
+      fmt::format("exported run {} to {}: script, params.json, result.json, stdout, stderr, "
+                  "run.json{}{}{}\n",
+                  run.run_id, dir.string(), run.files.empty() ? "" : ", files/",
+                  run.outputs.empty() ? "" : ", outputs/",
+                  hash_only == 0
+                      ? ""
+                      : fmt::format(" ({} fetched file{} recorded by hash only, not archived)",
+                                    hash_only, hash_only == 1 ? "" : "s")),
+      {{"run_id", run.run_id}, {"dir", dir.string()}});
   return ExitCode::ok;
 }
 
@@ -115,10 +157,14 @@ void add_export_command(CLI::App& app, Context& ctx)
   CLI::App* sub = app.add_subcommand(
       "export", "Write one archived run as files: script, params.json, result.json, stdout, "
                 "stderr, run.json");
-  sub->add_option("RUN", cmd->run, "a run id, a unique prefix of one, or 'last'")->required();
-  sub->add_option("DIR", cmd->dir, "directory to write into (created if missing)")->required();
+  sub->add_option("RUN", cmd->run, run_ref_help)->required();
+  add_narrowing_options(*sub, cmd->narrow);
+  auto* positional =
+      sub->add_option("DIR", cmd->dir, "directory to write into (created if missing)");
+  sub->add_option("--to", cmd->to, "the same as DIR")->excludes(positional);
   sub->footer(R"(Examples:
   ferry export last ./run-files
+  ferry export last --to ./run-files   (files sent and fetched under files/ and outputs/)
   ferry export 20261129T141215Z-3f9a1c0b /tmp/kv-bf16)");
   on_chosen(*sub, ctx, [cmd, &ctx] { return run_export(ctx, *cmd); });
 }

@@ -17,6 +17,7 @@ struct LogCommand {
   std::string since;
   int limit = 20;
   bool json = false;
+  bool stats = false;
   CLI::Option* job_option = nullptr;
   CLI::Option* host_option = nullptr;
   CLI::Option* status_option = nullptr;
@@ -86,9 +87,58 @@ LogFilter filter_of(const LogCommand& cmd)
   return filter;
 }
 
+std::string stats_text(const Archive& archive, const ArchiveStats& stats)
+{
+  if (stats.runs == 0) {
+    return fmt::format("archive {}: {} on disk, no runs\n", archive.path().string(),
+                       size_text(stats.file_bytes));
+  }
+  return fmt::format("archive {}: {} on disk ({} in use), {} run{} from {} to {}, {} script{}\n"
+                     "largest runs:\n",
+                     archive.path().string(), size_text(stats.file_bytes),
+                     size_text(stats.used_bytes), stats.runs, stats.runs == 1 ? "" : "s",
+                     started_display(stats.oldest), started_display(stats.newest), stats.scripts,
+                     stats.scripts == 1 ? "" : "s");
+}
+
+// `log --stats`: the whole archive, whatever the filters say.
+Expected<ExitCode> run_stats(Context& ctx, bool json)
+{
+  FERRY_TRY_ASSIGN(auto archive, Archive::open_read_only(ctx.archive_path()));
+  FERRY_TRY_ASSIGN(const auto stats, archive.stats());
+  nlohmann::json largest = nlohmann::json::array();
+  Table table;
+  table.header = {"RUN", "STARTED", "JOB", "HOST", "SIZE"};
+  table.right_aligned = {false, false, false, false, true};
+  for (const auto& run : stats.largest) {
+    table.rows.push_back({run.run_id, started_display(run.started_at), terminal_safe(run.job),
+                          terminal_safe(run.host_label), size_text(run.bytes)});
+    largest.push_back({{"run_id", run.run_id},
+                       {"started_at", run.started_at},
+                       {"job", run.job},
+                       {"host", run.host_label},
+                       {"bytes", run.bytes}});
+  }
+  ctx.reporter().document(stats_text(archive, stats), {{"path", archive.path().string()},
+                                                       {"file_bytes", stats.file_bytes},
+                                                       {"used_bytes", stats.used_bytes},
+                                                       {"runs", stats.runs},
+                                                       {"scripts", stats.scripts},
+                                                       {"oldest", stats.oldest},
+                                                       {"newest", stats.newest},
+                                                       {"largest", largest}});
+  if (!json && !table.rows.empty()) {
+    ctx.reporter().table(table);
+  }
+  return ExitCode::ok;
+}
+
 Expected<ExitCode> run_log(Context& ctx, const LogCommand& cmd)
 {
   ctx.use_json(cmd.json);
+  if (cmd.stats) {
+    return run_stats(ctx, cmd.json);
+  }
   const LogFilter filter = filter_of(cmd);
   FERRY_TRY_ASSIGN(auto archive, Archive::open_read_only(ctx.archive_path()));
   FERRY_TRY_ASSIGN(auto table, log_table(archive, filter, cmd.json));
@@ -124,11 +174,14 @@ void add_log_command(CLI::App& app, Context& ctx)
       "within this age (90m, 12h, 7d, 2w)");
   sub->add_option("--limit", cmd->limit, "show at most N runs; 0: all")->capture_default_str();
   sub->add_flag("--json", cmd->json, "one full run record per line (JSON Lines)");
+  sub->add_flag("--stats", cmd->stats,
+                "the archive's size, run count and largest runs instead of the runs");
   sub->footer(R"(Examples:
   ferry log
   ferry log --job kv_calc --host gpu1 --limit 5
   ferry log --status failed --since 7d
-  ferry log --json --limit 0 > runs.jsonl)");
+  ferry log --json --limit 0 > runs.jsonl
+  ferry log --stats)");
   on_chosen(*sub, ctx, [cmd, &ctx] { return run_log(ctx, *cmd); });
 }
 

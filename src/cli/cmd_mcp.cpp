@@ -72,6 +72,11 @@ std::vector<Job> tool_jobs(const JobPath& path)
       note(fmt::format("job {} left out: {}", listing.name, *refusal));
       continue;
     }
+    // The job's own `files` travel with every call, read once here.
+    if (auto files = resolve_job_files(*job, {}, k_default_max_upload); !files) {
+      note(fmt::format("job {} left out: {}", listing.name, files.error().message));
+      continue;
+    }
     jobs.push_back(std::move(job).value());
   }
   return jobs;

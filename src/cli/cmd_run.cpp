@@ -1,6 +1,11 @@
 #include "cli/execute.hpp"
 #include "cli/targets.hpp"
+#include "ferry/bundle.hpp"
 #include "ferry/params.hpp"
+#include "ferry/remote/shell_neutral.hpp"
+#include "ferry/run_env.hpp"
+#include "ferry/sweep.hpp"
+#include "ferry/text.hpp"
 #include "ferry/util.hpp"
 
 namespace ferry::cli {
@@ -20,7 +25,47 @@ struct RunCommand {
   bool keep_remote = false;
   bool no_archive = false;
   std::size_t output_cap_mib = 16;
+  std::vector<std::string> env;          // --env KEY=VALUE | KEY
+  std::vector<std::string> interpreters; // --interpreter NAME=PATH
+  std::vector<std::string> sweeps;       // --sweep KEY=V1,V2
+  // Files alongside and files back.
+  std::vector<std::string> files;
+  std::uint64_t max_upload_mib = k_default_max_upload >> 20;
+  std::vector<std::string> fetch;
+  std::string out_dir = "ferry-out/{run_id}/{host}";
+  std::uint64_t archive_outputs_max_mib = 16;
 };
+
+// --env, each checked; `--env KEY` takes ferry's own value.
+Expected<EnvVars> env_options(const std::vector<std::string>& assignments)
+{
+  EnvVars env;
+  for (const auto& assignment : assignments) {
+    FERRY_TRY(
+        add_env_assignment(env, assignment, [](const char* name) { return std::getenv(name); }));
+  }
+  return env;
+}
+
+// --interpreter NAME=PATH: the job's interpreter NAME runs as PATH on every host.
+Expected<std::map<std::string, std::string>>
+interpreter_options(const std::vector<std::string>& assignments)
+{
+  std::map<std::string, std::string> interpreters;
+  for (const auto& assignment : assignments) {
+    const auto equals = assignment.find('=');
+    const std::string name = assignment.substr(0, equals);
+    const std::string path = equals == std::string::npos ? "" : assignment.substr(equals + 1);
+    if (name.empty() || !is_shell_neutral_token(name) || !is_shell_neutral_token(path)) {
+      return fail(ErrorKind::usage,
+                  "--interpreter '{}': give NAME=PATH, both made only of [A-Za-z0-9/._-] (e.g. "
+                  "--interpreter python3=/opt/venv/bin/python)",
+                  terminal_safe(assignment));
+    }
+    interpreters[name] = path;
+  }
+  return interpreters;
+}
 
 // `--params FILE` or `--params -` (standard input): its size and nesting are checked before it
 // is parsed, so no input can make ferry recurse itself to death or hold more than the cap.
@@ -53,10 +98,13 @@ bool applies(const Job& job, std::size_t job_count, const std::string& key)
 }
 
 Expected<nlohmann::json> params_for(const RunCommand& cmd, const Job& job, std::size_t job_count,
-                                    const std::optional<nlohmann::json>& file)
+                                    const std::optional<nlohmann::json>& file,
+                                    const std::vector<std::string>& swept = {})
 {
   std::vector<std::string> own;
-  for (const auto& assignment : cmd.assignments) {
+  std::vector<std::string> all = cmd.assignments;
+  all.insert(all.end(), swept.begin(), swept.end());
+  for (const auto& assignment : all) {
     if (applies(job, job_count, key_of(assignment))) {
       own.push_back(assignment);
     }
@@ -74,7 +122,8 @@ Expected<nlohmann::json> params_for(const RunCommand& cmd, const Job& job, std::
   }
   auto params = resolve_params(job, own, own_file, "--params " + cmd.params_file);
   if (!params) {
-    return fail(ErrorKind::usage, "{}: {}", job.name, params.error().message);
+    return fail(ErrorKind::usage, "{}: {}{}", job.name,
+                swept.empty() ? "" : "--sweep: ", params.error().message);
   }
   return params;
 }
@@ -84,15 +133,46 @@ Expected<void> check_keys_used(const RunCommand& cmd, const std::vector<Job>& jo
   if (jobs.size() < 2) {
     return {};
   }
+  std::vector<std::pair<std::string, std::string>> keys; // option, key
   for (const auto& assignment : cmd.assignments) {
-    const std::string key = key_of(assignment);
+    keys.emplace_back("-p", key_of(assignment));
+  }
+  for (const auto& sweep : cmd.sweeps) {
+    keys.emplace_back("--sweep", key_of(sweep));
+  }
+  for (const auto& [option, key] : keys) {
     if (std::none_of(jobs.begin(), jobs.end(),
                      [&](const Job& j) { return j.param(key) != nullptr; })) {
-      return fail(ErrorKind::usage, "-p {}: none of the listed jobs has a parameter '{}'", key,
-                  key);
+      return fail(ErrorKind::usage, "{} {}: none of the listed jobs has a parameter '{}'", option,
+                  terminal_safe(key), terminal_safe(key));
     }
   }
   return {};
+}
+
+// One PlannedRun per job, or per job and combination of the swept values that apply to it.
+Expected<std::vector<PlannedRun>> plan_runs(const RunCommand& cmd, const std::vector<Job>& jobs,
+                                            const std::optional<nlohmann::json>& file)
+{
+  FERRY_TRY_ASSIGN(const auto sweeps, parse_sweeps(cmd.sweeps, cmd.assignments));
+  std::vector<PlannedRun> runs;
+  for (const auto& job : jobs) {
+    std::vector<Sweep> own;
+    std::copy_if(sweeps.begin(), sweeps.end(), std::back_inserter(own),
+                 [&](const Sweep& sweep) { return applies(job, jobs.size(), sweep.key); });
+    for (const auto& combination : sweep_combinations(own)) {
+      FERRY_TRY_ASSIGN(auto params, params_for(cmd, job, jobs.size(), file, combination));
+      runs.push_back({&job, std::move(params)});
+    }
+  }
+  return runs;
+}
+
+std::vector<std::string> swept_keys(const RunCommand& cmd)
+{
+  std::vector<std::string> keys;
+  std::transform(cmd.sweeps.begin(), cmd.sweeps.end(), std::back_inserter(keys), key_of);
+  return keys;
 }
 
 Expected<std::vector<Job>> find_jobs(const RunCommand& cmd, const JobPath& path)
@@ -101,6 +181,7 @@ Expected<std::vector<Job>> find_jobs(const RunCommand& cmd, const JobPath& path)
   jobs.reserve(cmd.jobs.size());
   for (const auto& spec : cmd.jobs) {
     FERRY_TRY_ASSIGN(auto job, find_job(spec, path));
+    FERRY_TRY(resolve_job_files(job, cmd.files, cmd.max_upload_mib << 20));
     jobs.push_back(std::move(job));
   }
   return jobs;
@@ -112,20 +193,50 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   // Everything is checked before any host is contacted: jobs, parameters, targets.
   FERRY_TRY_ASSIGN(const auto jobs, find_jobs(cmd, ctx.job_path()));
   FERRY_TRY_ASSIGN(const auto file, read_params_file(cmd.params_file));
-  std::vector<PlannedRun> runs;
-  for (const auto& job : jobs) {
-    FERRY_TRY_ASSIGN(auto params, params_for(cmd, job, jobs.size(), file));
-    runs.push_back({&job, std::move(params)});
-  }
+  FERRY_TRY_ASSIGN(const auto runs, plan_runs(cmd, jobs, file));
   FERRY_TRY(check_keys_used(cmd, jobs));
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, cmd.target));
   RunOptions options;
+  FERRY_TRY_ASSIGN(options.env, env_options(cmd.env));
+  FERRY_TRY_ASSIGN(options.interpreters, interpreter_options(cmd.interpreters));
+  FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
+  options.host_settings = [config](std::string_view host) {
+    return config->for_host(host).settings;
+  };
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, cmd.target, jobs));
   options.verbose = ctx.global.verbose;
   options.timeout_s = cmd.timeout_s;
   options.keep_remote = cmd.keep_remote;
   options.output_cap = cmd.output_cap_mib << 20;
-  return execute_runs(ctx, sessions, runs, options, {!cmd.no_archive, cmd.parallel},
+  options.remote_base = cmd.target.remote_base;
+  options.fetch = cmd.fetch;
+  options.out_dir = cmd.out_dir;
+  options.archive_outputs_max = cmd.archive_outputs_max_mib << 20;
+  const int parallel = batch_parallel(cmd.target, cmd.parallel, sessions.size());
+  return execute_runs(ctx, sessions, runs, options, {!cmd.no_archive, parallel, swept_keys(cmd)},
                       ctx.reporter());
+}
+
+// Files alongside (`--file`, `--max-upload`) and files back (`--fetch`, `--out`,
+// `--archive-outputs-max`).
+void add_bundle_options(CLI::App& sub, RunCommand& cmd)
+{
+  sub.add_option("--file", cmd.files,
+                 "a file to send beside the job (repeatable); inside the current directory it "
+                 "keeps its relative path, else it lands under its file name")
+      ->allow_extra_args(false);
+  sub.add_option("--max-upload", cmd.max_upload_mib, "MiB the job's files may come to in all")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  sub.add_option("--fetch", cmd.fetch,
+                 "a glob of files to bring back from the run directory (repeatable), besides the "
+                 "job's own `outputs`")
+      ->allow_extra_args(false);
+  sub.add_option("--out", cmd.out_dir, "where fetched files go; {run_id} and {host} are replaced")
+      ->capture_default_str();
+  sub.add_option("--archive-outputs-max", cmd.archive_outputs_max_mib,
+                 "MiB of fetched files the archive keeps per run (larger ones: their hash only)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
 }
 
 } // namespace
@@ -139,6 +250,18 @@ void add_run_command(CLI::App& app, Context& ctx)
   sub->add_option("-p,--param", cmd->assignments,
                   "KEY=VALUE, typed by the job's declaration; KEY=@FILE reads the value from FILE; "
                   "repeating a list parameter appends")
+      ->allow_extra_args(false);
+  sub->add_option("--env", cmd->env,
+                  "KEY=VALUE in the job's environment (repeatable); KEY alone passes ferry's own "
+                  "value, and only the name is archived")
+      ->allow_extra_args(false);
+  sub->add_option("--sweep", cmd->sweeps,
+                  "KEY=V1,V2,... runs the job once per value, typed like -p (repeatable: every "
+                  "combination); KEY=[JSON list] for values with commas")
+      ->allow_extra_args(false);
+  sub->add_option("--interpreter", cmd->interpreters,
+                  "NAME=PATH runs jobs whose interpreter is NAME with PATH (repeatable; wins over "
+                  "the config file)")
       ->allow_extra_args(false);
   sub->add_option("--params", cmd->params_file,
                   "JSON file with an object of parameters (- reads standard input)");
@@ -162,10 +285,12 @@ void add_run_command(CLI::App& app, Context& ctx)
   sub->add_option("--output-cap", cmd->output_cap_mib, "MiB kept of each of stdout and stderr")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  add_bundle_options(*sub, *cmd);
   sub->footer(R"(Examples:
   ferry run kv_calc -p model=qwen3.5-397b-a17b -p tp=8 -p kv_memory_gib=17.4
   ferry run gpu_probe host_facts --host gpu1 --host gpu2
-  ferry run ./jobs/my_probe.py --hosts-file hosts.txt -j 16 --json)");
+  ferry run ./jobs/my_probe.py --hosts-file hosts.txt -j 16 --json
+  ferry run gpu_probe --slurm login1 --partition gpu --gres gpu:8 --nodes 4)");
   on_chosen(*sub, ctx, [cmd, &ctx] { return run(ctx, *cmd); });
 }
 

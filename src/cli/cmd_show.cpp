@@ -14,12 +14,14 @@ using nlohmann::json;
 
 struct ShowCommand {
   std::string run;
+  RunNarrowing narrow;
   bool json = false;
   bool script = false;
   bool params = false;
   bool result = false;
   bool stdout_only = false;
   bool stderr_only = false;
+  bool outputs = false;
 };
 
 constexpr std::size_t stream_head_lines = 10;
@@ -169,9 +171,32 @@ std::optional<std::string> part(const ShowCommand& cmd, const RunRecord& run)
   return std::nullopt;
 }
 
+// `--outputs`: the files fetched back, one line each (the names made safe for a terminal).
+std::string outputs_listing(const RunRecord& run)
+{
+  if (run.outputs.empty()) {
+    return fmt::format("run {} fetched no files\n", run.run_id);
+  }
+  std::string text;
+  for (const auto& item : run.outputs) {
+    text += fmt::format("{}  {} bytes  sha256 {}{}\n", terminal_safe(item.value("path", "")),
+                        item.value("size", std::uint64_t{0}), item.value("sha256", ""),
+                        item.value("archived", false) ? "" : "  (not archived: over the cap)");
+  }
+  return text;
+}
+
 Expected<ExitCode> run_show(Context& ctx, const ShowCommand& cmd)
 {
-  FERRY_TRY_ASSIGN(const auto run, load_archived_run(ctx, cmd.run));
+  FERRY_TRY_ASSIGN(const auto run, load_archived_run(ctx, cmd.run, cmd.narrow));
+  if (cmd.outputs) {
+    if (cmd.json) {
+      ctx.reporter().bytes(pretty_json(run.outputs) + "\n");
+    } else {
+      ctx.reporter().document(outputs_listing(run), run.outputs);
+    }
+    return ExitCode::ok;
+  }
   if (auto bytes = part(cmd, run)) {
     ctx.reporter().bytes(*bytes);
     if (std::ferror(stdout) != 0) {
@@ -189,7 +214,8 @@ void add_show_command(CLI::App& app, Context& ctx)
 {
   auto cmd = std::make_shared<ShowCommand>();
   CLI::App* sub = app.add_subcommand("show", "Show one archived run");
-  sub->add_option("RUN", cmd->run, "a run id, a unique prefix of one, or 'last'")->required();
+  sub->add_option("RUN", cmd->run, run_ref_help)->required();
+  add_narrowing_options(*sub, cmd->narrow);
   std::vector<CLI::Option*> parts = {
       sub->add_flag("--json", cmd->json, "the full run record as one JSON object"),
       sub->add_flag("--script", cmd->script, "the exact script bytes that ran"),
@@ -198,16 +224,23 @@ void add_show_command(CLI::App& app, Context& ctx)
       sub->add_flag("--stdout", cmd->stdout_only, "the job's standard output, byte for byte"),
       sub->add_flag("--stderr", cmd->stderr_only, "the job's standard error, byte for byte"),
   };
+  // With --json: the list as JSON.
+  auto* outputs = sub->add_flag("--outputs", cmd->outputs,
+                                "the files fetched back: path, size, sha256, whether archived");
   for (auto* part : parts) {
     for (auto* other : parts) {
       if (part != other) {
         part->excludes(other);
       }
     }
+    if (part->get_name() != "--json") {
+      outputs->excludes(part);
+    }
   }
   sub->footer(R"(Examples:
   ferry show last
-  ferry show 20261129T1412 --result
+  ferry show last~1 --job kv_calc
+  ferry show 3f9a --result
   ferry show last --script | sha256sum)");
   on_chosen(*sub, ctx, [cmd, &ctx] { return run_show(ctx, *cmd); });
 }

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include "cli/archive_config.hpp"
 #include "ferry/archive.hpp"
 #include "ferry/transport.hpp"
 
@@ -39,6 +40,7 @@ public:
 
   void batch_started(const BatchInfo& batch) override { m_view.batch_started(batch); }
   void run_started(const RunRef& run) override { m_view.run_started(run); }
+  void run_note(const RunRef& run, std::string_view text) override { m_view.run_note(run, text); }
   void run_output(const RunRef& run, OutputStream stream, std::string_view bytes) override
   {
     m_view.run_output(run, stream, bytes);
@@ -49,7 +51,9 @@ public:
   void run_finished(RunRecord& record) override
   {
     if (m_archive) {
-      if (auto stored = m_archive->record(record); !stored) {
+      auto stored = m_archive->record(record);
+      m_recorded |= stored && !stored->spooled_to;
+      if (!stored) {
         m_ctx.reporter().error(
             {stored.error().kind,
              stored.error().message + " — this run's result is still shown below"});
@@ -60,10 +64,43 @@ public:
             stored->why, record.run_id, stored->spooled_to->string()));
       }
     }
+    // The bytes of the run's files are in the archive now; views keep records, not bytes.
+    record.blobs.clear();
     m_failed |= record.status != RunStatus::ok;
     m_unreachable |= record.unreachable;
     m_interrupted |= record.status == RunStatus::interrupted;
     m_view.run_finished(record);
+  }
+
+  // `[archive] max_size` in the config: the oldest runs go once the archive outgrows it. A
+  // problem is reported and changes nothing else: the runs are done and recorded.
+  void keep_within_configured_size()
+  {
+    if (!m_archive || !m_recorded) {
+      return;
+    }
+    auto max_size = configured_archive_max_size();
+    if (!max_size) {
+      m_ctx.reporter().error(
+          {max_size.error().kind, max_size.error().message + " — the archive was not pruned"});
+      return;
+    }
+    if (!*max_size) {
+      return;
+    }
+    // The newest run stays, so the run just made can be looked at whatever the size says.
+    PruneOptions options;
+    options.keep_last = 1;
+    options.max_size = **max_size;
+    auto pruned = m_archive->prune(options);
+    if (!pruned) {
+      m_ctx.reporter().error({pruned.error().kind, pruned.error().message});
+    } else if (!pruned->removed.empty()) {
+      m_ctx.reporter().note(
+          fmt::format("archive over its max_size of {} ({}): removed the {} oldest run{} ({})",
+                      size_text(**max_size), config_file_path().string(), pruned->removed.size(),
+                      pruned->removed.size() == 1 ? "" : "s", size_text(pruned->removed_bytes)));
+    }
   }
 
   [[nodiscard]] ExitCode exit_code() const
@@ -81,6 +118,7 @@ private:
   Context& m_ctx;
   RunObserver& m_view;
   std::optional<Archive> m_archive;
+  bool m_recorded = false; // a run went into the archive (not into a spool file)
   bool m_failed = false;
   bool m_unreachable = false;
   bool m_interrupted = false;
@@ -104,7 +142,8 @@ ExitCode execute_runs(Context& ctx, std::vector<std::unique_ptr<HostSession>>& s
 {
   install_interrupt_handlers();
   ArchivingObserver observer(ctx, view, batch.archive);
-  run_fleet(sessions, runs, batch.parallel, run_options, observer);
+  run_fleet(sessions, runs, batch.parallel, run_options, observer, batch.swept);
+  observer.keep_within_configured_size();
   std::fflush(stdout);
   return observer.exit_code();
 }

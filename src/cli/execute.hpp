@@ -9,6 +9,7 @@ namespace ferry::cli {
 struct BatchOptions {
   bool archive = true;
   int parallel = 8;
+  std::vector<std::string> swept; // --sweep keys: a column each in the summary
 };
 
 [[nodiscard]] ExitCode execute_runs(Context& ctx,

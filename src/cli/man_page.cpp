@@ -88,7 +88,7 @@ bad input: a usage or validation error; nothing was contacted
 a host was unreachable, its key unknown or changed, or authentication failed
 .TP
 4
-replay ran, and the result differs
+replay ran, and the status, exit code or result differs
 .TP
 130
 interrupted (SIGINT or SIGTERM)

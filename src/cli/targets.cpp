@@ -76,6 +76,29 @@ std::function<void(std::string_view)> stderr_lines(const std::string& host, std:
   };
 }
 
+// The config file's defaults, where neither the options nor the host spec say otherwise.
+void apply_config(SshTarget& ssh, const HostConfig& config)
+{
+  const auto spec = parse_host_spec(ssh.spec);
+  if (spec && ((spec->user.empty() && config.ssh.user) || (spec->port == 0 && config.ssh.port))) {
+    const std::string user = spec->user.empty() ? config.ssh.user.value_or("") : spec->user;
+    const unsigned port = spec->port == 0 ? config.ssh.port.value_or(0) : spec->port;
+    const bool bracket = spec->host.find(':') != std::string::npos;
+    ssh.spec = fmt::format("{}{}{}", user.empty() ? "" : user + "@",
+                           bracket ? "[" + spec->host + "]" : spec->host,
+                           port == 0 ? "" : ":" + std::to_string(port));
+  }
+  if (ssh.identity.empty() && config.ssh.identity) {
+    ssh.identity = *config.ssh.identity;
+  }
+  if (ssh.connect_timeout_s == 0 && config.ssh.connect_timeout_s) {
+    ssh.connect_timeout_s = *config.ssh.connect_timeout_s;
+  }
+  if (ssh.remote_base.empty() && config.remote_base) {
+    ssh.remote_base = *config.remote_base;
+  }
+}
+
 } // namespace
 
 void add_target_options(CLI::App& command, TargetOptions& target)
@@ -114,6 +137,7 @@ void add_target_options(CLI::App& command, TargetOptions& target)
       .add_option("--remote-base", target.remote_base,
                   "run directory base on the host (default $HOME/.cache/ferry/runs)")
       ->group("SSH");
+  add_slurm_options(command, target.slurm);
 }
 
 Expected<std::vector<std::string>> target_hosts(const TargetOptions& target)
@@ -131,13 +155,40 @@ Expected<std::vector<std::string>> target_hosts(const TargetOptions& target)
   if (target.local && !hosts.empty()) {
     return fail(ErrorKind::usage, "--local and --host/--hosts-file exclude each other");
   }
+  FERRY_TRY(check_slurm_combination(target, !hosts.empty()));
   return hosts;
 }
 
-Expected<std::vector<std::unique_ptr<HostSession>>> make_sessions(Context& ctx,
-                                                                  const TargetOptions& target)
+SshTarget ssh_target_for(Context& ctx, const TargetOptions& target, const std::string& host)
+{
+  SshTarget ssh;
+  ssh.spec = host;
+  ssh.identity = target.identity;
+  ssh.known_hosts = target.known_hosts;
+  ssh.ssh_config = target.ssh_config;
+  ssh.accept_new_host_key = target.accept_new_host_key;
+  ssh.connect_timeout_s = target.connect_timeout_s;
+  ssh.retries = target.retries;
+  ssh.remote_base = target.remote_base;
+  // The config file's defaults (its mistakes were reported when make_sessions read it).
+  if (const auto config = ctx.user_config(); config) {
+    apply_config(ssh, (*config)->for_host(host));
+  }
+  ssh.warn = stderr_lines(host, "warning: ");
+  if (ctx.global.verbose) {
+    ssh.debug = stderr_lines(host, "");
+  }
+  return ssh;
+}
+
+Expected<std::vector<std::unique_ptr<HostSession>>>
+make_sessions(Context& ctx, const TargetOptions& target, std::span<const Job> jobs)
 {
   FERRY_TRY_ASSIGN(const auto named, target_hosts(target));
+  FERRY_TRY(ctx.user_config()); // a mistake in the config file stops the command here
+  if (!target.slurm.login.empty()) {
+    return make_slurm_target_sessions(ctx, target, jobs);
+  }
   std::vector<std::unique_ptr<HostSession>> sessions;
   if (named.empty()) {
     sessions.push_back(make_local_session(LocalTarget{}));
@@ -150,20 +201,7 @@ Expected<std::vector<std::unique_ptr<HostSession>>> make_sessions(Context& ctx,
         fmt::format("{} is named more than once; it runs once", terminal_safe(host)));
   }
   for (const auto& host : hosts) {
-    SshTarget ssh;
-    ssh.spec = host;
-    ssh.identity = target.identity;
-    ssh.known_hosts = target.known_hosts;
-    ssh.ssh_config = target.ssh_config;
-    ssh.accept_new_host_key = target.accept_new_host_key;
-    ssh.connect_timeout_s = target.connect_timeout_s;
-    ssh.retries = target.retries;
-    ssh.remote_base = target.remote_base;
-    ssh.warn = stderr_lines(host, "warning: ");
-    if (ctx.global.verbose) {
-      ssh.debug = stderr_lines(host, "");
-    }
-    FERRY_TRY_ASSIGN(auto session, make_checked_ssh_session(ssh));
+    FERRY_TRY_ASSIGN(auto session, make_checked_ssh_session(ssh_target_for(ctx, target, host)));
     sessions.push_back(std::move(session));
   }
   return sessions;

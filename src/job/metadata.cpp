@@ -6,8 +6,10 @@
 #include <toml++/toml.h>
 
 #include "ferry/job.hpp"
+#include "ferry/json_diff.hpp"
 #include "ferry/params.hpp"
 #include "ferry/remote/shell_neutral.hpp"
+#include "ferry/run_env.hpp"
 #include "ferry/text.hpp"
 
 namespace ferry {
@@ -311,6 +313,20 @@ Expected<void> set_timeout(JobMeta& meta, const toml::node& value, const Source&
   return {};
 }
 
+Expected<void> set_slurm(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  const auto* table = value.as_table();
+  if (table == nullptr) {
+    return source.refuse(value, "slurm must be a table ([slurm])");
+  }
+  for (const auto& [key, option] : *table) {
+    if (auto set = set_slurm_option(meta.slurm, key.str(), to_json(option)); !set) {
+      return source.refuse(option, "{}", set.error().message);
+    }
+  }
+  return {};
+}
+
 // A JSON Schema for the result: a table, so that it is a schema object (MCP requires one).
 Expected<void> set_result_schema(JobMeta& meta, const toml::node& value, const Source& source)
 {
@@ -341,6 +357,81 @@ Expected<void> set_result(JobMeta& meta, const toml::node& value, const Source& 
   return {};
 }
 
+// `[env]`: NAME = "value" pairs, each checked like `--env`.
+Expected<void> set_env(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  const auto* table = value.as_table();
+  if (table == nullptr) {
+    return source.refuse(value, "env must be a table of NAME = \"value\" ([env])");
+  }
+  for (const auto& [key, item] : *table) {
+    const auto text = item.value_exact<std::string>();
+    const std::string where = fmt::format("{}:{}: env", source.label, source.line(item));
+    if (!text) {
+      return source.refuse(item, "env.{} must be a string (quote numbers: {} = \"1\")",
+                           terminal_safe(key.str()), terminal_safe(key.str()));
+    }
+    FERRY_TRY(check_env_var(key.str(), *text, where));
+    meta.env[std::string(key.str())] = *text;
+  }
+  return {};
+}
+
+// `files` and `outputs`: lists of globs relative to a directory (checked lexically here; matched
+// when the job runs).
+Expected<void> set_glob_list(std::vector<std::string>& into, std::string_view key,
+                             const toml::node& value, const Source& source)
+{
+  const auto* array = value.as_array();
+  if (array == nullptr) {
+    return source.refuse(value,
+                         "{} must be a list of relative paths or globs, e.g. "
+                         "[\"helpers.py\", \"data/*.csv\"]",
+                         key);
+  }
+  for (const auto& item : *array) {
+    const auto text = item.value<std::string>();
+    if (!text) {
+      return source.refuse(item, "{} entries must be strings", key);
+    }
+    if (auto checked = glob_segments(*text, fmt::format("{} entry \"{}\"", key, *text)); !checked) {
+      return source.refuse(item, "{}", checked.error().message);
+    }
+    into.push_back(*text);
+  }
+  return {};
+}
+
+Expected<void> set_volatile(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  const auto* list = value.as_array();
+  if (list == nullptr) {
+    return source.refuse(value, "volatile must be a list of JSON Pointers into the result, e.g. "
+                                "[\"/cwd\", \"/hostname\"]");
+  }
+  for (const auto& item : *list) {
+    const auto pointer = item.value<std::string>();
+    if (!pointer || !is_json_pointer(*pointer)) {
+      return source.refuse(item,
+                           "volatile: {} is not a JSON Pointer; each entry is \"\" (the whole "
+                           "result) or starts with '/', with '~' only as ~0 or ~1",
+                           pointer ? "'" + *pointer + "'" : "a non-string entry");
+    }
+    meta.volatile_pointers.push_back(*pointer);
+  }
+  return {};
+}
+
+Expected<void> set_files(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  return set_glob_list(meta.files, "files", value, source);
+}
+
+Expected<void> set_outputs(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  return set_glob_list(meta.outputs, "outputs", value, source);
+}
+
 // The keys of the `/// ferry` block, each with what reads it.
 using MetaSetter = Expected<void> (*)(JobMeta&, const toml::node&, const Source&);
 constexpr std::pair<std::string_view, MetaSetter> k_meta_keys[] = {
@@ -350,6 +441,11 @@ constexpr std::pair<std::string_view, MetaSetter> k_meta_keys[] = {
     {"result", set_result},
     {"result_schema", set_result_schema},
     {"params", set_params},
+    {"env", set_env},
+    {"volatile", set_volatile},
+    {"files", set_files},
+    {"outputs", set_outputs},
+    {"slurm", set_slurm},
 };
 
 Expected<void> set_meta_key(JobMeta& meta, std::string_view key, const toml::node& value,
@@ -436,8 +532,8 @@ Expected<Job> parse_job(std::string name, std::string file_name, std::string sou
 {
   const std::string label = source == "built-in" ? "built-in job " + file_name : source;
   FERRY_TRY_ASSIGN(auto meta, parse_job_meta(bytes, label));
-  return Job{std::move(name), std::move(source), std::move(file_name), std::move(bytes),
-             std::move(meta)};
+  return Job{std::move(name),  std::move(source), std::move(file_name),
+             std::move(bytes), std::move(meta),   {}};
 }
 
 } // namespace ferry

@@ -16,10 +16,16 @@
 # - The launcher's report ends stdout: `END_MARKER CODE CAUSE` (cause: exit, timeout or
 #   stopped), then `result KIND [SIZE]` with the bytes of a regular result.json up to the frame
 #   limit (so ferry needs no fetch), then `clean removed|kept|failed` once it removed the run
-#   directory (so ferry needs no cleanup). When the end line cannot be written, nobody reads
-#   any more: the launcher removes the run directory all the same.
+#   directory (so ferry needs no cleanup; kept when ferry still has files to fetch). When the
+#   end line cannot be written, nobody reads any more: the launcher removes the run directory
+#   all the same.
 # - params.json travels as the last @params_size@ bytes of this file, after the final `exit`:
 #   the shell never reads that far as commands; `tail -c` copies them out.
+# - The job's environment is built here and given to it through `env -i`: PATH, HOME, USER,
+#   LANG, TERM and LC_* when the login environment has them, the FERRY_* variables, then the
+#   declared ones (which win); under Slurm also SLURM_* and the GPU variables the scheduler
+#   set. Nothing else is inherited, so a local run and a remote one see the same set. Values
+#   never pass through eval: only names do, and those are checked.
 trap '' PIPE
 FERRY_RUN_DIR=@run_dir@
 FERRY_PARAMS=@run_dir@/params.json
@@ -42,12 +48,26 @@ if ! command -v "$interpreter" >/dev/null 2>&1; then
   printf '@no_interp_prefix@%s not found on this host (PATH=%s); install it or set an absolute path in the job'"'"'s interpreter\n' "$interpreter" "$PATH" >&2
   exit @no_interp_exit@
 fi
+set --
+# Under Slurm the allocation is part of the job's world: its SLURM_* variables and the GPUs
+# the scheduler gave it.
+scheduled=
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+  scheduled="$(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p') CUDA_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES GPU_DEVICE_ORDINAL"
+fi
+for name in PATH HOME USER LANG TERM $(env | sed -n 's/^\(LC_[A-Za-z0-9_]*\)=.*/\1/p') $scheduled; do
+  eval "isset=\${$name+1}"
+  if [ -n "$isset" ]; then eval "set -- \"\$@\" \"$name=\${$name}\""; fi
+done
+set -- "$@" "FERRY_RUN_DIR=$FERRY_RUN_DIR" "FERRY_PARAMS=$FERRY_PARAMS" \
+  "FERRY_RESULT=$FERRY_RESULT" "FERRY_JOB=$FERRY_JOB"
+@env@
 grouped=0
 if command -v setsid >/dev/null 2>&1; then
   grouped=1
-  (trap - PIPE; exec setsid "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null) &
+  (trap - PIPE; exec setsid env -i "$@" "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null) &
 else
-  (trap - PIPE; exec "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null) &
+  (trap - PIPE; exec env -i "$@" "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null) &
 fi
 job=$!
 # Sleeps $1 seconds; false when a TERM cut it short. The sleep never outlives a TERM, whenever
@@ -121,7 +141,10 @@ stop() {
   killer=$!
   wait "$job" 2>/dev/null
   signal_job KILL
+  # Waited for, so their sleeps are gone before the launcher is: a scheduler that kills what is
+  # left of the step could otherwise kill a subshell before its trap ends its sleep.
   kill "$killer" "$watchdog" 2>/dev/null
+  wait "$killer" "$watchdog" 2>/dev/null
   finish "$1" "$2"
 }
 trap 'stop @timeout_exit@ timeout' USR1
@@ -133,6 +156,7 @@ status=$?
 trap '' TERM INT HUP USR1
 if [ "$grouped" = 1 ]; then kill -KILL -"$job" 2>/dev/null; fi
 kill "$watchdog" 2>/dev/null
+wait "$watchdog" 2>/dev/null
 finish "$status" exit
 exit 125
 # The parameters follow (params.json); the shell never reads them as commands.

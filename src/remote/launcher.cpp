@@ -230,6 +230,18 @@ bool is_run_dir_name(std::string_view name)
   return hex.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
+namespace {
+// One `set -- "$@" 'NAME=value'` line a variable: the value is quoted text, never code.
+std::string env_lines(const std::map<std::string, std::string>& env)
+{
+  std::string lines;
+  for (const auto& [name, value] : env) {
+    lines += "set -- \"$@\" " + sh_quote(name + "=" + value) + "\n";
+  }
+  return lines.empty() ? ":" : lines.substr(0, lines.size() - 1);
+}
+} // namespace
+
 std::string make_launcher(const LauncherSpec& spec)
 {
   return fill_template(remote_script("launch.sh"),
@@ -251,6 +263,7 @@ std::string make_launcher(const LauncherSpec& spec)
                            {"params_size", std::to_string(spec.params.size())},
                            {"frame_limit", std::to_string(spec.result_frame_limit)},
                            {"keep", spec.keep_run_dir ? "1" : "0"},
+                           {"env", env_lines(spec.env)},
                        }) +
          spec.params;
 }

@@ -168,24 +168,12 @@ public:
     }
     clear_progress();
     const bool out = stream == OutputStream::out;
-    std::FILE* to = out ? m_out : m_err;
     if (m_prefixed) {
-      for (const auto& line : m_lines[key(run.host, run.job, stream)].add(bytes)) {
-        put(to, prefixed(run.host, line, out ? m_escape_out : m_escape_err));
-      }
+      show_prefixed_lines(run.host, m_lines[key(run.host, run.job, stream)].add(bytes), out);
     } else {
-      std::string& pending = m_pending[out ? 0 : 1];
-      pending.append(bytes);
-      const std::size_t hold =
-          (out ? m_escape_out : m_escape_err) ? utf8_incomplete_tail(pending) : 0;
-      put(to, job_output(std::string_view(pending).substr(0, pending.size() - hold),
-                         out ? m_escape_out : m_escape_err));
-      pending.erase(0, pending.size() - hold);
-      m_ends_with_newline[out ? 0 : 1] = pending.empty() && !bytes.empty()
-                                             ? bytes.back() == '\n'
-                                             : m_ends_with_newline[out ? 0 : 1];
+      show_plain(bytes, out ? 0 : 1);
     }
-    std::fflush(to);
+    std::fflush(out ? m_out : m_err);
   }
 
   void record(const RunRecord& record, const nlohmann::json&) override
@@ -275,6 +263,29 @@ private:
     return fmt::format("{}: {}", terminal_safe(host), job_output(line, escape));
   }
 
+  void show_prefixed_lines(std::string_view host, const std::vector<std::string>& lines, bool out)
+  {
+    for (const auto& line : lines) {
+      put(out ? m_out : m_err, prefixed(host, line, out ? m_escape_out : m_escape_err));
+    }
+  }
+
+  // Bytes of stream `i` (0 stdout, 1 stderr) as they came, less an incomplete UTF-8 sequence at
+  // their end, which waits for the rest.
+  void show_plain(std::string_view bytes, int i)
+  {
+    const bool escape = i == 0 ? m_escape_out : m_escape_err;
+    std::string& pending = m_pending[i];
+    pending.append(bytes);
+    const std::size_t hold = escape ? utf8_incomplete_tail(pending) : 0;
+    put(i == 0 ? m_out : m_err,
+        job_output(std::string_view(pending).substr(0, pending.size() - hold), escape));
+    pending.erase(0, pending.size() - hold);
+    if (pending.empty() && !bytes.empty()) {
+      m_ends_with_newline[i] = bytes.back() == '\n';
+    }
+  }
+
   // The end of a run whose output was shown as it came: what is still buffered, and a newline
   // so the summary line starts a line of its own.
   void finish_live(const RunRecord& record)
@@ -283,29 +294,30 @@ private:
       for (const auto stream : {OutputStream::out, OutputStream::err}) {
         const std::string rest = m_lines[key(record.host_label, record.job, stream)].rest();
         if (!rest.empty()) {
-          const bool out = stream == OutputStream::out;
-          put(out ? m_out : m_err,
-              prefixed(record.host_label, rest + "\n", out ? m_escape_out : m_escape_err));
+          show_prefixed_lines(record.host_label, {rest + "\n"}, stream == OutputStream::out);
         }
       }
     } else {
-      for (int i = 0; i < 2; ++i) {
-        std::FILE* to = i == 0 ? m_out : m_err;
-        if (!m_pending[i].empty()) {
-          put(to,
-              job_output(std::exchange(m_pending[i], {}), i == 0 ? m_escape_out : m_escape_err));
-          m_ends_with_newline[i] = false;
-        }
-        if (!m_ends_with_newline[i]) {
-          put(to, "\n");
-        }
-        m_ends_with_newline[i] = true;
-      }
+      finish_plain(0);
+      finish_plain(1);
     }
     std::fflush(m_err);
     if (record.stdout_truncated) {
       put(m_out, "[stdout truncated in the record: its first and last part are kept]\n");
     }
+  }
+
+  void finish_plain(int i)
+  {
+    std::FILE* to = i == 0 ? m_out : m_err;
+    if (!m_pending[i].empty()) {
+      put(to, job_output(std::exchange(m_pending[i], {}), i == 0 ? m_escape_out : m_escape_err));
+      m_ends_with_newline[i] = false;
+    }
+    if (!m_ends_with_newline[i]) {
+      put(to, "\n");
+    }
+    m_ends_with_newline[i] = true;
   }
 
   // A run shown when it has ended: its stdout, the end of its stderr, then the summary line.

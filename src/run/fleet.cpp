@@ -113,6 +113,7 @@ private:
                       interrupted ? RunStatus::interrupted : RunStatus::error, error.message);
     record.unreachable = !interrupted && error.kind == ErrorKind::unreachable;
     record.replay_of = m_options.replay_of;
+    record.options = recorded_options(m_options, *run.job);
     return record;
   }
 
@@ -133,6 +134,10 @@ private:
         held.output_bytes += bytes.size();
         held.output.emplace_back(stream, std::string(bytes));
       }
+    };
+    options.on_note = [this, host = session.label(), name = m_runs[r].job->name](std::string_view text) {
+      std::lock_guard guard(m_lock);
+      m_observer.run_note(RunRef{host, name}, text);
     };
     return options;
   }

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "ferry/json_diff.hpp"
 
 namespace ferry {
@@ -88,6 +90,36 @@ std::vector<JsonChange> json_diff(const json& old_value, const json& new_value)
 {
   std::vector<JsonChange> changes;
   diff(old_value, new_value, "", changes);
+  return changes;
+}
+
+bool is_json_pointer(std::string_view text)
+{
+  if (text.empty()) {
+    return true;
+  }
+  if (text.front() != '/') {
+    return false;
+  }
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '~' && (i + 1 == text.size() || (text[i + 1] != '0' && text[i + 1] != '1'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<JsonChange> without_ignored(std::vector<JsonChange> changes,
+                                        const std::vector<std::string>& ignored)
+{
+  const auto is_ignored = [&ignored](const JsonChange& change) {
+    return std::any_of(ignored.begin(), ignored.end(), [&change](const std::string& pointer) {
+      return change.path == pointer ||
+             (change.path.size() > pointer.size() && change.path.starts_with(pointer) &&
+              change.path[pointer.size()] == '/');
+    });
+  };
+  std::erase_if(changes, is_ignored);
   return changes;
 }
 

@@ -73,8 +73,21 @@ json to_json(const RunRecord& r, bool with_streams)
   if (!r.warnings.empty()) {
     j["warnings"] = r.warnings;
   }
+  if (!r.files.empty()) {
+    j["files"] = r.files;
+  }
+  if (!r.outputs.empty()) {
+    j["outputs"] = r.outputs;
+  }
   if (!r.client.is_null()) {
     j["client"] = r.client;
+  }
+  j["env"] = r.env;
+  if (!r.interpreter.empty()) {
+    j["interpreter"] = r.interpreter;
+  }
+  if (!r.options.empty()) {
+    j["options"] = r.options;
   }
   return j;
 }
@@ -119,8 +132,21 @@ Expected<RunRecord> run_record_from_json(const json& j)
     }
     r.ferry_version = j.value("ferry_version", "");
     r.warnings = j.value("warnings", json::array());
+    r.files = j.value("files", json::array());
+    r.outputs = j.value("outputs", json::array());
     if (const auto client = j.find("client"); client != j.end() && client->is_object()) {
       r.client = *client;
+    }
+    if (const auto env = j.find("env"); env != j.end() && env->is_array()) {
+      for (const auto& name : *env) {
+        if (name.is_string()) {
+          r.env.push_back(name.get<std::string>());
+        }
+      }
+    }
+    r.interpreter = j.value("interpreter", "");
+    if (const auto options = j.find("options"); options != j.end() && options->is_object()) {
+      r.options = *options;
     }
   } catch (const json::exception& e) {
     return fail(ErrorKind::failed, "malformed run record: {}", e.what());

@@ -3,7 +3,13 @@
 // directory on every path out).
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <set>
 
+#include <unistd.h>
+
+#include "ferry/fd.hpp"
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
 #include "ferry/runner.hpp"
@@ -15,6 +21,7 @@ namespace ferry {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -33,6 +40,40 @@ RunRecord new_record(const Job& job, const json& params, const HostSession& sess
   record.script_name = job.file_name;
   return record;
 }
+
+// Where the job was read from, for `replay` to look there for today's copy: a file's absolute
+// path, "built-in", or null (archived bytes being replayed).
+json job_source(const Job& job)
+{
+  std::error_code ec;
+  if (job.source == "built-in") {
+    return job.source;
+  }
+  if (std::filesystem::is_regular_file(job.source, ec)) {
+    return std::filesystem::absolute(job.source, ec).string();
+  }
+  return nullptr;
+}
+
+} // namespace
+
+nlohmann::json recorded_options(const RunOptions& options, const Job& job)
+{
+  json recorded = {
+      {"timeout_s", options.timeout_s.value_or(job.meta.timeout_s)},
+      {"grace_s", options.grace_s},
+      {"output_cap", options.output_cap},
+      {"result_cap", options.result_cap},
+      {"interpreter", job.meta.interpreter},
+      {"remote_base", options.remote_base.empty() ? json(nullptr) : json(options.remote_base)},
+      {"job_source", job_source(job)},
+  };
+  // Added here as runs gain them: "env" (the names of the variables passed, never their
+  // values) and "files" (each file sent with the run, by name and sha256).
+  return recorded;
+}
+
+namespace {
 
 void add_warning(RunRecord& record, std::string_view code, std::string message)
 {
@@ -55,6 +96,7 @@ struct Run {
   const RunOptions& options;
   RunRecord& record;
   int timeout_s = 0;
+  JobSetup setup;
 
   void step(std::string_view name, double seconds) const
   {
@@ -110,6 +152,27 @@ struct Staged {
 // Room in the report for its lines around the result's bytes.
 constexpr std::size_t k_report_slack = 4096;
 
+// The job's own files, under their relative paths; each directory between made once, 0700.
+Expected<void> stage_files(const Run& run, const std::string& run_dir)
+{
+  std::set<std::string> made;
+  for (const auto& file : run.job.files) {
+    for (auto slash = file.path.find('/'); slash != std::string::npos;
+         slash = file.path.find('/', slash + 1)) {
+      if (std::string dir = file.path.substr(0, slash); made.insert(dir).second) {
+        FERRY_TRY(run.session.make_dir(run_dir + "/" + dir));
+      }
+    }
+    FERRY_TRY(run.session.put_file(run_dir + "/" + file.path, file.bytes));
+    run.record.files.push_back({{"path", file.path},
+                                {"mode", fmt::format("{:04o}", file.mode)},
+                                {"size", file.bytes.size()},
+                                {"sha256", file.sha256}});
+    run.record.blobs.emplace(file.sha256, file.bytes);
+  }
+  return {};
+}
+
 // Phase 1: the job and the launcher (params.json rides at its end), written into the new run
 // directory: two uploads.
 Expected<Staged> stage(const Run& run, const std::string& run_dir)
@@ -120,7 +183,8 @@ Expected<Staged> stage(const Run& run, const std::string& run_dir)
   launcher.run_dir = run_dir;
   launcher.job_file = staged_job_file_name(run.job);
   launcher.job_name = run.job.name;
-  launcher.interpreter = run.job.meta.interpreter;
+  launcher.interpreter = run.setup.interpreter;
+  launcher.env = run.setup.env;
   launcher.timeout_s = run.timeout_s;
   launcher.grace_s = run.options.grace_s;
   const std::string nonce = random_hex(12);
@@ -128,13 +192,16 @@ Expected<Staged> stage(const Run& run, const std::string& run_dir)
   launcher.end_marker = "ferry-end-" + nonce;
   launcher.params = params_file_bytes(run.params);
   launcher.result_frame_limit = std::min(run.options.result_cap, k_default_result_frame_limit);
-  launcher.keep_run_dir = run.options.keep_remote;
+  // Outputs are fetched after the exec: the launcher leaves the run directory for them.
+  launcher.keep_run_dir = run.options.keep_remote || !run.job.meta.outputs.empty() ||
+                          !run.options.fetch.empty();
   const std::string launcher_text = make_launcher(launcher);
   const std::pair<std::string, std::string_view> files[] = {{launcher.job_file, run.job.bytes},
                                                             {k_launcher_file, launcher_text}};
   for (const auto& [name, bytes] : files) {
     FERRY_TRY(run.session.put_file(run_dir + "/" + name, bytes));
   }
+  FERRY_TRY(stage_files(run, run_dir));
   run.record.timings.upload = seconds_since(start);
   run.step("upload", run.record.timings.upload);
   return staged;
@@ -154,6 +221,7 @@ Expected<ExecOutcome> execute(const Run& run, const Staged& staged)
   request.deadline = std::chrono::seconds(run.timeout_s + run.options.grace_s + 5);
   request.stop = run.options.stop;
   request.on_output = run.options.on_output;
+  request.on_note = run.options.on_note;
   auto outcome = run.session.exec(request);
   run.record.timings.exec = seconds_since(start);
   run.step("exec", run.record.timings.exec);
@@ -215,10 +283,26 @@ std::optional<Verdict> launcher_never_ran(const Run& run, const ExecOutcome& out
                   said.empty() ? "" : fmt::format(" and said \"{}\"", shorten(said, 200)))};
 }
 
+RunStatus status_of(ExecOutcome::Verdict::Kind kind)
+{
+  switch (kind) {
+  case ExecOutcome::Verdict::Kind::timeout:
+    return RunStatus::timeout;
+  case ExecOutcome::Verdict::Kind::error:
+    return RunStatus::error;
+  case ExecOutcome::Verdict::Kind::failed:
+    break;
+  }
+  return RunStatus::failed;
+}
+
 // How the exit reads, before the result is looked at; nullopt: the job exited 0.
 std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome,
                                      const std::optional<LauncherReport>& report)
 {
+  if (outcome.verdict) { // the target knows better than the exit status (a scheduler's verdict)
+    return Verdict{status_of(outcome.verdict->kind), outcome.verdict->message};
+  }
   if (auto never = launcher_never_ran(run, outcome)) {
     return never;
   }
@@ -231,7 +315,7 @@ std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome,
     return Verdict{RunStatus::failed,
                    fmt::format("{}: interpreter '{}' not found on the host; install it or give an "
                                "absolute path in the job's `interpreter`",
-                               run.session.label(), run.job.meta.interpreter)};
+                               run.session.label(), run.setup.interpreter)};
   }
   if (!outcome.exit_code) {
     return Verdict{RunStatus::failed, "the job's launcher was killed by a signal"};
@@ -243,6 +327,118 @@ std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome,
                                tail.empty() ? "" : ": " + std::string(tail.substr(0, 300)))};
   }
   return std::nullopt;
+}
+
+// Streams one output into the output directory, hashing it on the way; archived (read back from
+// disk) while the run's archive budget lasts.
+Expected<void> fetch_output(const Run& run, const std::string& run_dir, const fs::path& out,
+                            const std::string& rel, std::uint64_t& archived)
+{
+  FERRY_TRY_ASSIGN(const int raw, create_output_file(out, rel));
+  Fd fd(raw);
+  Defer remove_partial([&] { ::unlink((out / rel).c_str()); });
+  Sha256 hash;
+  std::uint64_t size = 0;
+  FERRY_TRY_ASSIGN(
+      const auto fetched,
+      run.session.fetch_stream(run_dir + "/" + rel, [&](std::string_view chunk) -> Expected<void> {
+        hash.update(chunk);
+        size += chunk.size();
+        if (const int e = write_all(fd.get(), chunk)) {
+          return fail(ErrorKind::failed, "cannot write {}: {}", (out / rel).string(),
+                      std::strerror(e));
+        }
+        return {};
+      }));
+  if (fetched.kind != FetchedFile::Kind::regular) {
+    return fail(ErrorKind::failed, "{} changed while it was fetched (now {})", rel,
+                fetched.kind == FetchedFile::Kind::missing ? "gone" : fetched.other);
+  }
+  if (const int e = fd.close()) {
+    return fail(ErrorKind::failed, "cannot write {}: {}", (out / rel).string(), std::strerror(e));
+  }
+  remove_partial.dismiss();
+  std::string sha = std::move(hash).hex();
+  const bool keep = archived + size <= run.options.archive_outputs_max;
+  if (keep) {
+    FERRY_TRY_ASSIGN(auto bytes, read_file(out / rel));
+    archived += size;
+    run.record.blobs.emplace(sha, std::move(bytes));
+  }
+  run.record.outputs.push_back(
+      {{"path", rel}, {"size", size}, {"sha256", sha}, {"archived", keep}});
+  return {};
+}
+
+bool wildcard_last(const std::string& pattern)
+{
+  return pattern.substr(pattern.rfind('/') + 1).find_first_of("*?[") != std::string::npos;
+}
+
+// What one output glob's matches need along the way.
+struct OutputFetch {
+  const Run& run;
+  const std::string& run_dir;
+  fs::path out;
+  std::set<std::string> seen;
+  std::uint64_t archived = 0;
+
+  void take(const std::string& pattern, const std::vector<GlobMatch>& matches)
+  {
+    for (const auto& match : matches) {
+      if (!seen.insert(match.path).second) {
+        continue;
+      }
+      if (match.entry.kind == DirEntry::Kind::dir && wildcard_last(pattern)) {
+        continue; // `out/*` passes over the directories beside the files
+      }
+      if (match.entry.kind != DirEntry::Kind::file) {
+        add_warning(run.record, "output-skipped",
+                    fmt::format("output {} is {}; only regular files are fetched", match.path,
+                                match.entry.kind == DirEntry::Kind::dir ? "a directory"
+                                                                        : match.entry.what));
+        continue;
+      }
+      if (auto fetched = fetch_output(run, run_dir, out, match.path, archived); !fetched) {
+        add_warning(run.record, "output-failed", fetched.error().message);
+      }
+    }
+  }
+};
+
+// Files back: every regular file the job's `outputs` and `--fetch` globs match in the run
+// directory, after the job, whatever its status. What cannot be fetched is a warning.
+void fetch_outputs(const Run& run, const std::string& run_dir)
+{
+  std::vector<std::string> patterns = run.job.meta.outputs;
+  patterns.insert(patterns.end(), run.options.fetch.begin(), run.options.fetch.end());
+  if (patterns.empty()) {
+    return;
+  }
+  const auto start = Clock::now();
+  OutputFetch fetch{run,
+                    run_dir,
+                    output_dir_for(run.options.out_dir, run.record.run_id, run.session.label()),
+                    {},
+                    0};
+  const DirLister lister = [&](const std::string& rel) {
+    return run.session.list_dir(rel.empty() ? run_dir : run_dir + "/" + rel);
+  };
+  for (const auto& pattern : patterns) {
+    auto matches = expand_glob(pattern, fmt::format("output \"{}\"", pattern), lister);
+    if (!matches) {
+      add_warning(run.record, "output-failed", matches.error().message);
+      continue;
+    }
+    if (matches->empty()) {
+      add_warning(run.record, "output-missing",
+                  fmt::format("output \"{}\" matched no file in the run directory", pattern));
+    }
+    fetch.take(pattern, *matches);
+  }
+  const double took = seconds_since(start);
+  run.record.timings.fetch += took;
+  run.step("outputs", took);
 }
 
 // result.json as the launcher's report gave it; nullopt when ferry must fetch it.
@@ -278,8 +474,8 @@ void collect(const Run& run, const ExecOutcome& outcome, const std::string& run_
     fetched = std::move(*given);
   } else {
     fetched = run.session.fetch_file(run_dir + "/result.json", run.options.result_cap);
-    record.timings.fetch = seconds_since(start);
-    run.step("fetch", record.timings.fetch);
+    record.timings.fetch += seconds_since(start);
+    run.step("fetch", seconds_since(start));
   }
   if (!fetched) {
     return conclude(record, RunStatus::error, fetched.error().message);
@@ -331,6 +527,7 @@ void conclude_failure(const Run& run, const Error& error)
 void run_phases(Run& run)
 {
   run.session.bind_stop(run.options.stop);
+  run.session.prepare_run(run.job, run.timeout_s);
   if (run.options.stop.stop_requested()) {
     return conclude(run.record, RunStatus::interrupted, "interrupted before the job started");
   }
@@ -378,6 +575,7 @@ void run_phases(Run& run)
   case ExecEnd::deadline:
     break;
   }
+  fetch_outputs(run, *dir);
   collect(run, *executed, *dir, report);
 }
 
@@ -391,6 +589,27 @@ void log_step(const RunOptions& options, std::string_view host, std::string_view
     const std::string line = fmt::format("ferry: {} {}: {} {:.3f} s\n", host, job, step, seconds);
     std::fwrite(line.data(), 1, line.size(), stderr);
   }
+}
+
+JobSetup job_setup(const Job& job, const RunOptions& options, std::string_view host)
+{
+  JobSetup setup{job.meta.env, job.meta.interpreter};
+  const HostSettings settings =
+      options.host_settings ? options.host_settings(host) : HostSettings{};
+  for (const auto& [name, value] : settings.env) {
+    setup.env[name] = value;
+  }
+  for (const auto& [name, value] : options.env) {
+    setup.env[name] = value;
+  }
+  if (const auto own = options.interpreters.find(job.meta.interpreter);
+      own != options.interpreters.end()) {
+    setup.interpreter = own->second;
+  } else if (const auto mapped = settings.interpreters.find(job.meta.interpreter);
+             mapped != settings.interpreters.end()) {
+    setup.interpreter = mapped->second;
+  }
+  return setup;
 }
 
 std::string staged_job_file_name(const Job& job)
@@ -418,8 +637,26 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params,
   const auto start = Clock::now();
   RunRecord record = new_record(job, params, session);
   record.replay_of = options.replay_of;
-  Run run{session, job, params, options, record, options.timeout_s.value_or(job.meta.timeout_s)};
+  record.options = recorded_options(options, job);
+  Run run{session,
+          job,
+          params,
+          options,
+          record,
+          options.timeout_s.value_or(job.meta.timeout_s),
+          job_setup(job, options, session.label())};
+  for (const auto& [name, value] : run.setup.env) {
+    record.env.push_back(name);
+  }
+  record.interpreter = run.setup.interpreter;
+  if (!run.setup.interpreter.empty()) {
+    record.options["interpreter"] =
+        run.setup.interpreter; // after the config file and --interpreter
+  }
   run_phases(run);
+  // What the target learnt while the job ran (a scheduler's job id, node and final state).
+  record.target = session.target();
+  record.host_label = session.label();
   record.duration_s = seconds_since(start);
   return record;
 }

@@ -100,6 +100,9 @@ void OutputCapture::keep(std::string_view job_bytes)
     return;
   }
   if (m_tail.size() != tail_cap) {
+    // Room for the tail after the head now, while the ring is not allocated yet: joining them
+    // at the end then copies nothing, and the peak stays at head + ring.
+    m_out.bytes.reserve(head_cap + tail_cap);
     m_tail.assign(tail_cap, '\0');
   }
   if (job_bytes.size() >= tail_cap) {

@@ -1,5 +1,6 @@
 // SHA-256 (FIPS 180-4). Archive keys and job fingerprints need it, and none of the libraries
 // ferry depends on exposes a general-purpose hash.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -65,36 +66,64 @@ void compress(std::array<std::uint32_t, 8>& h, const unsigned char* block)
 
 } // namespace
 
-std::string sha256_hex(std::string_view bytes)
+Sha256::Sha256()
+    : m_h{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+          0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19}
 {
-  std::array<std::uint32_t, 8> h = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+}
+
+void Sha256::update(std::string_view bytes)
+{
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
-  std::size_t full = bytes.size() / 64;
-  for (std::size_t i = 0; i < full; ++i) {
-    compress(h, data + 64 * i);
+  std::size_t left = bytes.size();
+  m_total += left;
+  if (m_buffered > 0) {
+    const std::size_t take = std::min(left, m_block.size() - m_buffered);
+    std::memcpy(m_block.data() + m_buffered, data, take);
+    m_buffered += take;
+    data += take;
+    left -= take;
+    if (m_buffered < m_block.size()) {
+      return;
+    }
+    compress(m_h, m_block.data());
+    m_buffered = 0;
   }
+  for (; left >= 64; data += 64, left -= 64) {
+    compress(m_h, data);
+  }
+  std::memcpy(m_block.data(), data, left);
+  m_buffered = left;
+}
+
+std::string Sha256::hex() &&
+{
   unsigned char tail[128] = {};
-  const std::size_t rest = bytes.size() - 64 * full;
-  if (rest > 0) {
-    std::memcpy(tail, data + 64 * full, rest);
-  }
+  const std::size_t rest = m_buffered;
+  std::memcpy(tail, m_block.data(), rest);
   tail[rest] = 0x80;
   const std::size_t tail_len = rest < 56 ? 64 : 128;
-  const std::uint64_t bits = static_cast<std::uint64_t>(bytes.size()) * 8;
+  const std::uint64_t bits = m_total * 8;
   for (int i = 0; i < 8; ++i) {
     tail[tail_len - 1 - i] = static_cast<unsigned char>(bits >> (8 * i));
   }
-  compress(h, tail);
+  compress(m_h, tail);
   if (tail_len == 128) {
-    compress(h, tail + 64);
+    compress(m_h, tail + 64);
   }
   std::string hex;
   hex.reserve(64);
-  for (std::uint32_t word : h) {
+  for (std::uint32_t word : m_h) {
     hex += fmt::format("{:08x}", word);
   }
   return hex;
+}
+
+std::string sha256_hex(std::string_view bytes)
+{
+  Sha256 hash;
+  hash.update(bytes);
+  return std::move(hash).hex();
 }
 
 } // namespace ferry

@@ -133,11 +133,17 @@ class SshTestCase(unittest.TestCase):
 
 
 def write_job(directory: str, name: str, body: str, interpreter: str = "python3", timeout: int = 60,
-              params: str = "") -> str:
-    """A job file with a `/// ferry` block; `params` is extra TOML (already without '# ')."""
+              params: str = "", result: str = "optional") -> str:
+    """A job file with a `/// ferry` block; `params` is extra TOML (already without '# ').
+
+    `result` is "optional" here unless a test says otherwise: most test jobs print and exit
+    without a result, which a job must declare (the product's default is "required")."""
     ext = ".py" if "python" in interpreter else ".sh"
+    extra = textwrap.dedent(params).strip().splitlines() if params else []
     meta = [f'description = "test job {name}"', f'interpreter = "{interpreter}"', f"timeout = {timeout}"]
-    meta += textwrap.dedent(params).strip().splitlines() if params else []
+    if not any(line.replace(" ", "").startswith("result=") for line in extra):
+        meta.append(f'result = "{result}"')  # unless the test's own lines say
+    meta += extra
     header = "# /// ferry\n" + "".join(f"# {line}\n" if line else "#\n" for line in meta) + "# ///\n"
     path = os.path.join(directory, name + ext)
     with open(path, "w", encoding="utf-8") as f:

@@ -32,7 +32,7 @@ class ArchiveCli(unittest.TestCase):
 
     def test_show_and_export_give_back_the_exact_bytes(self):
         path = os.path.join(self.tmp, "crlf.py")
-        script = (b"# -*- coding: latin-1 -*-\r\n# /// ferry\r\n# interpreter = \"python3\"\r\n# ///\r\n"
+        script = (b"# -*- coding: latin-1 -*-\r\n# /// ferry\r\n# interpreter = \"python3\"\r\n# result = \"optional\"\r\n# ///\r\n"
                   b"# latin-1 comment: caf\xe9 \xff\r\nimport sys\r\nsys.stdout.buffer.write(b'out\\xfe\\n')\r\n")
         with open(path, "wb") as f:
             f.write(script)
@@ -65,7 +65,11 @@ class ArchiveCli(unittest.TestCase):
         self.assertEqual(res.code, 0, res)
         rec = res.record
         self.assertEqual(rec["replay_of"], first["run_id"])
-        self.assertEqual(rec["compare"], {"identical": True, "changes": []})
+        # Identical, and the edit is reported (issue 14): the archived bytes ran.
+        self.assertEqual(rec["compare"]["changes"], [])
+        self.assertTrue(rec["compare"]["identical"])
+        self.assertEqual(rec["compare"]["job"]["replayed"], "archived")
+        self.assertIn("has changed since run", res.stderr.decode())
         self.assertEqual(rec["job_sha256"], first["job_sha256"])
 
     def test_replay_reports_what_changed(self):

@@ -18,7 +18,7 @@ from ferry_harness import (ECHO_JOB, ECHO_PARAMS, ferry_bin, memory_env, memory_
                            run_ferry, write_job)
 from shell_completion import SYSTEM_PATH, bash_session, fish_complete, zsh_session  # noqa: E402
 
-COMMANDS = ["run", "jobs", "new", "check", "log", "show", "export", "replay", "help", "completion"]
+COMMANDS = ["run", "jobs", "new", "check", "log", "show", "export", "replay", "prune", "help", "completion"]
 UNREACHABLE = ["--host", "192.0.2.1", "--connect-timeout", "30"]  # TEST-NET: never answers
 
 

@@ -277,11 +277,13 @@ class MaxSessionsOne(unittest.TestCase):
             job = write_job(tmp, "one", "import json, os\nprint('hi')\n"
                             "json.dump({'x': 1}, open(os.environ['FERRY_RESULT'], 'w'))\n")
             env = {"FERRY_ARCHIVE": os.path.join(tmp, "a.db")}
-            res = run_ferry("run", job, job, "--host", srv.alias("bash"), "--ssh-config", srv.ssh_config,
+            res = run_ferry("-v", "run", job, job, "--host", srv.alias("bash"), "--ssh-config", srv.ssh_config,
                             "--json", env=env)
             self.assertEqual(res.code, 0, res)
             self.assertEqual([r["result"] for r in res.records], [{"x": 1}, {"x": 1}])
             self.assertEqual(srv.run_dirs(srv.user("bash")), [])
+            # -v says why SFTP went away and came back.
+            self.assertIn("refused a second channel (MaxSessions 1?)", res.stderr.decode())
 
 
 class HostileLocal(unittest.TestCase):

@@ -158,20 +158,25 @@ class InternalSftp(SshRunBase):
 
     def test_result_file_missing_invalid_or_stdout_json(self):
         cases = {
-            "no_result": ("print('just text')\n", "ok", None),
+            "no_result": ("print('just text')\n", "no-result", None),
+            "no_result_optional": ("print('just text')\n", "ok", None),
             "bad_result": ("open(__import__('os').environ['FERRY_RESULT'], 'w').write('{not json')\n",
                            "bad-result", None),
             "stdout_json": ("print('  {\"a\": [1, 2], \"b\": \"\\u65e5\"}  ')\n", "ok", {"a": [1, 2], "b": "日"}),
-            "stdout_two_docs": ("print('{}'); print('{}')\n", "ok", None),
+            "stdout_two_docs": ("print('{}'); print('{}')\n", "no-result", None),
         }
         for name, (body, status, result) in cases.items():
             with self.subTest(case=name):
-                job = write_job(self.tmp, name, body)
+                job = write_job(self.tmp, name, body,
+                                result="optional" if name.endswith("optional") else "required")
                 res = self.ferry("run", job, "--json")
                 rec = self.assertRun(res, status=status, code=0 if status == "ok" else 1)
                 self.assertEqual(rec["result"], result)
                 if status == "bad-result":
                     self.assertIn("not valid JSON", rec["error"])
+                if status == "no-result":
+                    self.assertIn("the job wrote no result", rec["error"])
+                    self.assertIn("result.json", rec["error"])
         self.assertNoRunDirs("bash")
 
     def test_huge_output_is_capped_with_bounded_memory(self):

@@ -152,8 +152,12 @@ class RawServer:
 def archive_rows(path: str) -> list[dict]:
     """Every run in the archive, as its JSON record plus the host_label column."""
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        rows = db.execute("SELECT record, host_label FROM runs ORDER BY started_at").fetchall()
-    return [{**json.loads(record), "host_label": label} for record, label in rows]
+        rows = db.execute("SELECT record, host_label, params, result FROM runs ORDER BY started_at").fetchall()
+    # params and the result have columns of their own (JSON text), the rest is the record.
+    return [{**json.loads(record), "host_label": label,
+             "params": json.loads(params) if params is not None else {},
+             "result": json.loads(result) if result is not None else None}
+            for record, label, params, result in rows]
 
 
 def job_block(path: str) -> dict:

@@ -751,3 +751,54 @@ TEST_CASE("ferry log lists runs and errors have the right exit codes", "[archive
   CHECK(contains(newer.err, "newer ferry"));
   CHECK(contains(newer.err, path.string()));
 }
+
+TEST_CASE("archive: a run's files and outputs are stored once per sha256 and verified",
+          "[archive][bundle]")
+{
+  TempDir tmp;
+  const auto path = tmp / "archive.db";
+  const auto with_files = [](std::string id) {
+    RunRecord run = make_run(std::move(id));
+    run.files = nlohmann::json::array({{{"path", "data/a.csv"},
+                                        {"mode", "0600"},
+                                        {"size", 3},
+                                        {"sha256", ferry::sha256_hex("a,1")}}});
+    run.outputs = nlohmann::json::array({{{"path", "out/r.txt"},
+                                          {"size", 1},
+                                          {"sha256", ferry::sha256_hex("r")},
+                                          {"archived", true}},
+                                         {{"path", "big.bin"},
+                                          {"size", 99},
+                                          {"sha256", ferry::sha256_hex("big")},
+                                          {"archived", false}}});
+    run.blobs = {{ferry::sha256_hex("a,1"), "a,1"}, {ferry::sha256_hex("r"), "r"}};
+    return run;
+  };
+  {
+    Archive archive = open_archive(path);
+    record(archive, with_files("20260102T030405Z-00000001"));
+    record(archive, with_files("20260102T030406Z-00000002"));
+  }
+  CHECK(sql_int(path, "SELECT count(*) FROM run_files") == 6);
+  CHECK(sql_int(path, "SELECT count(*) FROM run_files WHERE archived = 1") == 4);
+  CHECK(sql_int(path, "SELECT count(*) FROM scripts") == 3); // the script, a,1 and r
+  CHECK(sql_int(path, "SELECT mode FROM run_files WHERE kind = 'file' LIMIT 1") == 0600);
+  {
+    auto archive = Archive::open(path);
+    REQUIRE(archive);
+    auto loaded =
+        archive->load("20260102T030405Z-00000001", ferry::LoadOptions{.verify_blobs = true});
+    REQUIRE(loaded);
+    CHECK(loaded->files == with_files("x").files);
+    CHECK(loaded->outputs == with_files("x").outputs);
+    CHECK(loaded->blobs == with_files("x").blobs);
+  }
+  sql_exec(path, "UPDATE scripts SET bytes = 'tampered' WHERE sha256 = '" +
+                     ferry::sha256_hex("a,1") + "'");
+  auto archive = Archive::open(path);
+  REQUIRE(archive);
+  auto refused =
+      archive->load("20260102T030405Z-00000001", ferry::LoadOptions{.verify_blobs = true});
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.error().message, Catch::Contains("does not match its sha256"));
+}

@@ -133,7 +133,12 @@ TEST_CASE("archive: a run the lock keeps out is spooled byte for byte and moved 
     Archive archive = open_archive(path);
     record(archive, make_run("20260102T030405Z-00000001"));
   }
-  const RunRecord run = odd_run("20260102T030406Z-00000002");
+  RunRecord run = odd_run("20260102T030406Z-00000002");
+  run.files = nlohmann::json::array({{{"path", "data/a.csv"},
+                                      {"mode", "0600"},
+                                      {"size", 3},
+                                      {"sha256", ferry::sha256_hex("a,1")}}});
+  run.blobs = {{ferry::sha256_hex("a,1"), "a,1"}};
   RecordOutcome outcome;
   {
     LockHolder holder(path);
@@ -160,7 +165,10 @@ TEST_CASE("archive: a run the lock keeps out is spooled byte for byte and moved 
     auto loaded = archive.load(run.run_id);
     REQUIRE(loaded);
     check_same_run(*loaded, run);
+    CHECK(loaded->files == run.files); // its files came in with it
+    CHECK(loaded->blobs == run.blobs);
   }
+  CHECK(sql_int(path, "SELECT count(*) FROM run_files") == 1);
   CHECK_FALSE(fs::exists(spooled));
   CHECK(files_in(spooled.parent_path()).empty());
   CHECK(sql_int(path, "SELECT count(*) FROM runs") == 2);

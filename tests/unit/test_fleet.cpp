@@ -74,6 +74,15 @@ public:
   {
     return FetchedFile{};
   }
+  Expected<FetchedFile> fetch_stream(const std::string&, const ChunkSink&) override
+  {
+    return FetchedFile{};
+  }
+  Expected<void> make_dir(const std::string&) override { return {}; }
+  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string&) override
+  {
+    return std::optional<std::vector<DirEntry>>{};
+  }
   Expected<bool> file_exists(const std::string&) override { return false; }
   Expected<void> remove_run_dir(const std::string&) override { return {}; }
 

@@ -12,6 +12,7 @@
 #include "ferry/remote/shell_neutral.hpp"
 #include "ferry/run_record.hpp"
 #include "ferry/runner.hpp"
+#include "ferry/util.hpp"
 
 using namespace ferry;
 using nlohmann::json;
@@ -28,6 +29,7 @@ public:
   }
   std::map<std::string, std::string> files;
   std::vector<std::string> removed;
+  std::vector<std::string> dirs;
   std::vector<std::string> executed;
   ExecOutcome outcome;
   std::function<void(FakeSession&, const std::string& run_dir)> during_exec;
@@ -66,6 +68,24 @@ public:
     auto it = files.find(path);
     return it == files.end() ? FetchedFile{}
                              : FetchedFile{FetchedFile::Kind::regular, it->second, {}};
+  }
+  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override
+  {
+    auto it = files.find(path);
+    if (it == files.end()) {
+      return FetchedFile{};
+    }
+    FERRY_TRY(sink(it->second));
+    return FetchedFile{FetchedFile::Kind::regular, {}, {}};
+  }
+  Expected<void> make_dir(const std::string& path) override
+  {
+    dirs.push_back(path);
+    return {};
+  }
+  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string&) override
+  {
+    return std::optional<std::vector<DirEntry>>();
   }
   Expected<bool> file_exists(const std::string& path) override { return files.count(path) != 0; }
   Expected<void> remove_run_dir(const std::string& path) override
@@ -312,4 +332,26 @@ TEST_CASE("streamed JSON strings replace broken UTF-8 exactly as the archive's J
     INFO("round " << round);
     REQUIRE(streamed(bytes) == archived(bytes));
   }
+}
+
+TEST_CASE("the runner stages the job's files under their paths, each directory made once",
+          "[runner][bundle]")
+{
+  FakeSession session;
+  session.outcome.exit_code = 0;
+  Job job = test_job();
+  job.meta.result_required = false;
+  job.files = {{"a/b/c.txt", 0600, sha256_hex("c"), "c"},
+               {"a/d.txt", 0600, sha256_hex("d"), "d"},
+               {"top.py", 0600, sha256_hex("t"), "t"}};
+  RunRecord record = run_job(session, job, json::object(), RunOptions{});
+  CHECK(record.status == RunStatus::ok);
+  CHECK(session.dirs == std::vector<std::string>{k_dir + "/a", k_dir + "/a/b"});
+  CHECK(session.files.at(k_dir + "/a/b/c.txt") == "c");
+  CHECK(session.files.at(k_dir + "/a/d.txt") == "d");
+  CHECK(session.files.at(k_dir + "/top.py") == "t");
+  REQUIRE(record.files.size() == 3);
+  CHECK(record.files[0] ==
+        json{{"path", "a/b/c.txt"}, {"mode", "0600"}, {"size", 1}, {"sha256", sha256_hex("c")}});
+  CHECK(record.blobs.at(sha256_hex("d")) == "d");
 }

@@ -53,8 +53,9 @@ TEST_CASE("the launcher sets the contract's variables and never executes the job
              Catch::Contains("FERRY_RESULT='/home/u/.cache/ferry/runs/ferry-1-ab'/result.json"));
   CHECK_THAT(text, Catch::Contains("FERRY_JOB='kv'\\''calc'"));
   CHECK_THAT(text, Catch::Contains("export FERRY_RUN_DIR FERRY_PARAMS FERRY_RESULT FERRY_JOB"));
-  // The job runs with SIGPIPE as it should be; only the launcher ignores it.
-  CHECK_THAT(text, Catch::Contains("(trap - PIPE; exec setsid \"$interpreter\" "
+  // The job runs with SIGPIPE as it should be; only the launcher ignores it. `env -i`: the job
+  // inherits only the variables the launcher lists.
+  CHECK_THAT(text, Catch::Contains("(trap - PIPE; exec setsid env -i \"$@\" \"$interpreter\" "
                                    "\"$FERRY_RUN_DIR\"/'kv_calc.py' </dev/null) &"));
   CHECK_THAT(text, Catch::Contains("nap 42 ||"));
   CHECK_THAT(text, Catch::Contains("nap 3 ||"));

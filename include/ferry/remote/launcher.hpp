@@ -32,7 +32,12 @@ struct LauncherSpec {
   // A regular result.json up to this size comes back framed after the end line; a larger one
   // is left for ferry to fetch.
   std::size_t result_frame_limit = k_default_result_frame_limit;
-  bool keep_run_dir = false; // --keep-remote: the launcher leaves the run directory
+  // --keep-remote, or files still to fetch (outputs, --fetch): the launcher leaves the run
+  // directory to ferry.
+  bool keep_run_dir = false;
+  // The declared variables (checked names); the launcher adds PATH, HOME, USER, LANG, TERM,
+  // LC_* and FERRY_*, and the job inherits nothing else.
+  std::map<std::string, std::string> env;
 };
 
 // Exit statuses the launcher itself uses.

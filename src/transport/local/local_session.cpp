@@ -63,6 +63,23 @@ public:
 
   Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override;
 
+  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override;
+
+  Expected<void> make_dir(const std::string& path) override
+  {
+    if (::mkdir(path.c_str(), 0700) != 0) {
+      return fail(ErrorKind::failed, "cannot create the directory {}: {}", path,
+                  std::strerror(errno));
+    }
+    ::chmod(path.c_str(), 0700); // the umask is not trusted
+    return {};
+  }
+
+  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path) override
+  {
+    return list_local_dir(path);
+  }
+
   Expected<bool> file_exists(const std::string& path) override
   {
     std::error_code ec;
@@ -149,7 +166,7 @@ std::string_view file_type_name(mode_t mode)
   return "a socket or device";
 }
 
-Expected<FetchedFile> LocalSession::fetch_file(const std::string& path, std::size_t cap)
+Expected<FetchedFile> LocalSession::fetch_stream(const std::string& path, const ChunkSink& sink)
 {
   // lstat first, and O_NONBLOCK: a FIFO is never opened for a read that could block, a link
   // never followed (the same rule as over SFTP).
@@ -164,20 +181,46 @@ Expected<FetchedFile> LocalSession::fetch_file(const std::string& path, std::siz
     return FetchedFile{FetchedFile::Kind::other, {}, std::string(file_type_name(st.st_mode))};
   }
   const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
-  if (!fd) {
-    return fail(ErrorKind::failed, "cannot read {}: {}", path, std::strerror(errno));
+  struct stat opened {};
+  if (!fd || ::fstat(fd.get(), &opened) != 0 || !S_ISREG(opened.st_mode)) {
+    return fail(ErrorKind::failed, "cannot read {}: {}", path,
+                fd ? "it changed into something other than a regular file" : std::strerror(errno));
   }
-  FetchedFile fetched{FetchedFile::Kind::regular, {}, {}};
-  char buffer[65536];
-  while (fetched.bytes.size() <= cap) {
-    const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+  std::vector<char> buffer(256 * 1024);
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
     if (n < 0 && errno == EINTR) {
       continue;
     }
-    if (n <= 0) {
+    if (n < 0) {
+      return fail(ErrorKind::failed, "cannot read {}: {}", path, std::strerror(errno));
+    }
+    if (n == 0) {
       break;
     }
-    fetched.bytes.append(buffer, static_cast<std::size_t>(n));
+    FERRY_TRY(sink(std::string_view(buffer.data(), static_cast<std::size_t>(n))));
+  }
+  return FetchedFile{FetchedFile::Kind::regular, {}, {}};
+}
+
+Expected<FetchedFile> LocalSession::fetch_file(const std::string& path, std::size_t cap)
+{
+  std::string bytes;
+  bool over = false;
+  auto fetched = fetch_stream(path, [&](std::string_view chunk) -> Expected<void> {
+    bytes.append(chunk);
+    if (bytes.size() > cap) {
+      over = true; // cap + 1 bytes tell the caller it is over the cap; no need to read on
+      bytes.resize(cap + 1);
+      return fail(ErrorKind::failed, "over the cap");
+    }
+    return {};
+  });
+  if (over) {
+    return FetchedFile{FetchedFile::Kind::regular, std::move(bytes), {}};
+  }
+  if (fetched) {
+    fetched->bytes = std::move(bytes);
   }
   return fetched;
 }

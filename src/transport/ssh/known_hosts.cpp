@@ -1,5 +1,6 @@
 #include "transport/ssh/known_hosts.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <sstream>
@@ -7,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "ferry/util.hpp"
+#include "transport/ssh/config.hpp"
 
 namespace ferry::known_hosts {
 namespace {
@@ -64,25 +66,12 @@ char lower(char c)
   return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
 }
 
-// OpenSSH's match_pattern: `*` any run, `?` any one character; the text is already lower case.
+// OpenSSH's match_pattern on a host name already in lower case; the pattern is lowered too.
 bool wildcard_match(std::string_view text, std::string_view pattern)
 {
-  std::size_t t = 0, p = 0, star = std::string_view::npos, resume = 0;
-  while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || lower(pattern[p]) == text[t])) {
-      ++t, ++p;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++, resume = t;
-    } else if (star != std::string_view::npos) {
-      p = star + 1, t = ++resume;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') {
-    ++p;
-  }
-  return p == pattern.size();
+  std::string lowered(pattern);
+  std::transform(lowered.begin(), lowered.end(), lowered.begin(), lower);
+  return ssh::match_pattern(text, lowered);
 }
 
 bool hashed_match(std::string_view field, std::string_view name)

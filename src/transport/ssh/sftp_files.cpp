@@ -204,10 +204,10 @@ Expected<void> SftpFiles::prepare_base()
     return {};
   }
   FERRY_TRY(start());
-  const auto armed = arm("prepare the run base");
   std::string base = m_remote_base;
   std::vector<std::string> to_create = {base};
   if (base.empty()) {
+    const auto armed = arm("resolve the home directory");
     CString home(sftp_canonicalize_path(m_sftp.get(), "."));
     if (!home) {
       return fail(ErrorKind::failed, "{}", error("resolve the home directory", "."));
@@ -223,7 +223,9 @@ Expected<void> SftpFiles::prepare_base()
         "would not be shell-neutral; set remote_base to a plain absolute path (--remote-base)",
         m_label, base);
   }
+  // One bounded step per directory: over a slow link the whole walk takes many round trips.
   for (const auto& dir : to_create) {
+    const auto armed = arm("prepare the run base " + dir);
     FERRY_TRY(check_base_dir(dir, dir == base));
   }
   m_base = base;
@@ -282,26 +284,34 @@ void SftpFiles::sweep_stale(const std::string& new_dir)
   if (std::exchange(m_swept, true)) {
     return;
   }
-  const auto armed = arm("sweep stale run directories");
-  const Attributes created(sftp_lstat(m_sftp.get(), new_dir.c_str()));
-  Dir dir(sftp_opendir(m_sftp.get(), m_base.c_str()));
-  if (!created || !dir) {
-    return;
-  }
+  // Each step is bounded on its own (not the sweep as a whole: over a slow link a sweep of a
+  // few directories takes many round trips, and it must not cost the run its connection).
+  std::optional<Attributes> created;
   std::vector<std::pair<std::string, long long>> candidates;
-  while (const Attributes entry{sftp_readdir(m_sftp.get(), dir.get())}) {
-    const std::string name = entry->name != nullptr ? entry->name : "";
-    if (entry->type == SSH_FILEXFER_TYPE_DIRECTORY && is_run_dir_name(name) &&
-        m_base + "/" + name != new_dir) {
-      candidates.emplace_back(m_base + "/" + name, entry->mtime);
+  {
+    const auto armed = arm("list the run base " + m_base);
+    created.emplace(sftp_lstat(m_sftp.get(), new_dir.c_str()));
+    Dir dir(sftp_opendir(m_sftp.get(), m_base.c_str()));
+    if (!*created || !dir) {
+      return;
+    }
+    while (const Attributes entry{sftp_readdir(m_sftp.get(), dir.get())}) {
+      const std::string name = entry->name != nullptr ? entry->name : "";
+      if (entry->type == SSH_FILEXFER_TYPE_DIRECTORY && is_run_dir_name(name) &&
+          m_base + "/" + name != new_dir) {
+        candidates.emplace_back(m_base + "/" + name, entry->mtime);
+      }
     }
   }
   for (const auto& [path, modified] : candidates) {
-    StaleRunCheck check{created->mtime, modified, read_small(path + "/" + k_launcher_state_file),
-                        false};
-    check.launcher_alive = check.state && launcher_alive(path, *check.state);
+    StaleRunCheck check{(*created)->mtime, modified, std::nullopt, false};
+    {
+      const auto armed = arm("inspect " + path);
+      check.state = read_small(path + "/" + k_launcher_state_file);
+      check.launcher_alive = check.state && launcher_alive(path, *check.state);
+    }
     if (is_stale_run(check) && !m_watchdog.fired()) {
-      (void)remove_tree(path);
+      (void)remove_tree(path, true);
     }
   }
 }
@@ -368,7 +378,7 @@ std::string_view sftp_type_name(int type)
 }
 } // namespace
 
-Expected<FetchedFile> SftpFiles::fetch_file(const std::string& path, std::size_t cap)
+Expected<FetchedFile> SftpFiles::fetch_stream(const std::string& path, const ChunkSink& sink)
 {
   FERRY_TRY(start());
   File file;
@@ -391,22 +401,91 @@ Expected<FetchedFile> SftpFiles::fetch_file(const std::string& path, std::size_t
   if (!file) {
     return fail(ErrorKind::failed, "{}", error("open", path));
   }
-  FetchedFile fetched{FetchedFile::Kind::regular, {}, {}};
   std::vector<char> buffer(64 * 1024);
-  while (fetched.bytes.size() <= cap) {
-    const auto armed = arm("read " + path);
-    const ssize_t n = sftp_read(file.get(), buffer.data(), buffer.size());
+  for (;;) {
+    ssize_t n = 0;
+    {
+      const auto armed = arm("read " + path);
+      n = sftp_read(file.get(), buffer.data(), buffer.size());
+    }
     if (n < 0) {
       return fail(ErrorKind::failed, "{}", error("read", path));
     }
     if (n == 0) {
       break;
     }
-    fetched.bytes.append(buffer.data(), static_cast<std::size_t>(n));
+    FERRY_TRY(sink(std::string_view(buffer.data(), static_cast<std::size_t>(n))));
   }
   const auto armed = arm("close " + path);
   file.reset();
+  return FetchedFile{FetchedFile::Kind::regular, {}, {}};
+}
+
+Expected<FetchedFile> SftpFiles::fetch_file(const std::string& path, std::size_t cap)
+{
+  std::string bytes;
+  bool over = false;
+  auto fetched = fetch_stream(path, [&](std::string_view chunk) -> Expected<void> {
+    bytes.append(chunk);
+    if (bytes.size() > cap) {
+      over = true; // cap + 1 bytes tell the caller it is over the cap; no need to read on
+      bytes.resize(cap + 1);
+      return fail(ErrorKind::failed, "over the cap");
+    }
+    return {};
+  });
+  if (over) {
+    return FetchedFile{FetchedFile::Kind::regular, std::move(bytes), {}};
+  }
+  if (fetched) {
+    fetched->bytes = std::move(bytes);
+  }
   return fetched;
+}
+
+Expected<void> SftpFiles::make_dir(const std::string& path)
+{
+  FERRY_TRY(start());
+  const auto armed = arm("create the directory " + path);
+  // mkdir fails on any name that exists, a link included: nothing is created through a link.
+  if (sftp_mkdir(m_sftp.get(), path.c_str(), 0700) != SSH_OK) {
+    return fail(ErrorKind::failed, "{}", error("create the directory", path));
+  }
+  if (sftp_chmod(m_sftp.get(), path.c_str(), 0700) != SSH_OK) {
+    return fail(ErrorKind::failed, "{}", error("set mode 0700 on", path));
+  }
+  return {};
+}
+
+Expected<std::optional<std::vector<DirEntry>>> SftpFiles::list_dir(const std::string& path)
+{
+  FERRY_TRY(start());
+  const auto armed = arm("list " + path);
+  Dir dir(sftp_opendir(m_sftp.get(), path.c_str()));
+  if (!dir) {
+    if (sftp_get_error(m_sftp.get()) == SSH_FX_NO_SUCH_FILE && !m_watchdog.fired()) {
+      return std::optional<std::vector<DirEntry>>();
+    }
+    return fail(ErrorKind::failed, "{}", error("list", path));
+  }
+  std::vector<DirEntry> entries;
+  // readdir's attributes come from lstat on OpenSSH's sftp-server: a link shows as a link.
+  while (const Attributes item{sftp_readdir(m_sftp.get(), dir.get())}) {
+    const std::string name = item->name != nullptr ? item->name : "";
+    if (name.empty() || name == "." || name == "..") {
+      continue;
+    }
+    DirEntry entry{name, DirEntry::Kind::other, item->size, {}};
+    if (item->type == SSH_FILEXFER_TYPE_REGULAR) {
+      entry.kind = DirEntry::Kind::file;
+    } else if (item->type == SSH_FILEXFER_TYPE_DIRECTORY) {
+      entry.kind = DirEntry::Kind::dir;
+    } else {
+      entry.what = sftp_type_name(item->type);
+    }
+    entries.push_back(std::move(entry));
+  }
+  return std::optional(std::move(entries));
 }
 
 Expected<bool> SftpFiles::file_exists(const std::string& path)
@@ -425,15 +504,21 @@ Expected<bool> SftpFiles::file_exists(const std::string& path)
 
 // Removes `path` and everything under it, without recursion (no depth is too deep) and without
 // following links: a directory's entries first, then the directories themselves, deepest first.
-Expected<void> SftpFiles::remove_tree(const std::string& path)
+// With `each_call_bounded`, every SFTP call is one bounded step of its own (over a slow link a
+// walk takes many round trips); otherwise the caller bounds the whole walk.
+Expected<void> SftpFiles::remove_tree(const std::string& path, bool each_call_bounded)
 {
   sftp_session sftp = m_sftp.get();
+  const auto step = [&](const std::string& what) {
+    return each_call_bounded ? arm(what) : CallWatchdog::Armed();
+  };
   std::vector<std::string> pending = {path};
   std::vector<std::string> directories;
   while (!pending.empty()) {
     const std::string dir_path = std::move(pending.back());
     pending.pop_back();
     directories.push_back(dir_path);
+    const auto listing = step("list " + dir_path);
     Dir dir(sftp_opendir(sftp, dir_path.c_str()));
     if (!dir) {
       return fail(ErrorKind::failed, "{}", error("list", dir_path));
@@ -452,6 +537,7 @@ Expected<void> SftpFiles::remove_tree(const std::string& path)
     }
   }
   for (auto it = directories.rbegin(); it != directories.rend(); ++it) {
+    const auto removing = step("remove the directory " + *it);
     if (sftp_rmdir(sftp, it->c_str()) != SSH_OK) {
       return fail(ErrorKind::failed, "{}", error("remove the directory", *it));
     }
@@ -462,25 +548,32 @@ Expected<void> SftpFiles::remove_tree(const std::string& path)
 Expected<void> SftpFiles::remove_run_dir(const std::string& path)
 {
   FERRY_TRY(start());
-  // The whole cleanup is one bounded step; after a stop request it still runs, briefly.
-  const auto armed = m_watchdog.arm(
-      "remove " + path, nullptr,
-      m_stop.stop_requested() ? std::optional<CallWatchdog::Clock::duration>(k_cleanup_after_stop)
-                              : std::nullopt);
+  // After a stop request the whole cleanup is one short bounded step; otherwise each call is
+  // bounded on its own, as every other step is.
+  const bool stopped = m_stop.stop_requested();
+  std::optional<CallWatchdog::Armed> whole;
+  if (stopped) {
+    whole.emplace(m_watchdog.arm("remove " + path, nullptr, k_cleanup_after_stop));
+  }
   // The usual run directory holds what ferry put there and result.json: remove those by name,
   // then the directory (half the round trips of listing it). Anything else there, a job's own
   // files or the timeout marker, makes rmdir fail, and the listing walk removes the rest.
   sftp_session sftp = m_sftp.get();
   auto known = std::move(m_uploaded[path]);
   m_uploaded.erase(path);
+  std::erase_if(m_uploaded, [&](const auto& item) { return item.first.starts_with(path + "/"); });
   known.push_back(path + "/result.json");
   for (const auto& file : known) {
+    const auto armed = stopped ? CallWatchdog::Armed() : arm("remove " + file);
     sftp_unlink(sftp, file.c_str()); // a name already gone is fine; the walk has the last word
   }
-  if (sftp_rmdir(sftp, path.c_str()) == SSH_OK) {
-    return {};
+  {
+    const auto armed = stopped ? CallWatchdog::Armed() : arm("remove " + path);
+    if (sftp_rmdir(sftp, path.c_str()) == SSH_OK) {
+      return {};
+    }
   }
-  return remove_tree(path);
+  return remove_tree(path, !stopped);
 }
 
 } // namespace ferry::ssh

@@ -23,6 +23,9 @@ public:
   [[nodiscard]] Expected<std::string> create_run_dir();
   [[nodiscard]] Expected<void> put_file(const std::string& path, std::string_view bytes);
   [[nodiscard]] Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap);
+  [[nodiscard]] Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink);
+  [[nodiscard]] Expected<void> make_dir(const std::string& path);
+  [[nodiscard]] Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path);
   [[nodiscard]] Expected<bool> file_exists(const std::string& path);
   [[nodiscard]] Expected<void> remove_run_dir(const std::string& path);
   void forget_run_dir(const std::string& path) { m_uploaded.erase(path); }
@@ -35,7 +38,7 @@ private:
   [[nodiscard]] Expected<void> check_base_dir(const std::string& dir, bool is_base);
   [[nodiscard]] Expected<void> write_all(sftp_file file, const std::string& path,
                                          std::string_view bytes);
-  [[nodiscard]] Expected<void> remove_tree(const std::string& path);
+  [[nodiscard]] Expected<void> remove_tree(const std::string& path, bool each_call_bounded);
   void sweep_stale(const std::string& new_dir);
   [[nodiscard]] std::optional<std::string> read_small(const std::string& path);
   [[nodiscard]] bool launcher_alive(const std::string& dir, const std::string& state);

@@ -92,6 +92,18 @@ public:
   {
     return with_sftp([&] { return files().file_exists(path); });
   }
+  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override
+  {
+    return with_sftp([&] { return files().fetch_stream(path, sink); });
+  }
+  Expected<void> make_dir(const std::string& path) override
+  {
+    return with_sftp([&] { return files().make_dir(path); });
+  }
+  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path) override
+  {
+    return with_sftp([&] { return files().list_dir(path); });
+  }
   Expected<void> remove_run_dir(const std::string& path) override
   {
     return with_sftp([&] { return files().remove_run_dir(path); });
@@ -137,7 +149,7 @@ private:
     if (!m_watchdog) {
       // A blocking step may take twice the connect timeout (at least 5 s) before the host is
       // taken to have stopped answering.
-      const double connect_s = m_target.connect_timeout_s > 0 ? m_target.connect_timeout_s : 10;
+      const double connect_s = m_where.timeout_s > 0 ? m_where.timeout_s : 10;
       ssh::CallWatchdog::Limits limits;
       limits.call =
           std::chrono::milliseconds(static_cast<long>(std::max(5.0, 2 * connect_s) * 1000));
@@ -208,6 +220,8 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       // aside for the exec and starts again for the next SFTP step.
       if (m_files && m_files->suspend()) {
         m_channel_limit = 1;
+        debug("the server refused a second channel (MaxSessions 1?): SFTP closed while the job "
+              "runs, reopened after it");
         return true;
       }
       return just_freed;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "ferry/transport.hpp"
 #include "transport/ssh/handles.hpp"
@@ -27,13 +28,21 @@ public:
 
   class [[nodiscard]] Armed {
   public:
-    explicit Armed(CallWatchdog& watchdog) : m_watchdog(watchdog) {}
+    Armed() = default; // bounds nothing: for a step its caller already bounds
+    explicit Armed(CallWatchdog& watchdog) : m_watchdog(&watchdog) {}
+    Armed(Armed&& other) noexcept : m_watchdog(std::exchange(other.m_watchdog, nullptr)) {}
     Armed(const Armed&) = delete;
     Armed& operator=(const Armed&) = delete;
-    ~Armed() { m_watchdog.disarm(); }
+    Armed& operator=(Armed&&) = delete;
+    ~Armed()
+    {
+      if (m_watchdog != nullptr) {
+        m_watchdog->disarm();
+      }
+    }
 
   private:
-    CallWatchdog& m_watchdog;
+    CallWatchdog* m_watchdog = nullptr;
   };
 
   CallWatchdog(ssh_session session, Limits limits);

@@ -1,0 +1,27 @@
+#pragma once
+// The Slurm target (docs/slurm.md): jobs run on cluster nodes that Slurm allocates, reached
+// through a login node ferry can ssh to. Files travel over the login node's SFTP into a run
+// directory on a filesystem the nodes share; the only command any shell sees is
+// `/bin/sh RUN_DIR/.ferry-submit.sh`, which submits the job with sbatch and follows it.
+#include <memory>
+#include <vector>
+
+#include "ferry/sessions.hpp"
+#include "ferry/slurm_options.hpp"
+#include "ferry/transport.hpp"
+
+namespace ferry {
+
+struct SlurmTarget {
+  SshTarget login;               // the login node, as for --host
+  SlurmOptions command_line;     // wins over the job's [slurm] table...
+  SlurmOptions config;           // ...which wins over the user config file's
+  int nodes = 1;                 // one session (and one record per run) per node
+  bool describe_cluster = false; // `check`: also read the version, partitions and GPU gres
+};
+
+// `nodes` sessions that share each run's allocation: one Slurm job per run, one node each.
+[[nodiscard]] std::vector<std::unique_ptr<HostSession>>
+make_slurm_sessions(const SlurmTarget& target);
+
+} // namespace ferry

@@ -1,0 +1,228 @@
+# ferry's Slurm submit script (generated; runs under /bin/sh on the login node)
+# The source is src/remote/submit.sh; ferry fills in the @name@ fields, each already quoted for
+# sh where it is text. It submits the run's batch job with sbatch, or follows the job another
+# node slot of the same allocation submitted, and reports to ferry on stdout, one frame at a
+# time (docs/slurm.md):
+#   TAG job ID                  the job was submitted
+#   TAG state STATE REASON      squeue's view, about once a second (also ferry's heartbeat)
+#   TAG out N / TAG err N       then N bytes the launcher wrote to its stdout / stderr
+#   TAG note TEXT               something ferry should show (squeue cannot reach the controller)
+#   TAG node NAME               where the launcher ran ("-": it never started)
+#   TAG end STATE EXIT NODES SOURCE   the final state, from scontrol, else sacct
+# Design notes:
+# - sbatch's options come from .ferry-sbatch-args, one per line, each checked by ferry; the run's
+#   job id is a number ferry checked. Nothing here is text a user wrote.
+# - The launcher on the node writes its stdout and stderr to files in its run directory, on the
+#   filesystem the nodes share with this login node; they travel to ferry only as counted
+#   chunks, so nothing a job prints can pose as a frame. Each read opens the file again, which
+#   is what NFS needs to show another machine's writes.
+# - The state comes from squeue while the controller lists the job and from sacct after that;
+#   sbatch --wait's exit status is never used (Slurm 22.05 returns 0 for some TIMEOUTs).
+# - SIGPIPE is ignored: a write that fails means ferry is gone (a lost connection), and then the
+#   job is cancelled and the run directory removed, so nothing is left in the queue or on the
+#   node. ferry's TERM (Ctrl-C, or its deadline) cancels the job and reports how it ended.
+trap '' PIPE
+set -f
+run_dir=@run_dir@
+tag=@tag@
+job=@job_id@
+job_name=@job_name@
+end_marker=@end_marker@
+printf '%s\n' @sentinel@
+printf '%s\n' @sentinel@ >&2
+umask 077
+stopping=0
+tick=1
+polls=1
+if sleep 0.1 2>/dev/null; then
+  tick=0.25 # fractions of a second (GNU, busybox): output moves sooner
+  polls=4
+fi
+if ! printf 'x' | head -c 1 >/dev/null 2>&1; then
+  printf 'ferry: the login node has no `head -c` (GNU coreutils or busybox)\n' >&2
+  exit 4
+fi
+
+# Cancels the job (by its name while sbatch has not said its id) and waits up to $1 ticks for
+# it to leave the queue.
+cancel() {
+  if [ -z "$job" ]; then
+    scancel --name="$job_name" >/dev/null 2>&1
+    return
+  fi
+  scancel "$job" >/dev/null 2>&1
+  left=$1
+  while [ "$left" -gt 0 ]; do
+    case $(squeue -h -t all -j "$job" -o '%T' 2>/dev/null) in
+    PENDING | RUNNING | COMPLETING | CONFIGURING | SUSPENDED | REQUEUED | RESIZING | SIGNALING | STAGE_OUT | STOPPED) ;;
+    *) return ;;
+    esac
+    sleep "$tick"
+    left=$((left - 1))
+  done
+}
+
+# Nobody reads any more: leave nothing behind.
+lost() {
+  trap '' TERM INT HUP
+  cancel 40
+  rm -rf "$run_dir"
+  exit 141
+}
+
+say() {
+  printf '%s %s\n' "$tag" "$*" 2>/dev/null || lost
+}
+
+stopped() {
+  trap '' TERM INT HUP
+  stopping=1
+  cancel 0
+}
+trap stopped TERM INT HUP
+
+# Sends what FILE gained since OFFSET-VARIABLE as a frame of STREAM (at most 1 MiB at a time).
+forward() {
+  [ -f "$run_dir/$1" ] || return 0
+  eval "at=\$$3"
+  size=$(wc -c <"$run_dir/$1" | tr -d ' ')
+  [ -n "$size" ] && [ "$size" -gt "$at" ] || return 0
+  n=$((size - at))
+  [ "$n" -gt 1048576 ] && n=1048576
+  tail -c "+$((at + 1))" "$run_dir/$1" | head -c "$n" >"$run_dir/.ferry-chunk"
+  n=$(wc -c <"$run_dir/.ferry-chunk" | tr -d ' ')
+  [ "$n" -gt 0 ] || return 0
+  say "$2" "$n"
+  cat "$run_dir/.ferry-chunk" 2>/dev/null || lost
+  eval "$3=\$((at + n))"
+  more=1
+}
+
+forward_all() {
+  more=0
+  forward .ferry-stdout out out_at
+  forward .ferry-stderr err err_at
+}
+
+poll() {
+  line=$(squeue -h -t all -j "$job" -o '%T %r' 2>&1)
+  if [ "$?" -ne 0 ]; then
+    case $line in
+    *'Invalid job id'*) final=gone ;;
+    *) say note "squeue: $(printf '%s' "$line" | tr '\n' ' ' | cut -c 1-300)" ;;
+    esac
+    return
+  fi
+  set -- $line
+  if [ "$#" -eq 0 ]; then
+    final=gone
+    return
+  fi
+  say state "$1" "${2:--}"
+  case $1 in
+  COMPLETED | FAILED | TIMEOUT | CANCELLED | OUT_OF_MEMORY | NODE_FAIL | BOOT_FAIL | DEADLINE | PREEMPTED) final=$1 ;;
+  esac
+}
+
+field() {
+  printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1
+}
+
+# The final state: scontrol while the controller knows the job, sacct (a moment behind) after.
+final_state() {
+  info=$(scontrol -o show job "$job" 2>/dev/null)
+  state=$(field JobState "$info")
+  code=$(field ExitCode "$info")
+  nodes=$(field NodeList "$info")
+  source=scontrol
+  if [ -z "$state" ]; then
+    source=sacct
+    tries=0
+    while [ "$tries" -lt 20 ]; do
+      row=$(sacct -n -P -X -j "$job" -o State,ExitCode,NodeList 2>/dev/null | head -n 1)
+      state=${row%%|*}
+      state=${state%% *} # "CANCELLED by 1000"
+      case $state in
+      COMPLETED | FAILED | TIMEOUT | CANCELLED | OUT_OF_MEMORY | NODE_FAIL | BOOT_FAIL | DEADLINE | PREEMPTED) break ;;
+      esac
+      sleep "$tick"
+      tries=$((tries + 1))
+    done
+    rest=${row#*|}
+    code=${rest%%|*}
+    nodes=${rest#*|}
+  fi
+  if [ -z "$state" ]; then
+    state=UNKNOWN
+    source=none
+  fi
+}
+
+# The launcher's last line can reach this machine's view of the file a little after the job
+# ended (NFS); wait for it briefly, then send the rest.
+finish() {
+  final_state
+  if [ -f "$run_dir/.ferry-node" ]; then
+    tries=0
+    [ "$stopping" = 1 ] && tries=8 # ferry waits only briefly now
+    while [ "$tries" -lt 12 ] && ! tail -c 4096 "$run_dir/.ferry-stdout" 2>/dev/null | grep -F -q "$end_marker"; do
+      sleep "$tick"
+      tries=$((tries + 1))
+    done
+  fi
+  more=1
+  while [ "$more" = 1 ]; do forward_all; done
+  node=$(head -n 1 "$run_dir/.ferry-node" 2>/dev/null | tr -c -d 'A-Za-z0-9._-')
+  say node "${node:--}"
+  say end "$state" "${code:--}" "$(printf '%s' "${nodes:--}" | tr ' ' '_')" "$source"
+}
+
+if [ -z "$job" ]; then
+  set --
+  while IFS= read -r arg || [ -n "$arg" ]; do
+    set -- "$@" "$arg"
+  done <"$run_dir/.ferry-sbatch-args"
+  submitted=$(sbatch "$@" </dev/null)
+  status=$?
+  job=${submitted%%;*}
+  if [ "$stopping" = 1 ]; then
+    cancel 8
+    exit 130
+  fi
+  [ "$status" = 0 ] || exit 3 # sbatch said why on stderr
+  case $job in
+  '' | *[!0-9_]*)
+    printf 'sbatch printed no job id: %s\n' "$submitted" >&2
+    exit 3
+    ;;
+  esac
+fi
+say job "$job"
+
+out_at=0
+err_at=0
+final=
+polled=0
+waited=0
+started=0
+while :; do
+  # The node has entered the run directory: the job runs, even if squeue never saw it running.
+  if [ "$started" = 0 ] && [ -f "$run_dir/.ferry-node" ]; then
+    started=1
+    say state RUNNING -
+  fi
+  forward_all
+  if [ "$polled" -ge "$polls" ] || [ "$polled" = 0 ] || [ "$stopping" = 1 ]; then
+    poll
+    polled=0
+  fi
+  polled=$((polled + 1))
+  [ -n "$final" ] && break
+  if [ "$stopping" = 1 ]; then
+    waited=$((waited + 1))
+    [ "$waited" -gt 8 ] && break
+  fi
+  [ "$more" = 1 ] || sleep "$tick"
+done
+finish
+exit 0
