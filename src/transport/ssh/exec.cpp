@@ -142,12 +142,15 @@ Turn turn(ssh_session session, ssh_channel channel, const ExitWatch& watch, Stre
           StopSchedule& schedule, ExecOutcome& outcome)
 {
   const bool got_data = drain(session, channel, streams, outcome);
-  if (outcome.end == ExecEnd::lost || ssh_channel_is_eof(channel) ||
-      ssh_channel_is_closed(channel)) {
+  if (outcome.end == ExecEnd::lost) {
     return Turn::done;
   }
-  if (!ssh_is_connected(session)) {
-    lose(outcome, "the connection was closed");
+  // A dropped connection closes every channel too: without the exit status, it was lost.
+  if (!ssh_is_connected(session) && !watch.exited) {
+    lose(outcome, fmt::format("the connection dropped: {}", ssh_get_error(session)));
+    return Turn::done;
+  }
+  if (ssh_channel_is_eof(channel) || ssh_channel_is_closed(channel)) {
     return Turn::done;
   }
   if (watch.exited && Clock::now() - watch.at > k_output_linger) {
