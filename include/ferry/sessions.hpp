@@ -26,10 +26,23 @@ struct SshTarget {
   std::function<void(std::string_view)> warn;
 };
 
+// An SSH session as a connection holder keeps it between invocations (docs/persistence.md).
+class SshConnection : public HostSession {
+public:
+  // Names the connection's effective options: two targets that would connect the same way
+  // (user, address, port, proxy, keys, agent, known_hosts, policy, run base) give the same text,
+  // any difference another. Valid once the ssh config was read.
+  [[nodiscard]] virtual std::string options_identity() const = 0;
+  // The connection is still up: takes in what the server sent meanwhile, never waits.
+  [[nodiscard]] virtual bool alive() = 0;
+  // The server's key checked again against known_hosts as the files read now.
+  [[nodiscard]] virtual Expected<void> recheck_host_key() = 0;
+};
+
 [[nodiscard]] std::unique_ptr<HostSession> make_ssh_session(const SshTarget& target);
 // The same, with the ssh config read now, before any host is contacted: a config ssh would
 // refuse (or that asks ferry to skip the host key check) is a usage error here.
-[[nodiscard]] Expected<std::unique_ptr<HostSession>>
+[[nodiscard]] Expected<std::unique_ptr<SshConnection>>
 make_checked_ssh_session(const SshTarget& target);
 
 struct LocalTarget {

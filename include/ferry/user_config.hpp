@@ -19,6 +19,7 @@ struct SshDefaults {
   std::optional<std::string> user;
   std::optional<unsigned> port;
   std::optional<std::string> identity;
+  std::optional<int> persist_s; // seconds a connection is kept after a run (0: none)
 };
 
 struct HostConfig {

@@ -37,6 +37,7 @@ struct TargetOptions {
   double connect_timeout_s = 0; // 0: ConnectTimeout from the ssh config, else 10 s
   std::string remote_base;      // default: $HOME/.cache/ferry/runs on the host
   int retries = 1;
+  std::optional<int> persist_s; // --persist: seconds a connection is kept after the run
   SlurmCli slurm; // --slurm LOGIN and its options (docs/slurm.md)
 };
 
@@ -88,6 +89,9 @@ void add_replay_command(CLI::App& app, Context& ctx);
 void add_prune_command(CLI::App& app, Context& ctx);
 void add_mcp_command(CLI::App& app, Context& ctx);
 void add_completion_command(CLI::App& app, Context& ctx);
+void add_disconnect_command(CLI::App& app, Context& ctx);
+// `ferry __hold SPEC`: a connection holder (started by ferry itself; docs/persistence.md).
+[[nodiscard]] int holder_main(std::string_view spec);
 
 // The commands `ferry help` lists (hidden internal ones left out), and one of them by name.
 [[nodiscard]] std::vector<const CLI::App*> visible_commands(const CLI::App& app);

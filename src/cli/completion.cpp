@@ -58,6 +58,7 @@ const std::map<std::string, CompletionKind, std::less<>>& kinds_by_name()
       {"output-cap", {ValueKind::free_text, {}}},
       {"connect-timeout", {ValueKind::free_text, {}}},
       {"retries", {ValueKind::free_text, {}}},
+      {"persist", {ValueKind::free_text, {}}},
       {"remote-base", {ValueKind::free_text, {}}},
       {"since", {ValueKind::free_text, {}}},
       {"ignore", {ValueKind::free_text, {}}},

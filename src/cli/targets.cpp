@@ -1,9 +1,12 @@
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 
 #include "cli/targets.hpp"
 #include "ferry/host_spec.hpp"
+#include "ferry/held.hpp"
 #include "ferry/sessions.hpp"
 #include "ferry/text.hpp"
 
@@ -134,6 +137,12 @@ void add_target_options(CLI::App& command, TargetOptions& target)
       ->check(CLI::Range(0, 10))
       ->group("SSH");
   command
+      .add_option("--persist", target.persist_s,
+                  "seconds the host's connection stays open after the run for later runs to use "
+                  "(0: none; default $FERRY_PERSIST, the config's ssh.persist, else 60)")
+      ->check(CLI::Range(0, 7 * 24 * 3600))
+      ->group("SSH");
+  command
       .add_option("--remote-base", target.remote_base,
                   "run directory base on the host (default $HOME/.cache/ferry/runs)")
       ->group("SSH");
@@ -157,6 +166,33 @@ Expected<std::vector<std::string>> target_hosts(const TargetOptions& target)
   }
   FERRY_TRY(check_slurm_combination(target, !hosts.empty()));
   return hosts;
+}
+
+// --persist, else $FERRY_PERSIST, else the config's ssh.persist, else the default.
+Expected<int> persist_for(Context& ctx, const TargetOptions& target, const std::string& host)
+{
+  if (target.persist_s) {
+    return *target.persist_s;
+  }
+  if (const char* env = std::getenv("FERRY_PERSIST"); env && *env) {
+    int seconds = -1;
+    const std::string_view text(env);
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+    if (ec != std::errc{} || end != text.data() + text.size() || seconds < 0 ||
+        seconds > 7 * 24 * 3600) {
+      return fail(ErrorKind::usage,
+                  "FERRY_PERSIST='{}': expected whole seconds from 0 to 604800 (0 keeps no "
+                  "connection open)",
+                  terminal_safe(text));
+    }
+    return seconds;
+  }
+  if (const auto config = ctx.user_config(); config) {
+    if (const auto seconds = (*config)->for_host(host).ssh.persist_s) {
+      return *seconds;
+    }
+  }
+  return k_default_persist_s;
 }
 
 SshTarget ssh_target_for(Context& ctx, const TargetOptions& target, const std::string& host)
@@ -201,8 +237,14 @@ make_sessions(Context& ctx, const TargetOptions& target, std::span<const Job> jo
         fmt::format("{} is named more than once; it runs once", terminal_safe(host)));
   }
   for (const auto& host : hosts) {
-    FERRY_TRY_ASSIGN(auto session, make_checked_ssh_session(ssh_target_for(ctx, target, host)));
-    sessions.push_back(std::move(session));
+    const SshTarget ssh = ssh_target_for(ctx, target, host);
+    FERRY_TRY_ASSIGN(auto session, make_checked_ssh_session(ssh));
+    FERRY_TRY_ASSIGN(const int persist_s, persist_for(ctx, target, host));
+    if (persist_s > 0) {
+      sessions.push_back(make_persistent_session(std::move(session), ssh, persist_s));
+    } else {
+      sessions.push_back(std::move(session));
+    }
   }
   return sessions;
 }

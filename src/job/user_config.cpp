@@ -100,8 +100,15 @@ Expected<void> set_ssh_key(SshDefaults& ssh, std::string_view key, const toml::n
       return at.refuse(value, full, "must be a number of seconds between 0 and 3600");
     }
     ssh.connect_timeout_s = *seconds;
+  } else if (key == "persist") {
+    const auto seconds = value.value_exact<std::int64_t>();
+    if (!seconds || *seconds < 0 || *seconds > 7 * 24 * 3600) {
+      return at.refuse(value, full, "must be whole seconds from 0 to 604800 (0 keeps none)");
+    }
+    ssh.persist_s = static_cast<int>(*seconds);
   } else {
-    return at.refuse(value, full, "unknown key (known: connect_timeout, user, port, identity)");
+    return at.refuse(value, full,
+                     "unknown key (known: connect_timeout, user, port, identity, persist)");
   }
   return {};
 }
@@ -218,6 +225,7 @@ HostConfig UserConfig::for_host(std::string_view host) const
     merged.settings.env.insert(section.settings.env.begin(), section.settings.env.end());
     keep_first(merged.remote_base, section.remote_base);
     keep_first(merged.ssh.connect_timeout_s, section.ssh.connect_timeout_s);
+    keep_first(merged.ssh.persist_s, section.ssh.persist_s);
     keep_first(merged.ssh.user, section.ssh.user);
     keep_first(merged.ssh.port, section.ssh.port);
     keep_first(merged.ssh.identity, section.ssh.identity);

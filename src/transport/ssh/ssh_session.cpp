@@ -40,7 +40,7 @@ bool is_transient_connect_error(std::string_view message)
   return false;
 }
 
-class SshSession final : public HostSession {
+class SshSession final : public SshConnection {
 public:
   explicit SshSession(SshTarget target) : m_target(std::move(target)) {}
 
@@ -114,6 +114,24 @@ public:
     if (m_files) {
       m_files->forget_run_dir(path);
     }
+  }
+  std::string options_identity() const override;
+  bool alive() override
+  {
+    const std::lock_guard lock(m_mutex);
+    if (!m_session || !ssh_is_connected(m_session.get())) {
+      return false;
+    }
+    // Reads and handles what arrived (a disconnect, a closed socket) without waiting.
+    ssh_set_blocking(m_session.get(), 0);
+    ssh_blocking_flush(m_session.get(), 0);
+    ssh_set_blocking(m_session.get(), 1);
+    return ssh_is_connected(m_session.get()) != 0;
+  }
+  Expected<void> recheck_host_key() override
+  {
+    const std::lock_guard lock(m_mutex);
+    return check_host_key();
   }
 
 private:
@@ -391,16 +409,53 @@ Expected<void> SshSession::connect_once()
 
 } // namespace
 
+std::string SshSession::options_identity() const
+{
+  const auto paths = [](const std::vector<ssh::NamedFile>& files) {
+    std::vector<std::string> out;
+    for (const auto& file : files) {
+      out.push_back(file.path);
+    }
+    return out;
+  };
+  nlohmann::json algorithms = nlohmann::json::array();
+  for (const auto& [option, value] : m_where.algorithms) {
+    algorithms.push_back({static_cast<int>(option), value.args});
+  }
+  const nlohmann::json identity = {
+      {"spec", m_target.spec},
+      {"host", m_where.host},
+      {"user", m_where.user},
+      {"port", m_where.port},
+      {"known_hosts_name", m_where.known_hosts_name},
+      {"user_known_hosts", m_where.user_known_hosts},
+      {"global_known_hosts", m_where.global_known_hosts},
+      {"accept_new", m_where.accept_new || m_target.accept_new_host_key},
+      {"hash_known_hosts", m_where.hash_known_hosts},
+      {"proxy", m_where.proxy_argv},
+      {"identities", paths(m_where.identities.files)},
+      {"certificates", paths(m_where.identities.certificates)},
+      {"default_identities", paths(m_where.identities.defaults)},
+      {"identities_only", m_where.identities.identities_only},
+      {"agent", m_where.identities.agent_socket},
+      {"host_key_algorithms", m_where.host_key_algorithms},
+      {"algorithms", algorithms},
+      {"timeout_s", m_where.timeout_s},
+      {"remote_base", m_target.remote_base},
+  };
+  return identity.dump();
+}
+
 std::unique_ptr<HostSession> make_ssh_session(const SshTarget& target)
 {
   return std::make_unique<SshSession>(target);
 }
 
-Expected<std::unique_ptr<HostSession>> make_checked_ssh_session(const SshTarget& target)
+Expected<std::unique_ptr<SshConnection>> make_checked_ssh_session(const SshTarget& target)
 {
   auto session = std::make_unique<SshSession>(target);
   FERRY_TRY(session->resolve());
-  return std::unique_ptr<HostSession>(std::move(session));
+  return std::unique_ptr<SshConnection>(std::move(session));
 }
 
 } // namespace ferry

@@ -1,0 +1,470 @@
+// The client side of persistent sessions: a HostSession whose every step is a request to a
+// holder (HeldSession), and the session the CLI makes (PersistentSession), which uses a live
+// holder when there is one, else connects directly and starts a holder as it ends.
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ferry/held.hpp"
+#include "transport/held/place.hpp"
+#include "transport/held/wire.hpp"
+
+namespace ferry {
+
+namespace fs = std::filesystem;
+using held::Message;
+using held::Received;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A step's reply must come within this (the holder bounds each SFTP call itself).
+constexpr std::chrono::milliseconds k_step_limit = 120s;
+
+// How the holder answered a hello.
+struct Greeting {
+  enum class Kind { ok, none, refused } kind = Kind::none;
+  std::string why; // none: why the holder cannot be used
+  Error refusal;   // refused: the error a direct connection would have given
+  Message reply;
+};
+
+Greeting greet(int fd)
+{
+  if (!held::send_message(fd, {{"op", "hello"}, {"protocol", held::k_protocol}})) {
+    return {Greeting::Kind::none, "it closed the connection", {}, {}};
+  }
+  Message reply;
+  if (held::receive_message(fd, reply, 10s) != Received::message || !reply.is_object()) {
+    return {Greeting::Kind::none, "it did not answer", {}, {}};
+  }
+  if (reply.value("gone", false)) {
+    return {Greeting::Kind::none, reply.value("why", std::string("it is ending")), {}, {}};
+  }
+  if (auto error = held::error_in(reply)) {
+    return {Greeting::Kind::refused, {}, *error, {}};
+  }
+  return {Greeting::Kind::ok, {}, {}, std::move(reply)};
+}
+
+class HeldSession final : public HostSession {
+public:
+  HeldSession(fs::path socket, std::string label, Fd first, Message greeting)
+      : m_socket(std::move(socket)), m_label(std::move(label)),
+        m_target(greeting.value("target", Message::object()))
+  {
+    m_idle.push_back(std::move(first));
+  }
+
+  nlohmann::json target() const override { return m_target; }
+  std::string label() const override { return m_label; }
+  Expected<void> connect() override { return {}; }
+  bool concurrent_runs() const override { return true; }
+  void bind_stop(const StopToken& stop) override
+  {
+    const std::lock_guard lock(m_mutex);
+    m_stop = stop;
+  }
+
+  Expected<std::string> create_run_dir() override
+  {
+    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "create_run_dir"}}));
+    return reply.at("path").get<std::string>();
+  }
+  Expected<void> put_file(const std::string& path, std::string_view bytes) override
+  {
+    FERRY_TRY(call({{"op", "put_file"}, {"path", path}, {"bytes", held::bytes_of(bytes)}}));
+    return {};
+  }
+  Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override
+  {
+    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "fetch_file"}, {"path", path}, {"cap", cap}}));
+    return held::decode_file(reply.at("file"));
+  }
+  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override;
+  Expected<void> make_dir(const std::string& path) override
+  {
+    FERRY_TRY(call({{"op", "make_dir"}, {"path", path}}));
+    return {};
+  }
+  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path) override
+  {
+    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "list_dir"}, {"path", path}}));
+    return held::decode_entries(reply.at("entries"));
+  }
+  Expected<bool> file_exists(const std::string& path) override
+  {
+    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "file_exists"}, {"path", path}}));
+    return reply.at("exists").get<bool>();
+  }
+  Expected<void> remove_run_dir(const std::string& path) override
+  {
+    FERRY_TRY(call({{"op", "remove_run_dir"}, {"path", path}}));
+    return {};
+  }
+  void forget_run_dir(const std::string& path) override
+  {
+    (void)call({{"op", "forget_run_dir"}, {"path", path}});
+  }
+  Expected<ExecOutcome> exec(const ExecRequest& request) override;
+
+private:
+  Unexpected<Error> lost(std::string_view what) const
+  {
+    return fail(ErrorKind::failed, "{}: the connection holder ({}) {}", m_label,
+                m_socket.filename().string(), what);
+  }
+
+  // A connection to the holder: an idle one, else a new one (greeted).
+  Expected<Fd> take()
+  {
+    {
+      const std::lock_guard lock(m_mutex);
+      if (!m_idle.empty()) {
+        Fd fd = std::move(m_idle.back());
+        m_idle.pop_back();
+        return fd;
+      }
+    }
+    auto fd = held::dial(m_socket);
+    if (!fd) {
+      return lost("is gone");
+    }
+    if (greet(fd->get()).kind != Greeting::Kind::ok) {
+      return lost("no longer serves");
+    }
+    return std::move(*fd);
+  }
+  void give_back(Fd fd)
+  {
+    const std::lock_guard lock(m_mutex);
+    m_idle.push_back(std::move(fd));
+  }
+
+  // One request, its reply (an error reply becomes the error).
+  Expected<Message> call(const Message& request)
+  {
+    FERRY_TRY_ASSIGN(Fd fd, take());
+    if (!held::send_message(fd.get(), request)) {
+      return lost("went away");
+    }
+    Message reply;
+    const auto got = held::receive_message(fd.get(), reply, k_step_limit);
+    if (got != Received::message) {
+      return lost(got == Received::timeout ? "did not answer within 120 s" : "went away");
+    }
+    give_back(std::move(fd));
+    if (auto error = held::error_in(reply)) {
+      return Unexpected{*error};
+    }
+    return reply;
+  }
+
+  fs::path m_socket;
+  std::string m_label;
+  nlohmann::json m_target;
+  std::mutex m_mutex;
+  std::vector<Fd> m_idle;
+  StopToken m_stop;
+};
+
+Expected<FetchedFile> HeldSession::fetch_stream(const std::string& path, const ChunkSink& sink)
+{
+  FERRY_TRY_ASSIGN(Fd fd, take());
+  if (!held::send_message(fd.get(), {{"op", "fetch_stream"}, {"path", path}})) {
+    return lost("went away");
+  }
+  std::optional<Error> refused; // the sink's error: the rest is read and dropped
+  while (true) {
+    Message m;
+    if (held::receive_message(fd.get(), m, k_step_limit) != Received::message) {
+      return lost("went away while sending a file");
+    }
+    if (m.contains("chunk")) {
+      if (!refused) {
+        if (auto taken = sink(held::text_of(m.at("chunk"))); !taken) {
+          refused = taken.error();
+        }
+      }
+      continue;
+    }
+    give_back(std::move(fd));
+    if (auto error = held::error_in(m)) {
+      return Unexpected{*error};
+    }
+    if (refused) {
+      return Unexpected{*refused};
+    }
+    return held::decode_file(m.at("file"));
+  }
+}
+
+Expected<ExecOutcome> HeldSession::exec(const ExecRequest& request)
+{
+  FERRY_TRY_ASSIGN(Fd fd, take());
+  if (!held::send_message(fd.get(), {{"op", "exec"}, {"request", held::encode(request)}})) {
+    return lost("went away");
+  }
+  bool stop_sent = false;
+  // The holder's own deadline comes first; this one only bounds a holder that stopped answering.
+  const auto until = std::chrono::steady_clock::now() + request.deadline + request.grace + 60s;
+  while (std::chrono::steady_clock::now() < until) {
+    if (!stop_sent && request.stop.stop_requested()) {
+      stop_sent = held::send_message(fd.get(), {{"op", "stop"}});
+    }
+    Message m;
+    const auto got = held::receive_message(fd.get(), m, 50ms);
+    if (got == Received::timeout) {
+      continue;
+    }
+    if (got != Received::message) {
+      return lost("ended while the job ran; the launcher's own deadline stops the job");
+    }
+    const std::string ev = m.value("ev", "");
+    if (ev == "out" || ev == "err") {
+      if (request.on_output) {
+        request.on_output(ev == "out" ? OutputStream::out : OutputStream::err,
+                          held::text_of(m.at("bytes")));
+      }
+      continue;
+    }
+    if (ev == "note") {
+      if (request.on_note) {
+        request.on_note(m.value("text", ""));
+      }
+      continue;
+    }
+    give_back(std::move(fd));
+    if (auto error = held::error_in(m)) {
+      return Unexpected{*error};
+    }
+    return held::decode_outcome(m.at("outcome"));
+  }
+  return lost("did not answer");
+}
+
+// Starts `ferry __hold SPEC` detached (its own session, stdio on /dev/null, errors into a log
+// beside the socket), reaped at once so that a long-lived ferry (the MCP server) keeps no
+// zombie.
+void start_holder(const SshTarget& target, int persist_s, const fs::path& socket)
+{
+  const std::string spec = held::holder_spec(target, persist_s, socket).dump();
+  fs::path log = socket;
+  log.replace_extension(".log");
+  const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  const int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  char exe[] = "/proc/self/exe";
+  char name[] = "ferry";
+  char hold[] = "__hold";
+  std::string arg = spec;
+  char* argv[] = {name, hold, arg.data(), nullptr};
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::setsid();
+    if (::fork() != 0) {
+      ::_exit(0);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) {
+      ::signal(sig, SIG_DFL);
+    }
+    ::signal(SIGHUP, SIG_IGN);
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(err >= 0 ? err : null, 2);
+    ::execv(exe, argv);
+    ::_exit(127);
+  }
+  if (child > 0) {
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  ::close(null);
+  if (err >= 0) {
+    ::close(err);
+  }
+}
+
+class PersistentSession final : public HostSession {
+public:
+  PersistentSession(std::unique_ptr<SshConnection> direct, SshTarget target, int persist_s)
+      : m_direct(std::move(direct)), m_target(std::move(target)), m_persist_s(persist_s)
+  {
+  }
+  ~PersistentSession() override
+  {
+    if (m_hand_over) {
+      start_holder(m_target, m_persist_s, m_socket);
+    }
+  }
+  PersistentSession(const PersistentSession&) = delete;
+  PersistentSession& operator=(const PersistentSession&) = delete;
+
+  nlohmann::json target() const override { return active().target(); }
+  std::string label() const override { return m_target.spec; }
+  Expected<void> connect() override;
+  bool concurrent_runs() const override { return active().concurrent_runs(); }
+  void prepare_run(const Job& job, int timeout_s) override { active().prepare_run(job, timeout_s); }
+  void bind_stop(const StopToken& stop) override { active().bind_stop(stop); }
+  Expected<std::string> create_run_dir() override { return active().create_run_dir(); }
+  Expected<void> put_file(const std::string& path, std::string_view bytes) override
+  {
+    return active().put_file(path, bytes);
+  }
+  Expected<ExecOutcome> exec(const ExecRequest& request) override
+  {
+    return active().exec(request);
+  }
+  Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override
+  {
+    return active().fetch_file(path, cap);
+  }
+  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override
+  {
+    return active().fetch_stream(path, sink);
+  }
+  Expected<void> make_dir(const std::string& path) override { return active().make_dir(path); }
+  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path) override
+  {
+    return active().list_dir(path);
+  }
+  Expected<bool> file_exists(const std::string& path) override
+  {
+    return active().file_exists(path);
+  }
+  Expected<void> remove_run_dir(const std::string& path) override
+  {
+    return active().remove_run_dir(path);
+  }
+  void forget_run_dir(const std::string& path) override { active().forget_run_dir(path); }
+
+private:
+  HostSession& active() const
+  {
+    return m_held ? static_cast<HostSession&>(*m_held) : static_cast<HostSession&>(*m_direct);
+  }
+  void debug(std::string_view line) const
+  {
+    if (m_target.debug) {
+      m_target.debug(line);
+    }
+  }
+  // The holder's session when a live one serves these options; nullopt: connect directly.
+  Expected<bool> use_holder();
+
+  std::unique_ptr<SshConnection> m_direct;
+  std::unique_ptr<HeldSession> m_held;
+  SshTarget m_target;
+  int m_persist_s;
+  fs::path m_socket;
+  bool m_hand_over = false;
+};
+
+Expected<bool> PersistentSession::use_holder()
+{
+  auto fd = held::dial(m_socket);
+  if (!fd) {
+    std::error_code ec;
+    if (fs::exists(m_socket, ec)) { // a dead holder's, or not this user's: replaced after the run
+      debug(fmt::format("the connection holder is not used: {}", fd.error().message));
+    }
+    return false;
+  }
+  auto greeting = greet(fd->get());
+  switch (greeting.kind) {
+  case Greeting::Kind::refused:
+    return Unexpected{greeting.refusal};
+  case Greeting::Kind::none:
+    debug(fmt::format("the connection holder at {} is not used: {}", m_socket.string(),
+                      greeting.why));
+    return false;
+  case Greeting::Kind::ok:
+    break;
+  }
+  debug(fmt::format("using the connection held by process {} since {} ({})",
+                    greeting.reply.value("pid", 0L), greeting.reply.value("since", ""),
+                    m_socket.string()));
+  m_held = std::make_unique<HeldSession>(m_socket, m_target.spec, std::move(*fd),
+                                         std::move(greeting.reply));
+  return true;
+}
+
+Expected<void> PersistentSession::connect()
+{
+  auto dir = held::holder_dir(true);
+  if (!dir) {
+    if (m_target.warn) {
+      m_target.warn(fmt::format("connections are not kept (--persist): {}", dir.error().message));
+    }
+    return m_direct->connect();
+  }
+  m_socket = held::socket_path(*dir, m_direct->options_identity());
+  FERRY_TRY_ASSIGN(const bool held, use_holder());
+  if (held) {
+    return {};
+  }
+  FERRY_TRY(m_direct->connect());
+  m_hand_over = m_persist_s > 0;
+  return {};
+}
+
+} // namespace
+
+std::unique_ptr<HostSession> make_persistent_session(std::unique_ptr<SshConnection> direct,
+                                                     const SshTarget& target, int persist_s)
+{
+  return std::make_unique<PersistentSession>(std::move(direct), target, persist_s);
+}
+
+namespace {
+
+// One request and its reply on a connection of its own; nullopt when the holder did not answer.
+std::optional<Message> ask(const fs::path& socket, const Message& request)
+{
+  auto fd = held::dial(socket);
+  Message reply;
+  if (!fd || !held::send_message(fd->get(), request) ||
+      held::receive_message(fd->get(), reply, 10s) != Received::message || !reply.is_object() ||
+      !reply.value("ok", false)) {
+    return std::nullopt;
+  }
+  return reply;
+}
+
+} // namespace
+
+std::vector<HeldConnection> held_connections()
+{
+  std::vector<HeldConnection> found;
+  auto dir = held::holder_dir(false);
+  if (!dir) {
+    return found;
+  }
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(*dir, ec)) {
+    if (entry.path().extension() != ".sock") {
+      continue;
+    }
+    if (auto info = ask(entry.path(), {{"op", "info"}})) {
+      found.push_back({info->value("label", ""), info->value("pid", 0L), info->value("since", ""),
+                       entry.path()});
+    }
+  }
+  return found;
+}
+
+bool end_held(const HeldConnection& connection)
+{
+  return ask(connection.socket, {{"op", "exit"}}).has_value();
+}
+
+} // namespace ferry

@@ -1,0 +1,365 @@
+// The connection holder: a small background process that keeps one authenticated SSH session
+// open after a run, for later ferry invocations of the same user to use through its Unix socket
+// (docs/persistence.md). It serves each client on a thread of its own, every run on its own
+// channel of the session, and ends when idle for its persist time, when asked
+// (`ferry disconnect`), when the connection drops, or when the host's key is no longer trusted.
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "ferry/held.hpp"
+#include "ferry/sessions.hpp"
+#include "ferry/util.hpp"
+#include "transport/held/place.hpp"
+#include "transport/held/wire.hpp"
+
+namespace ferry::held {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+Message ok(Message fields = Message::object())
+{
+  fields["ok"] = true;
+  return fields;
+}
+
+template <typename T> Message reply_of(const Expected<T>& result, const char* name)
+{
+  if (!result) {
+    return error_message(result.error());
+  }
+  if constexpr (std::is_void_v<T>) {
+    (void)name;
+    return ok();
+  } else {
+    return ok({{name, *result}});
+  }
+}
+
+class Holder {
+public:
+  Holder(SshConnection& session, Fd listener, fs::path socket, ino_t inode, int persist_s)
+      : m_session(session), m_listener(std::move(listener)), m_socket(std::move(socket)),
+        m_socket_inode(inode), m_persist(std::chrono::seconds(persist_s)),
+        m_since(utc_iso(std::chrono::system_clock::now()))
+  {
+  }
+
+  // Whether every client has gone (the session may be torn down).
+  [[nodiscard]] bool idle() const { return m_clients == 0; }
+
+  void serve()
+  {
+    auto idle_since = Clock::now();
+    while (!m_exit && !interrupt_requested()) {
+      pollfd p{m_listener.get(), POLLIN, 0};
+      if (::poll(&p, 1, 500) > 0) {
+        accept_one();
+      }
+      if (m_clients > 0) {
+        idle_since = Clock::now();
+        continue;
+      }
+      if (Clock::now() - idle_since >= m_persist || !m_session.alive()) {
+        break;
+      }
+    }
+    close_socket();
+    // Runs under way when told to go end as on an interrupt: their jobs are stopped.
+    request_interrupt();
+    for (auto until = Clock::now() + 15s; m_clients > 0 && Clock::now() < until;) {
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+
+private:
+  void accept_one()
+  {
+    Fd client(::accept4(m_listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!client) {
+      return;
+    }
+    const auto peer = peer_of(client.get());
+    if (!peer || peer->uid != ::getuid()) {
+      return; // never serves another user: closed unanswered
+    }
+    ++m_clients;
+    std::thread([this, fd = std::move(client)]() mutable {
+      serve_client(fd.get());
+      fd.reset();
+      --m_clients;
+    }).detach();
+  }
+
+  void close_socket()
+  {
+    // Only when the name is still ours: a holder that replaced this one keeps its socket.
+    struct stat now {};
+    if (::lstat(m_socket.c_str(), &now) == 0 && now.st_ino == m_socket_inode) {
+      ::unlink(m_socket.c_str());
+    }
+  }
+
+  void serve_client(int fd)
+  {
+    while (!m_exit && !interrupt_requested()) {
+      Message request;
+      const auto got = receive_message(fd, request, 500ms);
+      if (got == Received::timeout) {
+        continue;
+      }
+      if (got != Received::message || !request.is_object()) {
+        return;
+      }
+      Message reply;
+      try {
+        reply = dispatch(fd, request);
+      } catch (const std::exception& e) {
+        reply = error_message({ErrorKind::failed, fmt::format("bad request: {}", e.what())});
+      }
+      if (!send_message(fd, reply)) {
+        return;
+      }
+    }
+  }
+
+  Message hello(const Message& request)
+  {
+    if (request.value("protocol", 0) != k_protocol) {
+      return {{"gone", true}, {"why", "another protocol version"}};
+    }
+    if (!m_session.alive()) {
+      m_exit = true;
+      return {{"gone", true}, {"why", "its connection has ended"}};
+    }
+    // known_hosts as it reads now decides, as for a direct connection.
+    if (auto trusted = m_session.recheck_host_key(); !trusted) {
+      m_exit = true;
+      return error_message(trusted.error());
+    }
+    return ok({{"target", m_session.target()},
+               {"pid", ::getpid()},
+               {"since", m_since},
+               {"label", m_session.label()}});
+  }
+
+  Message dispatch(int fd, const Message& request)
+  {
+    const std::string op = request.at("op").get<std::string>();
+    if (op == "hello") {
+      return hello(request);
+    }
+    if (op == "exit" || op == "info") {
+      m_exit = m_exit || op == "exit";
+      return ok({{"label", m_session.label()}, {"pid", ::getpid()}, {"since", m_since}});
+    }
+    if (op == "exec") {
+      return exec(fd, request);
+    }
+    if (op == "fetch_stream") {
+      return fetch_stream(fd, request);
+    }
+    return file_step(op, request);
+  }
+
+  Message file_step(const std::string& op, const Message& request)
+  {
+    const auto path = [&] { return request.at("path").get<std::string>(); };
+    if (op == "create_run_dir") {
+      return reply_of(m_session.create_run_dir(), "path");
+    }
+    if (op == "put_file") {
+      return reply_of(m_session.put_file(path(), text_of(request.at("bytes"))), "");
+    }
+    if (op == "fetch_file") {
+      auto file = m_session.fetch_file(path(), request.at("cap").get<std::size_t>());
+      return file ? ok({{"file", encode(*file)}}) : error_message(file.error());
+    }
+    if (op == "make_dir") {
+      return reply_of(m_session.make_dir(path()), "");
+    }
+    if (op == "list_dir") {
+      auto entries = m_session.list_dir(path());
+      return entries ? ok({{"entries", encode(*entries)}}) : error_message(entries.error());
+    }
+    if (op == "file_exists") {
+      return reply_of(m_session.file_exists(path()), "exists");
+    }
+    if (op == "remove_run_dir") {
+      return reply_of(m_session.remove_run_dir(path()), "");
+    }
+    if (op == "forget_run_dir") {
+      m_session.forget_run_dir(path());
+      return ok();
+    }
+    return error_message({ErrorKind::failed, fmt::format("unknown request {}", op)});
+  }
+
+  Message fetch_stream(int fd, const Message& request)
+  {
+    auto file = m_session.fetch_stream(request.at("path").get<std::string>(),
+                                       [fd](std::string_view chunk) -> Expected<void> {
+                                         if (!send_message(fd, {{"chunk", bytes_of(chunk)}})) {
+                                           return fail(ErrorKind::failed, "ferry went away");
+                                         }
+                                         return {};
+                                       });
+    return file ? ok({{"file", encode(*file)}}) : error_message(file.error());
+  }
+
+  // The job's output goes to the client as it comes; a `stop` from the client, or the client
+  // going away, stops the job as an interrupt would.
+  Message exec(int fd, const Message& message)
+  {
+    ExecRequest request = decode_request(message.at("request"));
+    const StopToken stop = StopToken::make();
+    request.stop = stop;
+    request.on_output = [fd](OutputStream stream, std::string_view bytes) {
+      (void)send_message(fd, {{"ev", stream == OutputStream::out ? "out" : "err"},
+                              {"bytes", bytes_of(bytes)}});
+    };
+    request.on_note = [fd](std::string_view text) {
+      (void)send_message(fd, {{"ev", "note"}, {"text", std::string(text)}});
+    };
+    std::atomic<bool> done{false};
+    std::thread watcher([&] {
+      while (!done) {
+        Message m;
+        const auto got = receive_message(fd, m, 100ms);
+        if (got == Received::timeout) {
+          continue;
+        }
+        if (got != Received::message || m.value("op", "") == "stop") {
+          stop.request_stop();
+          if (got != Received::message) {
+            return;
+          }
+        }
+      }
+    });
+    auto outcome = m_session.exec(request);
+    done = true;
+    watcher.join();
+    return outcome ? ok({{"outcome", encode(*outcome)}}) : error_message(outcome.error());
+  }
+
+  SshConnection& m_session;
+  Fd m_listener;
+  fs::path m_socket;
+  ino_t m_socket_inode;
+  Clock::duration m_persist;
+  std::string m_since;
+  std::atomic<int> m_clients{0};
+  std::atomic<bool> m_exit{false};
+};
+
+// Listens on a fresh name, then renames it over the socket's: a stale socket of a dead holder
+// is replaced in one step, and a client never finds a socket nobody listens on yet.
+Expected<Fd> listen_at(const fs::path& socket, ino_t& inode)
+{
+  const fs::path fresh = socket.string() + "." + std::to_string(::getpid());
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (fresh.native().size() >= sizeof address.sun_path) {
+    return fail(ErrorKind::failed, "{} is too long for a socket path", fresh.string());
+  }
+  std::memcpy(address.sun_path, fresh.c_str(), fresh.native().size() + 1);
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ::unlink(fresh.c_str());
+  const mode_t old = ::umask(077);
+  const int bound = ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address);
+  ::umask(old);
+  struct stat st {};
+  if (!fd || bound != 0 || ::chmod(fresh.c_str(), 0600) != 0 || ::listen(fd.get(), 64) != 0 ||
+      ::lstat(fresh.c_str(), &st) != 0 || ::rename(fresh.c_str(), socket.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(fresh.c_str());
+    return fail(ErrorKind::failed, "cannot listen at {}: {}", socket.string(), std::strerror(e));
+  }
+  inode = st.st_ino;
+  return fd;
+}
+
+SshTarget target_of(const nlohmann::json& spec)
+{
+  SshTarget target;
+  target.spec = spec.at("spec").get<std::string>();
+  target.identity = spec.at("identity").get<std::string>();
+  target.known_hosts = spec.at("known_hosts").get<std::string>();
+  target.ssh_config = spec.at("ssh_config").get<std::string>();
+  target.accept_new_host_key = spec.at("accept_new_host_key").get<bool>();
+  target.connect_timeout_s = spec.at("connect_timeout_s").get<double>();
+  target.remote_base = spec.at("remote_base").get<std::string>();
+  target.retries = 0;
+  return target;
+}
+
+} // namespace
+
+nlohmann::json holder_spec(const SshTarget& target, int persist_s, const fs::path& socket)
+{
+  return {{"spec", target.spec},
+          {"identity", target.identity},
+          {"known_hosts", target.known_hosts},
+          {"ssh_config", target.ssh_config},
+          {"accept_new_host_key", target.accept_new_host_key},
+          {"connect_timeout_s", target.connect_timeout_s},
+          {"remote_base", target.remote_base},
+          {"persist_s", persist_s},
+          {"socket", socket.string()}};
+}
+
+int run_holder(std::string_view spec_text)
+{
+  const auto spec = nlohmann::json::parse(spec_text, nullptr, false);
+  if (!spec.is_object() || !spec.contains("socket")) {
+    std::fputs("ferry: __hold is ferry's own connection holder; it is not run by hand\n", stderr);
+    return 2;
+  }
+  const fs::path socket = spec.at("socket").get<std::string>();
+  // One holder per connection: the second to start leaves at once.
+  Fd lock(::open(lock_path(socket).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!lock || ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    return 0;
+  }
+  auto session = make_checked_ssh_session(target_of(spec));
+  if (!session || !(*session)->connect()) {
+    return 1;
+  }
+  // The connection checked by a connect like any other; its identity must be the one named.
+  if (socket_path(socket.parent_path(), (*session)->options_identity()) != socket) {
+    std::fputs("ferry holder: the options resolved differently; not holding\n", stderr);
+    return 1;
+  }
+  ino_t inode = 0;
+  auto listener = listen_at(socket, inode);
+  if (!listener) {
+    std::fprintf(stderr, "ferry holder: %s\n", listener.error().message.c_str());
+    return 1;
+  }
+  Holder holder(**session, std::move(*listener), socket, inode,
+                spec.value("persist_s", k_default_persist_s));
+  holder.serve();
+  if (!holder.idle()) {
+    // Threads that did not finish in time still use the session: leave without tearing it down.
+    std::fflush(nullptr);
+    ::_exit(0);
+  }
+  return 0;
+}
+
+} // namespace ferry::held

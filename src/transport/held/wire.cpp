@@ -1,0 +1,293 @@
+#include "transport/held/wire.hpp"
+
+#include <cerrno>
+#include <cstdint>
+#include <vector>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ferry/bundle.hpp"
+
+namespace ferry::held {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool write_all(int fd, const std::uint8_t* data, std::size_t size)
+{
+  while (size > 0) {
+    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, 1000) < 0 && errno != EINTR) {
+        return false;
+      }
+      continue;
+    }
+    if (n <= 0) {
+      return false;
+    }
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// Reads exactly `size` bytes by `until`; `started` says whether a partial read is a break.
+Received read_exact(int fd, std::uint8_t* data, std::size_t size, Clock::time_point until,
+                    bool started)
+{
+  std::size_t got = 0;
+  while (got < size) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    if (left.count() <= 0) {
+      return started || got > 0 ? Received::broken : Received::timeout;
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(std::min<long>(left.count(), 200)));
+    if (ready < 0 && errno != EINTR) {
+      return Received::broken;
+    }
+    if (ready <= 0) {
+      continue;
+    }
+    const ssize_t n = ::recv(fd, data + got, size - got, 0);
+    if (n == 0) {
+      return started || got > 0 ? Received::broken : Received::closed;
+    }
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) {
+        continue;
+      }
+      return Received::broken;
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  return Received::message;
+}
+
+std::string kind_name(FetchedFile::Kind kind)
+{
+  switch (kind) {
+  case FetchedFile::Kind::regular:
+    return "regular";
+  case FetchedFile::Kind::other:
+    return "other";
+  case FetchedFile::Kind::missing:
+    break;
+  }
+  return "missing";
+}
+
+Message encode(const CapturedStream& stream)
+{
+  Message m = {{"bytes", bytes_of(stream.bytes)},
+               {"truncated", stream.truncated},
+               {"dropped", stream.dropped},
+               {"before", bytes_of(stream.before_sentinel)},
+               {"saw_sentinel", stream.saw_sentinel}};
+  if (stream.launcher_report) {
+    m["report"] = bytes_of(*stream.launcher_report);
+  }
+  return m;
+}
+
+CapturedStream decode_stream(const Message& m)
+{
+  CapturedStream stream;
+  stream.bytes = text_of(m.at("bytes"));
+  stream.truncated = m.at("truncated").get<bool>();
+  stream.dropped = m.at("dropped").get<std::uint64_t>();
+  stream.before_sentinel = text_of(m.at("before"));
+  stream.saw_sentinel = m.at("saw_sentinel").get<bool>();
+  if (m.contains("report")) {
+    stream.launcher_report = text_of(m.at("report"));
+  }
+  return stream;
+}
+
+long long ms_of(std::chrono::steady_clock::duration d)
+{
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+} // namespace
+
+bool send_message(int fd, const Message& message)
+{
+  const std::vector<std::uint8_t> body = Message::to_cbor(message);
+  const auto size = static_cast<std::uint32_t>(body.size());
+  const std::uint8_t head[4] = {static_cast<std::uint8_t>(size >> 24),
+                                static_cast<std::uint8_t>(size >> 16),
+                                static_cast<std::uint8_t>(size >> 8),
+                                static_cast<std::uint8_t>(size)};
+  return body.size() <= k_max_message && write_all(fd, head, sizeof head) &&
+         write_all(fd, body.data(), body.size());
+}
+
+Received receive_message(int fd, Message& message, std::chrono::milliseconds limit)
+{
+  const auto until = Clock::now() + limit;
+  std::uint8_t head[4];
+  if (const auto got = read_exact(fd, head, sizeof head, until, false);
+      got != Received::message) {
+    return got;
+  }
+  const std::size_t size = (std::size_t{head[0]} << 24) | (std::size_t{head[1]} << 16) |
+                           (std::size_t{head[2]} << 8) | head[3];
+  if (size > k_max_message) {
+    return Received::broken;
+  }
+  std::vector<std::uint8_t> body(size);
+  // Once a message has started, the rest of it comes at once: a generous bound for a big one.
+  const auto rest = std::max(until, Clock::now() + std::chrono::seconds(30));
+  if (read_exact(fd, body.data(), size, rest, true) != Received::message) {
+    return Received::broken;
+  }
+  message = Message::from_cbor(body, true, false);
+  return message.is_discarded() ? Received::broken : Received::message;
+}
+
+nlohmann::json::binary_t bytes_of(std::string_view text)
+{
+  return nlohmann::json::binary_t(std::vector<std::uint8_t>(text.begin(), text.end()));
+}
+
+std::string text_of(const nlohmann::json& bytes)
+{
+  if (bytes.is_binary()) {
+    const auto& raw = bytes.get_binary();
+    return {raw.begin(), raw.end()};
+  }
+  return bytes.is_string() ? bytes.get<std::string>() : std::string{};
+}
+
+Message error_message(const Error& error)
+{
+  return {{"error", {{"kind", static_cast<int>(error.kind)}, {"message", error.message}}}};
+}
+
+std::optional<Error> error_in(const Message& reply)
+{
+  if (!reply.is_object() || !reply.contains("error")) {
+    return std::nullopt;
+  }
+  const auto& e = reply.at("error");
+  return Error{static_cast<ErrorKind>(e.value("kind", static_cast<int>(ErrorKind::failed))),
+               e.value("message", std::string("the connection holder failed"))};
+}
+
+Message encode(const ExecOutcome& outcome)
+{
+  Message m = {{"end", static_cast<int>(outcome.end)},
+               {"out", encode(outcome.out)},
+               {"err", encode(outcome.err)},
+               {"lost_reason", outcome.lost_reason},
+               {"start_limit_s", outcome.start_limit_s},
+               {"held_open", outcome.output_held_open}};
+  if (outcome.exit_code) {
+    m["exit_code"] = *outcome.exit_code;
+  }
+  if (outcome.verdict) {
+    m["verdict"] = {{"kind", static_cast<int>(outcome.verdict->kind)},
+                    {"message", outcome.verdict->message}};
+  }
+  return m;
+}
+
+ExecOutcome decode_outcome(const Message& m)
+{
+  ExecOutcome outcome;
+  outcome.end = static_cast<ExecEnd>(m.at("end").get<int>());
+  outcome.out = decode_stream(m.at("out"));
+  outcome.err = decode_stream(m.at("err"));
+  outcome.lost_reason = m.at("lost_reason").get<std::string>();
+  outcome.start_limit_s = m.at("start_limit_s").get<double>();
+  outcome.output_held_open = m.at("held_open").get<bool>();
+  if (m.contains("exit_code")) {
+    outcome.exit_code = m.at("exit_code").get<int>();
+  }
+  if (m.contains("verdict")) {
+    outcome.verdict = ExecOutcome::Verdict{
+        static_cast<ExecOutcome::Verdict::Kind>(m.at("verdict").at("kind").get<int>()),
+        m.at("verdict").at("message").get<std::string>()};
+  }
+  return outcome;
+}
+
+Message encode(const FetchedFile& file)
+{
+  return {{"kind", kind_name(file.kind)}, {"bytes", bytes_of(file.bytes)}, {"other", file.other}};
+}
+
+FetchedFile decode_file(const Message& m)
+{
+  FetchedFile file;
+  const auto kind = m.at("kind").get<std::string>();
+  file.kind = kind == "regular"   ? FetchedFile::Kind::regular
+              : kind == "other"   ? FetchedFile::Kind::other
+                                  : FetchedFile::Kind::missing;
+  file.bytes = text_of(m.at("bytes"));
+  file.other = m.at("other").get<std::string>();
+  return file;
+}
+
+Message encode(const ExecRequest& request)
+{
+  return {{"argv", request.argv},
+          {"sentinel", request.sentinel},
+          {"end_marker", request.end_marker},
+          {"output_cap", request.output_cap},
+          {"report_cap", request.report_cap},
+          {"deadline_ms", ms_of(request.deadline)},
+          {"grace_ms", ms_of(request.grace)},
+          {"start_limit_ms", ms_of(request.start_limit)}};
+}
+
+ExecRequest decode_request(const Message& m)
+{
+  ExecRequest request;
+  request.argv = m.at("argv").get<std::vector<std::string>>();
+  request.sentinel = m.at("sentinel").get<std::string>();
+  request.end_marker = m.at("end_marker").get<std::string>();
+  request.output_cap = m.at("output_cap").get<std::size_t>();
+  request.report_cap = m.at("report_cap").get<std::size_t>();
+  request.deadline = std::chrono::milliseconds(m.at("deadline_ms").get<long long>());
+  request.grace = std::chrono::milliseconds(m.at("grace_ms").get<long long>());
+  request.start_limit = std::chrono::milliseconds(m.at("start_limit_ms").get<long long>());
+  return request;
+}
+
+Message encode(const std::optional<std::vector<DirEntry>>& entries)
+{
+  if (!entries) {
+    return nullptr;
+  }
+  Message list = Message::array();
+  for (const auto& entry : *entries) {
+    list.push_back({entry.name, static_cast<int>(entry.kind), entry.size, entry.what});
+  }
+  return list;
+}
+
+std::optional<std::vector<DirEntry>> decode_entries(const Message& m)
+{
+  if (m.is_null()) {
+    return std::nullopt;
+  }
+  std::vector<DirEntry> entries;
+  for (const auto& e : m) {
+    entries.push_back(DirEntry{e.at(0).get<std::string>(),
+                               static_cast<DirEntry::Kind>(e.at(1).get<int>()),
+                               e.at(2).get<std::uint64_t>(), e.at(3).get<std::string>()});
+  }
+  return entries;
+}
+
+} // namespace ferry::held

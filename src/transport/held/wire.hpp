@@ -1,0 +1,48 @@
+#pragma once
+// The messages between ferry and a connection holder over their Unix socket: a 4-byte
+// big-endian length, then a CBOR map (docs/persistence.md). Bytes travel as CBOR byte
+// strings, so file contents and job output need no escaping.
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ferry/expected.hpp"
+#include "ferry/transport.hpp"
+
+namespace ferry::held {
+
+// Bumped whenever a message changes: a holder of another version is not used.
+inline constexpr int k_protocol = 1;
+// Uploads may be bundles of up to 256 MiB; output comes capped.
+inline constexpr std::size_t k_max_message = 600u << 20;
+
+using Message = nlohmann::json;
+
+// Writes one message; false when the peer is gone.
+[[nodiscard]] bool send_message(int fd, const Message& message);
+
+enum class Received { message, closed, timeout, broken };
+// Waits up to `limit` for one message (the whole of it once it started).
+[[nodiscard]] Received receive_message(int fd, Message& message,
+                                       std::chrono::milliseconds limit);
+
+[[nodiscard]] nlohmann::json::binary_t bytes_of(std::string_view text);
+[[nodiscard]] std::string text_of(const nlohmann::json& bytes);
+
+[[nodiscard]] Message error_message(const Error& error);
+// The error a reply carries, if it carries one.
+[[nodiscard]] std::optional<Error> error_in(const Message& reply);
+
+[[nodiscard]] Message encode(const ExecOutcome& outcome);
+[[nodiscard]] ExecOutcome decode_outcome(const Message& message);
+[[nodiscard]] Message encode(const FetchedFile& file);
+[[nodiscard]] FetchedFile decode_file(const Message& message);
+[[nodiscard]] Message encode(const ExecRequest& request);
+// The request's fields; its stop token and sinks are the caller's to set.
+[[nodiscard]] ExecRequest decode_request(const Message& message);
+[[nodiscard]] Message encode(const std::optional<std::vector<DirEntry>>& entries);
+[[nodiscard]] std::optional<std::vector<DirEntry>> decode_entries(const Message& message);
+
+} // namespace ferry::held
