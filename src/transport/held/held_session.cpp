@@ -280,6 +280,9 @@ void start_holder(const SshTarget& target, int persist_s, const fs::path& socket
     ::dup2(null, 0);
     ::dup2(null, 1);
     ::dup2(err >= 0 ? err : null, 2);
+    // Nothing of this process's goes along: not its SSH socket (the session would live on in
+    // the holder), not the archive.
+    ::close_range(3, ~0U, 0);
     ::execv(exe, argv);
     ::_exit(127);
   }

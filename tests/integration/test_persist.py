@@ -1,0 +1,252 @@
+"""Persistent sessions (docs/persistence.md): a connection holder keeps a host's session open
+after a run, and later invocations use it, against a real sshd. Each test checks what sshd
+saw (its `Accepted publickey` lines), the processes left, and the records."""
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+from ferry_harness import ferry_bin, run_ferry, write_job
+from sshd_fixture import SshServer, require_root_and_tools
+
+JOB = ("import json, os\nprint('hi')\n"
+       "json.dump({'pid': os.getpid()}, open(os.environ['FERRY_RESULT'], 'w'))\n")
+
+
+def wait_until(predicate, timeout_s: float, interval_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    return predicate()
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+class Persistence(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_root_and_tools()
+        cls.srv = SshServer().start()
+        cls.addClassCleanup(cls.srv.stop)
+        cls.tmp = tempfile.mkdtemp(prefix="ferry-persist-")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)
+        cls.runtime = os.path.join(cls.tmp, "runtime")
+        os.mkdir(cls.runtime, 0o700)
+        # Persistence as a user gets it: on by default (ctest turns it off for other tests).
+        cls.env = {"FERRY_ARCHIVE": os.path.join(cls.tmp, "archive.db"),
+                   "XDG_RUNTIME_DIR": cls.runtime, "FERRY_PERSIST": ""}
+        cls.job = write_job(cls.tmp, "hello", JOB)
+        cls.user = cls.srv.user("bash")
+        cls.holders_dir = os.path.join(cls.runtime, "ferry")
+
+    def tearDown(self):
+        held = self.held()
+        run_ferry("disconnect", "--all", env=self.env)
+        for h in held:
+            if not wait_until(lambda: not alive(h["pid"]), 10):
+                os.kill(h["pid"], signal.SIGKILL)
+                self.fail(f"holder {h['pid']} did not end on `ferry disconnect --all`")
+        self.srv.wait_no_processes(self.user, timeout_s=5)
+
+    def ferry(self, *args, env=None, **kw):
+        return run_ferry(*args, "--host", self.srv.alias("bash"), "--ssh-config", self.srv.ssh_config,
+                         env={**self.env, **(env or {})}, **kw)
+
+    def held(self) -> list:
+        res = run_ferry("disconnect", "--list", "--json", env=self.env)
+        self.assertEqual(res.code, 0, res)
+        return json.loads(res.stdout)
+
+    def holder(self) -> dict:
+        """A run, then the holder it left (it connects in the background)."""
+        res = self.ferry("run", self.job, "--json")
+        self.assertEqual(res.code, 0, res)
+        held = wait_until(self.held, 15)
+        self.assertEqual(len(held), 1, "no holder appeared after a run with persistence on")
+        self.assertEqual(held[0]["host"], self.srv.alias("bash"))
+        return held[0]
+
+    def test_later_runs_use_the_held_connection(self):
+        first = self.ferry("-v", "run", self.job, "--json")
+        self.assertEqual(first.code, 0, first)
+        self.assertNotIn(b"using the connection held", first.stderr)
+        held = wait_until(self.held, 15)
+        self.assertEqual(len(held), 1, "no holder appeared")
+        accepted = self.srv.count_accepted(self.user)
+        for _ in range(3):
+            res = self.ferry("-v", "run", self.job, "--json")
+            self.assertEqual(res.code, 0, res)
+            self.assertIn(f"using the connection held by process {held[0]['pid']}".encode(), res.stderr)
+            rec = res.record
+            self.assertEqual(rec["status"], "ok", rec)
+            self.assertEqual(rec["stdout"], "hi\n")
+            self.assertIsInstance(rec["result"]["pid"], int)
+            self.assertEqual(rec["target"]["host_key_sha256"], self.srv.host_key_sha256)
+        # No new SSH connection: sshd authenticated nobody since the holder's own connect.
+        self.assertEqual(self.srv.count_accepted(self.user), accepted)
+        self.assertEqual(self.srv.run_dirs(self.user), [])
+        # The socket is the user's alone.
+        sock = os.path.join(self.holders_dir, [n for n in os.listdir(self.holders_dir) if n.endswith(".sock")][0])
+        self.assertEqual(os.stat(self.holders_dir).st_mode & 0o777, 0o700)
+        self.assertEqual(os.stat(sock).st_mode & 0o777, 0o600)
+        gone = run_ferry("disconnect", self.srv.alias("bash"), env=self.env)
+        self.assertEqual(gone.code, 0, gone)
+        self.assertIn(b"disconnected " + self.srv.alias("bash").encode(), gone.stdout)
+        self.assertTrue(wait_until(lambda: not alive(held[0]["pid"]), 5), "the holder outlived disconnect")
+        self.assertFalse(os.path.exists(sock), "the holder left its socket")
+        self.assertEqual(self.srv.wait_no_processes(self.user, timeout_s=5), [],
+                         self.srv.describe_processes(self.user))
+        # --persist 0: a direct connection, and no holder afterwards.
+        res = self.ferry("-v", "run", self.job, "--json", "--persist", "0")
+        self.assertEqual(res.code, 0, res)
+        self.assertNotIn(b"using the connection held", res.stderr)
+        time.sleep(1.5)
+        self.assertEqual(self.held(), [])
+
+    def test_an_idle_holder_ends_after_its_persist_time(self):
+        res = self.ferry("run", self.job, "--json", "--persist", "2")
+        self.assertEqual(res.code, 0, res)
+        held = wait_until(self.held, 15)
+        self.assertEqual(len(held), 1, "no holder appeared")
+        self.assertTrue(wait_until(lambda: not alive(held[0]["pid"]), 2 + 5), "the holder stayed past --persist 2")
+        self.assertEqual(self.srv.wait_no_processes(self.user, timeout_s=5), [],
+                         self.srv.describe_processes(self.user))
+
+    def test_holder_killed_mid_run(self):
+        held = self.holder()
+        sleepy = write_job(self.tmp, "sleepy", "echo started\nsleep 4321\n", interpreter="sh", timeout=4)
+        argv = [ferry_bin(), "-v", "run", sleepy, "--host", self.srv.alias("bash"),
+                "--ssh-config", self.srv.ssh_config, "--json"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={**os.environ, **self.env})
+        started = wait_until(lambda: "sleep 4321" in self.srv.describe_processes(self.user), 15)
+        self.assertTrue(started, "the job never started")
+        os.kill(held["pid"], signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 1, err)
+        self.assertIn(f"using the connection held by process {held['pid']}".encode(), err)
+        rec = json.loads(out)
+        self.assertEqual(rec["status"], "error", rec)
+        self.assertIn("connection holder", rec["error"])
+        # Nothing leaks: the job is stopped on the host (sshd hangs up on the launcher, and its
+        # own 4 s deadline stands behind that), and the run directory goes with it.
+        self.assertEqual(self.srv.wait_no_processes(self.user, timeout_s=4 + 2 + 5), [],
+                         self.srv.describe_processes(self.user))
+        self.assertTrue(wait_until(lambda: self.srv.run_dirs(self.user) == [], 5), self.srv.run_dirs(self.user))
+        # The next run connects directly, and leaves a new holder.
+        res = self.ferry("-v", "run", self.job, "--json")
+        self.assertEqual(res.code, 0, res)
+        self.assertNotIn(b"using the connection held", res.stderr)
+        again = wait_until(self.held, 15)
+        self.assertEqual(len(again), 1)
+        self.assertNotEqual(again[0]["pid"], held["pid"])
+
+    def test_eight_processes_share_one_holder(self):
+        held = self.holder()
+        accepted = self.srv.count_accepted(self.user)
+        argv = [ferry_bin(), "-v", "run", self.job, "--host", self.srv.alias("bash"),
+                "--ssh-config", self.srv.ssh_config, "--json"]
+        procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env={**os.environ, **self.env}) for _ in range(8)]
+        outcomes = [p.communicate(timeout=120) for p in procs]
+        pids = set()
+        for proc, (out, err) in zip(procs, outcomes):
+            self.assertEqual(proc.returncode, 0, err)
+            self.assertIn(f"using the connection held by process {held['pid']}".encode(), err)
+            rec = json.loads(out)
+            self.assertEqual(rec["status"], "ok", rec)
+            pids.add(rec["result"]["pid"])
+        self.assertEqual(len(pids), 8, "eight jobs, eight processes on the host")
+        self.assertEqual(self.srv.count_accepted(self.user), accepted)
+        self.assertEqual(self.srv.run_dirs(self.user), [])
+        log = run_ferry("log", "--json", "--limit", "100", env=self.env)
+        self.assertGreaterEqual(sum(1 for r in log.records if r["status"] == "ok"), 9)
+
+    def test_changed_host_key_is_refused_as_a_direct_connection(self):
+        held = self.holder()
+        other = os.path.join(self.tmp, "other_key")
+        if not os.path.exists(other):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", other], check=True)
+        with open(other + ".pub") as f:
+            keytype, blob = f.read().split()[:2]
+        with open(self.srv.known_hosts) as f:
+            saved = f.read()
+        try:
+            with open(self.srv.known_hosts, "w") as f:
+                f.write(f"[{self.srv.listen}]:{self.srv.port} {keytype} {blob}\n")
+            via_holder = self.ferry("run", self.job, "--json")
+            direct = self.ferry("run", self.job, "--json", "--persist", "0")
+        finally:
+            with open(self.srv.known_hosts, "w") as f:
+                f.write(saved)
+        self.assertEqual(direct.code, 3, direct)
+        self.assertEqual(via_holder.code, direct.code, via_holder)
+        self.assertEqual(via_holder.record["status"], "error")
+        self.assertIn("changed", direct.record["error"])
+        self.assertEqual(via_holder.record["error"], direct.record["error"])
+        # A holder whose key known_hosts no longer trusts ends.
+        self.assertTrue(wait_until(lambda: not alive(held["pid"]), 5), "the holder outlived its refused key")
+
+    def test_socket_directory_and_other_users_are_refused(self):
+        held = self.holder()
+        sock = [os.path.join(self.holders_dir, n) for n in os.listdir(self.holders_dir) if n.endswith(".sock")][0]
+        # Another user cannot be served, even when the socket is open to it.
+        other = pwd.getpwnam(self.srv.user("dash"))
+        try:
+            os.chmod(self.tmp, 0o711)
+            os.chmod(self.runtime, 0o711)
+            os.chmod(self.holders_dir, 0o711)
+            os.chmod(sock, 0o666)
+            probe = ("import socket, struct, sys\n"
+                     "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(5)\n"
+                     "hello = bytes([0xa2, 0x62]) + b'op' + bytes([0x65]) + b'hello' + bytes([0x68]) + b'protocol' + bytes([0x01])\n"
+                     "try:\n"
+                     "    s.sendall(struct.pack('>I', len(hello)) + hello)\n"
+                     "    print('answered' if s.recv(100) else 'closed')\n"
+                     "except (BrokenPipeError, ConnectionResetError):\n"
+                     "    print('closed')\n")
+            res = subprocess.run(["setpriv", f"--reuid={other.pw_uid}", f"--regid={other.pw_gid}", "--clear-groups",
+                                  "python3", "-c", probe, sock], capture_output=True, text=True, timeout=30)
+        finally:
+            os.chmod(sock, 0o600)
+            os.chmod(self.holders_dir, 0o700)
+            os.chmod(self.runtime, 0o700)
+            os.chmod(self.tmp, 0o700)
+        self.assertEqual(res.returncode, 0, res.stderr)
+        self.assertEqual(res.stdout.strip(), "closed", "the holder answered another user")
+        self.assertTrue(alive(held["pid"]))
+        # A directory open to others, or not the user's, is not used: the run goes direct.
+        for change, expect in ((lambda: os.chmod(self.holders_dir, 0o755), "chmod 700"),
+                               (lambda: os.chown(self.holders_dir, other.pw_uid, -1), "not to you")):
+            change()
+            try:
+                res = self.ferry("-v", "run", self.job, "--json")
+            finally:
+                os.chown(self.holders_dir, 0, -1)
+                os.chmod(self.holders_dir, 0o700)
+            self.assertEqual(res.code, 0, res)
+            self.assertNotIn(b"using the connection held", res.stderr)
+            self.assertIn(b"connections are not kept", res.stderr)
+            self.assertIn(expect.encode(), res.stderr)
+        # The holder is still there for its own user.
+        res = self.ferry("-v", "run", self.job, "--json")
+        self.assertEqual(res.code, 0, res)
+        self.assertIn(f"using the connection held by process {held['pid']}".encode(), res.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
