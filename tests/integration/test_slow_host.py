@@ -230,7 +230,13 @@ class SlowHost(unittest.TestCase):
         cls.srv.start()
         cls.tmp = tempfile.mkdtemp(prefix="ferry-slow-")
         cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)
-        cls.env = {"FERRY_ARCHIVE": os.path.join(cls.tmp, "archive.db")}
+        # Persistence on, as a user has it: these runs connect directly and leave holders; a
+        # later run uses one (test_a_later_run_uses_the_held_connection).
+        runtime = os.path.join(cls.tmp, "runtime")
+        os.mkdir(runtime, 0o700)
+        cls.env = {"FERRY_ARCHIVE": os.path.join(cls.tmp, "archive.db"), "XDG_RUNTIME_DIR": runtime,
+                   "FERRY_PERSIST": "120"}
+        cls.addClassCleanup(run_ferry, "disconnect", "--all", env=cls.env)
 
         cls.connect_s, cls.banner_s = cls.link.time_connect(cls.srv.port)
 
@@ -243,7 +249,8 @@ class SlowHost(unittest.TestCase):
         plans = {
             "echo": [echo, "-p", f"text={cls.echo_text}", "-p", "items=a,b,c", "-p", 'blob={"k": [1, 2.5, null]}'],
             "fits": [fits],
-            "overrun": [overrun],
+            # no holder: the test counts the user's processes afterwards
+            "overrun": [overrun, "--persist", "0"],
             # shorter than the 2 s TCP connect: must fail, quickly, naming the option
             "short_connect": [echo, "-p", "text=x", "--connect-timeout", "1"],
         }
@@ -272,14 +279,33 @@ class SlowHost(unittest.TestCase):
             out.seek(0)
             err.seek(0)
             cls.results[name] = Result(subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read()))
+        cls.run_through_holder(ferry, echo)
         cls.report_costs()
+
+    @classmethod
+    def run_through_holder(cls, ferry, echo):
+        """The echo run again, once the holder the first one left has connected."""
+        def held():
+            res = run_ferry("disconnect", "--list", "--json", env=cls.env)
+            return [h for h in json.loads(res.stdout or b"[]") if h["host"] == cls.users["echo"]]
+        deadline = time.monotonic() + RUN_LIMIT_S
+        while not held() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        argv = cls.link.client_argv(ferry, "run", echo, "-p", "text=again", "-p", "items=x", "-p", "blob=1",
+                                    "--host", cls.users["echo"], "--ssh-config", cls.srv.ssh_config,
+                                    "--json", "-v")
+        started = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, env={**os.environ, **cls.env},
+                              timeout=RUN_LIMIT_S)
+        cls.wall["echo_held"] = time.monotonic() - started
+        cls.results["echo_held"] = Result(proc)
 
     @classmethod
     def report_costs(cls):
         """What one run costs over the link, in seconds and round trips (for the record)."""
         lines = [f"slow link: TCP connect {cls.connect_s:.2f} s, SSH banner after {cls.banner_s:.2f} s "
                  f"(round trip {RTT_S:.0f} s)"]
-        for name in ("echo", "fits", "overrun"):
+        for name in ("echo", "fits", "overrun", "echo_held"):
             try:
                 rec = cls.results[name].record
             except Exception:  # the tests below report a missing or bad record
@@ -333,6 +359,21 @@ class SlowHost(unittest.TestCase):
         self.assertEqual(logged.code, 0, logged)
         statuses = {r["run_id"]: r["status"] for r in logged.records}
         self.assertEqual(statuses.get(rec["run_id"]), "ok", logged)
+
+    def test_a_later_run_uses_the_held_connection(self):
+        res = self.results["echo_held"]
+        self.assertEqual(res.code, 0, res)
+        self.assertIn(b"using the connection held by process", res.stderr)
+        rec = res.record
+        self.assertEqual(rec["status"], "ok", res)
+        self.assertEqual(rec["result"]["params"], {"text": "again", "items": ["x"], "blob": 1})
+        self.assertEqual(rec["target"]["host_key_sha256"], self.srv.host_key_sha256)
+        # No connect over the link (the first run's took 7 round trips), and the whole run
+        # takes fewer round trips than the first one's connect and staging.
+        self.assertLess(rec["timings"]["connect"], 0.5 * RTT_S, rec["timings"])
+        first = self.results["echo"].record
+        self.assertLess(rec["duration_s"], first["duration_s"] - 7 * RTT_S, (rec["timings"], first["timings"]))
+        self.assertEqual(self.srv.run_dirs(self.users["echo"]), [])
 
     # --- timeouts count from the job's start, not from the connect ------------------------------
 

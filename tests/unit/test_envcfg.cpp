@@ -127,7 +127,10 @@ interpreters.python3 = "/opt/venv/bin/python"
 interpreters.perl = "/usr/bin/perl"
 remote_base = "/data/ferry"
 env.HF_HOME = "/data/hf"
-ssh = { user = "ops", port = 2222, connect_timeout = 3.5, identity = "~/.ssh/gpu" }
+ssh = { user = "ops", port = 2222, connect_timeout = 3.5, identity = "~/.ssh/gpu", persist = 0 }
+
+[hosts."*"]
+ssh.persist = 600
 )",
                                         "/home/u/.config/ferry/config.toml");
   REQUIRE(config);
@@ -139,6 +142,8 @@ ssh = { user = "ops", port = 2222, connect_timeout = 3.5, identity = "~/.ssh/gpu
   CHECK(gpu1.ssh.user == "ops");
   CHECK(gpu1.ssh.port == 2222u);
   CHECK(gpu1.ssh.connect_timeout_s == 3.5);
+  CHECK(gpu1.ssh.persist_s == 0);
+  CHECK(config->for_host("cpu1").ssh.persist_s == 600);
   const auto gpu2 = config->for_host("me@gpu2:22");
   CHECK(gpu2.remote_base == "/data/ferry");
   CHECK(gpu2.settings.interpreters.at("python3") == "/opt/venv/bin/python");
@@ -158,6 +163,8 @@ TEST_CASE("config file: a mistake names the file, the line and the key")
         "/c/config.toml:3: hosts.\"gpu*\".interpreters.python3: '/opt/my venv/python'");
   check("[hosts.a]\nssh.port = 0\n", "/c/config.toml:2: hosts.\"a\".ssh.port: must be");
   check("[hosts.a]\nssh.shell = \"x\"\n", "/c/config.toml:2: hosts.\"a\".ssh.shell: unknown key");
+  check("[hosts.a]\nssh.persist = -1\n", "/c/config.toml:2: hosts.\"a\".ssh.persist: must be whole");
+  check("[hosts.a]\nssh.persist = 1.5\n", "hosts.\"a\".ssh.persist: must be whole seconds");
   check("[hosts.a]\nremote_bse = \"/x\"\n", "hosts.\"a\".remote_bse: unknown key");
   check("[hosts.a]\nenv.FERRY_X = \"1\"\n", "/c/config.toml:2: hosts.\"a\".env: FERRY_X");
   check("[host.a]\nx = 1\n", "host: unknown key");
