@@ -61,6 +61,7 @@ TARGETS = {
     "c3_ansible": ("ferry ≤ 0.25× this", 0.25),
     "c4_fanout": ("≤ 32 MiB", 32 * 1024),
     "c4_big": ("≤ 64 MiB", 64 * 1024),
+    "c4_holder": ("≤ 32 MiB", 32 * 1024),
 }
 
 JOB_PY = '''\
@@ -118,6 +119,7 @@ class BenchError(Exception):
 
 RETRIES: list[str] = []   # hyperfine invocations that failed and were re-run
 MASTERS: list[tuple[str, str, str]] = []   # (ssh config, ControlPath, alias) of masters started
+HOLDER_ENVS: list[dict] = []   # environments whose ferry connection holders end at the end
 MAX_ATTEMPTS = 3
 
 # The ferryt-* test users are shared by every process on the machine that uses the sshd
@@ -250,6 +252,34 @@ def peak_rss_kib(label: str, command: str, env: dict, cwd: str, workdir: str, re
         with open(out) as f:
             worst = max(worst, int(f.read().strip().splitlines()[-1]))
     return worst
+
+
+def held(ferry: str, env: dict) -> list[dict]:
+    proc = subprocess.run([ferry, "disconnect", "--list", "--json"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    return json.loads(proc.stdout or "[]")
+
+
+def wait_for_holders(ferry: str, env: dict, count: int) -> None:
+    """The holders the check runs left have connected (each connects in the background)."""
+    deadline = time.monotonic() + 60
+    while len(held(ferry, env)) < count:
+        if time.monotonic() > deadline:
+            raise BenchError(f"{len(held(ferry, env))} connection holders after 60 s, expected {count}")
+        time.sleep(0.2)
+
+
+def holders_peak_rss_kib(ferry: str, env: dict) -> int:
+    """The largest peak RSS (VmHWM) among the live connection holders."""
+    peak = 0
+    for h in held(ferry, env):
+        with open(f"/proc/{h['pid']}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+    if not peak:
+        raise BenchError("no connection holder to measure")
+    return peak
 
 
 def tool_version(argv: list[str]) -> str:
@@ -400,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fleet_bench: FAILED: {e}", file=sys.stderr)
         return 1
     finally:
+        for holder_env in HOLDER_ENVS:
+            subprocess.run([ferry, "disconnect", "--all"], env=holder_env, capture_output=True, timeout=60)
         for cfg, control, alias in MASTERS:
             subprocess.run(["ssh", "-F", cfg, "-o", f"ControlPath={control}", "-O", "exit", alias],
                            capture_output=True, timeout=60)
@@ -497,6 +529,9 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
         }],
     }], indent=2) + "\n")
 
+    runtime_dir = os.path.join(workdir, "runtime")
+    os.makedirs(runtime_dir, mode=0o700, exist_ok=True)
+    HOLDER_ENVS.append(dict(os.environ, XDG_RUNTIME_DIR=runtime_dir))
     env = dict(os.environ)
     env.update({
         "LC_ALL": "C.UTF-8",
@@ -512,7 +547,10 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
         "ANSIBLE_DEPRECATION_WARNINGS": "False",
         "XDG_CONFIG_HOME": os.path.join(workdir, "xdg-config"),   # no user job dirs
         "FERRY_JOBS_PATH": "",
+        # Connection holders (persistent sessions) of this benchmark only; ended at the end.
+        "XDG_RUNTIME_DIR": runtime_dir,
     })
+    env.pop("FERRY_PERSIST", None)
     env.pop("SSH_AUTH_SOCK", None)   # keys come from the generated configs only
     cwd = workdir                    # no ./jobs, no ./ansible.cfg from the caller
 
@@ -528,8 +566,12 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
     MASTERS.append((cfg1, control, alias1))
 
     # --- case 1 ------------------------------------------------------------------------------
+    # "cold": --persist 0, a new SSH connection every time; "held session": the connection a
+    # holder keeps (started by the check run below), as every later run has by default.
+    keep = "--persist 3600"
     c1 = [
-        ("ferry run", f"{F} run {q(job)} --host {alias1} --ssh-config {q(cfg1)} --no-archive"),
+        ("ferry run", f"{F} run {q(job)} --host {alias1} --ssh-config {q(cfg1)} --no-archive --persist 0"),
+        ("ferry run (held session)", f"{F} run {q(job)} --host {alias1} --ssh-config {q(cfg1)} --no-archive {keep}"),
         ("ssh python3 -", f"{ssh1} python3 - < {q(plain)}"),
         ("ssh curve25519 python3 -", f"{ssh1_kex} python3 - < {q(plain)}"),
         ("ssh ControlMaster python3 -", f"{ssh1_cm} python3 - < {q(plain)}"),
@@ -538,14 +580,18 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
     ]
     for name, cmd in c1:
         run_checked(f"case 1: {name}", cmd, env, cwd, expect=EXPECT_TEXT)
+    wait_for_holders(ferry, env, 1)
 
     # --- case 2 ------------------------------------------------------------------------------
     jobs20 = " ".join([q(job)] * REPEAT)
     ssh_loop = (f"for i in {' '.join(str(i) for i in range(1, REPEAT + 1))}; do "
                 f"{ssh1} python3 - < {q(plain)} || exit 1; done")
     c2 = [
-        (f"ferry run ({REPEAT} jobs)", f"{F} run {jobs20} --host {alias1} --ssh-config {q(cfg1)} --no-archive"),
+        (f"ferry run ({REPEAT} jobs)",
+         f"{F} run {jobs20} --host {alias1} --ssh-config {q(cfg1)} --no-archive --persist 0"),
         ("ferry run (1 job)", c1[0][1]),
+        (f"ferry run ({REPEAT} jobs, held session)",
+         f"{F} run {jobs20} --host {alias1} --ssh-config {q(cfg1)} --no-archive {keep}"),
         (f"{REPEAT}× ssh python3 -", ssh_loop),
         (f"{REPEAT}× ssh ControlMaster python3 -", ssh_loop.replace(ssh1, ssh1_cm)),
         (f"ansible-playbook loop ×{REPEAT}", f"ansible-playbook -i {q(inv1)} {q(playbook)}"),
@@ -568,7 +614,9 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
              f"ssh -F {q(cfg16)} $h sh -s < {q(gpu_probe_sh)} || exit 1; done")
     c3 = [
         (f"ferry run -j {FAN_OUT}",
-         f"{F} run gpu_probe --hosts-file {q(hosts16)} -j {FAN_OUT} --ssh-config {q(cfg16)} --no-archive"),
+         f"{F} run gpu_probe --hosts-file {q(hosts16)} -j {FAN_OUT} --ssh-config {q(cfg16)} --no-archive --persist 0"),
+        (f"ferry run -j {FAN_OUT} (held sessions)",
+         f"{F} run gpu_probe --hosts-file {q(hosts16)} -j {FAN_OUT} --ssh-config {q(cfg16)} --no-archive {keep}"),
         (f"{FAN_OUT} sequential ssh", ssh16),
         (f"ansible -f {FAN_OUT} -m script",
          f"ansible all -i {q(inv16)} -f {FAN_OUT} -m script -a {q(gpu_probe_sh + ' executable=sh')}"),
@@ -581,6 +629,7 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
             sum(proc.stdout.count(s) for s in ("CHANGED", "SUCCESS"))
         if hits < FAN_OUT:
             raise BenchError(f"case 3: {name}: {hits} of {FAN_OUT} hosts answered:\n{proc.stdout[-3000:]}")
+    wait_for_holders(ferry, env, 1 + FAN_OUT)
 
     # --- timings -----------------------------------------------------------------------------
     r1 = hyperfine("case1", c1, env, cwd, workdir, runs, warmup)
@@ -595,6 +644,7 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
     rss_fanout = peak_rss_kib("case 4: ferry case 3", c3[0][1], env, cwd, workdir, rss_repeats)
     rss_big = peak_rss_kib(f"case 4: ferry {BIG_MIB} MiB job", big_cmd, env, cwd, workdir, rss_repeats)
     rss_one = peak_rss_kib("case 4: ferry case 1 (reference)", c1[0][1], env, cwd, workdir, rss_repeats)
+    rss_holder = holders_peak_rss_kib(ferry, env)
 
     # --- where ferry's time goes (its own --json timings) ------------------------------------
     prof1 = ferry_phase_profile("case 1 ferry", c1[0][1], env, cwd, profile_repeats)
@@ -606,6 +656,8 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
     verdicts = []
 
     def ratio_rows(case, results, ferry_name, targets):
+        """Rows for every command of the case, divided by `ferry_name`'s median; `targets`:
+        baseline name -> (target key, the ferry command it is for)."""
         f_ms = results[ferry_name]["median_ms"]
         for name, _ in {"case1": c1, "case2": c2, "case3": c3}[case]:
             m = results[name]["median_ms"]
@@ -614,28 +666,30 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
                 continue
             target, met = "", ""
             if name in targets:
-                key = targets[name]
+                key, ferry_cmd = targets[name]
                 desc, limit = TARGETS[key]
-                got = f_ms / m
+                got = results[ferry_cmd]["median_ms"] / m
                 ok = got <= limit
-                target = desc
-                met = f"{'yes' if ok else 'NO'} (ferry = {got:.3f}×)"
-                verdicts.append((f"case {case[-1]}: {desc.replace('this', name)}", ok, f"{got:.3f}×"))
+                who = "ferry" if ferry_cmd == ferry_name else ferry_cmd
+                target = desc.replace("ferry", who)
+                met = f"{'yes' if ok else 'NO'} ({who} = {got:.3f}×)"
+                verdicts.append((f"case {case[-1]}: {target.replace('this', name)}", ok, f"{got:.3f}×"))
             rows.append((case[-1], name, f"{m:.1f} ms", f"{m / f_ms:.2f}", target, met))
 
-    ratio_rows("case1", r1, "ferry run", {"ssh python3 -": "c1_ssh", "ansible -m script": "c1_ansible",
-                                          "ssh curve25519 python3 -": "c1_kex",
-                                          "ssh ControlMaster python3 -": "c1_master"})
-    ratio_rows("case2", r2, c2[0][0], {f"{REPEAT}× ssh python3 -": "c2_ssh",
-                                        f"{REPEAT}× ssh ControlMaster python3 -": "c2_master"})
+    ratio_rows("case1", r1, "ferry run", {"ssh python3 -": ("c1_ssh", "ferry run"),
+                                          "ansible -m script": ("c1_ansible", "ferry run"),
+                                          "ssh curve25519 python3 -": ("c1_kex", "ferry run"),
+                                          "ssh ControlMaster python3 -": ("c1_master", "ferry run (held session)")})
+    ratio_rows("case2", r2, c2[0][0], {f"{REPEAT}× ssh python3 -": ("c2_ssh", c2[0][0]),
+                                        f"{REPEAT}× ssh ControlMaster python3 -": ("c2_master", c2[2][0])})
     extra_ms = (r2[c2[0][0]]["median_ms"] - r2["ferry run (1 job)"]["median_ms"]) / (REPEAT - 1)
     desc, limit = TARGETS["c2_extra"]
     ok = extra_ms <= limit
     verdicts.append((f"case 2: each extra job {desc}", ok, f"{extra_ms:.1f} ms"))
     rows.append(("2", f"each extra job: (ferry {REPEAT} jobs − ferry 1 job) / {REPEAT - 1}",
                  f"{extra_ms:.1f} ms", "", desc, "yes" if ok else "NO"))
-    ratio_rows("case3", r3, c3[0][0], {f"{FAN_OUT} sequential ssh": "c3_ssh",
-                                        f"ansible -f {FAN_OUT} -m script": "c3_ansible"})
+    ratio_rows("case3", r3, c3[0][0], {f"{FAN_OUT} sequential ssh": ("c3_ssh", c3[0][0]),
+                                        f"ansible -f {FAN_OUT} -m script": ("c3_ansible", c3[0][0])})
 
     for key, label, kib in (("c4_fanout", f"ferry peak RSS, case 3 (gpu_probe × {FAN_OUT} hosts, -j {FAN_OUT})", rss_fanout),
                             ("c4_big", f"ferry peak RSS, job printing {BIG_MIB} MiB to stdout (1 host)", rss_big)):
@@ -643,6 +697,12 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
         ok = kib <= limit
         verdicts.append((f"case 4: {label} {desc}", ok, f"{kib / 1024:.1f} MiB"))
         rows.append(("4", label, f"{kib / 1024:.1f} MiB ({kib} KiB)", "", desc, "yes" if ok else "NO"))
+    desc, limit = TARGETS["c4_holder"]
+    ok = rss_holder <= limit
+    verdicts.append((f"case 4: connection holder peak RSS (largest of {1 + FAN_OUT}) {desc}", ok,
+                     f"{rss_holder / 1024:.1f} MiB"))
+    rows.append(("4", f"connection holder peak RSS (largest of {1 + FAN_OUT}, after cases 1–3)",
+                 f"{rss_holder / 1024:.1f} MiB ({rss_holder} KiB)", "", desc, "yes" if ok else "NO"))
     rows.append(("4", "ferry peak RSS, case 1 (reference, no target)",
                  f"{rss_one / 1024:.1f} MiB ({rss_one} KiB)", "", "", ""))
 

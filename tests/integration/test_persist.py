@@ -117,6 +117,26 @@ class Persistence(unittest.TestCase):
         time.sleep(1.5)
         self.assertEqual(self.held(), [])
 
+    def test_output_through_a_holder_is_kept_as_a_direct_run_keeps_it(self):
+        held = self.holder()
+        loud = write_job(self.tmp, "loud", "import sys\nfor i in range(200):\n"
+                         "    sys.stdout.write(f'{i:08d}' + 'x' * (1024 * 1024 - 9) + '\\n')\n"
+                         "sys.stderr.write('tail of stderr\\n')\n")
+        via_holder = self.ferry("-v", "run", loud, "--json", "--output-cap", "1", timeout=300)
+        direct = self.ferry("run", loud, "--json", "--output-cap", "1", "--persist", "0", timeout=300)
+        self.assertIn(f"using the connection held by process {held['pid']}".encode(), via_holder.stderr)
+        a, b = via_holder.record, direct.record
+        self.assertEqual(a["status"], "ok", a)
+        for key in ("stdout", "stderr", "stdout_truncated", "stderr_truncated", "warnings", "exit_code"):
+            self.assertEqual(a[key], b[key], key)
+        self.assertTrue(a["stdout"].startswith("00000000x"))
+        self.assertTrue(a["stdout"].endswith("x\n"))
+        self.assertEqual(a["stderr"], "tail of stderr\n")
+        # 200 MiB went through the holder; it kept none of it.
+        with open(f"/proc/{held['pid']}/status") as f:
+            hwm_kib = int(next(line for line in f if line.startswith("VmHWM:")).split()[1])
+        self.assertLess(hwm_kib, 32 * 1024, "the holder's peak RSS")
+
     def test_an_idle_holder_ends_after_its_persist_time(self):
         res = self.ferry("run", self.job, "--json", "--persist", "2")
         self.assertEqual(res.code, 0, res)

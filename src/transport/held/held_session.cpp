@@ -212,6 +212,10 @@ Expected<ExecOutcome> HeldSession::exec(const ExecRequest& request)
     return lost("went away");
   }
   bool stop_sent = false;
+  // The job's output is kept here, from the live events, under the request's cap: the holder
+  // keeps little of it (its memory stays small however much a job prints).
+  OutputCapture out("", request.output_cap);
+  OutputCapture err("", request.output_cap);
   // The holder's own deadline comes first; this one only bounds a holder that stopped answering.
   const auto until = std::chrono::steady_clock::now() + request.deadline + request.grace + 60s;
   while (std::chrono::steady_clock::now() < until) {
@@ -228,9 +232,10 @@ Expected<ExecOutcome> HeldSession::exec(const ExecRequest& request)
     }
     const std::string ev = m.value("ev", "");
     if (ev == "out" || ev == "err") {
+      const std::string bytes = held::text_of(m.at("bytes"));
+      (ev == "out" ? out : err).feed(bytes);
       if (request.on_output) {
-        request.on_output(ev == "out" ? OutputStream::out : OutputStream::err,
-                          held::text_of(m.at("bytes")));
+        request.on_output(ev == "out" ? OutputStream::out : OutputStream::err, bytes);
       }
       continue;
     }
@@ -244,7 +249,14 @@ Expected<ExecOutcome> HeldSession::exec(const ExecRequest& request)
     if (auto error = held::error_in(m)) {
       return Unexpected{*error};
     }
-    return held::decode_outcome(m.at("outcome"));
+    ExecOutcome outcome = held::decode_outcome(m.at("outcome"));
+    for (auto [stream, capture] : {std::pair{&outcome.out, &out}, std::pair{&outcome.err, &err}}) {
+      CapturedStream kept = std::move(*capture).finish();
+      stream->bytes = std::move(kept.bytes);
+      stream->truncated = kept.truncated;
+      stream->dropped = kept.dropped;
+    }
+    return outcome;
   }
   return lost("did not answer");
 }

@@ -31,6 +31,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
+constexpr std::size_t k_held_output_cap = 64 * 1024;
+
 Message ok(Message fields = Message::object())
 {
   fields["ok"] = true;
@@ -226,6 +228,8 @@ private:
   Message exec(int fd, const Message& message)
   {
     ExecRequest request = decode_request(message.at("request"));
+    // ferry keeps the output from the events below; what the holder keeps is only a backstop.
+    request.output_cap = std::min<std::size_t>(request.output_cap, k_held_output_cap);
     const StopToken stop = StopToken::make();
     request.stop = stop;
     request.on_output = [fd](OutputStream stream, std::string_view bytes) {
