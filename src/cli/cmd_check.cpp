@@ -234,6 +234,11 @@ Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
   auto needs = interpreter_needs(ctx.job_path());
   TargetOptions target = cmd.target;
   target.slurm.describe_cluster = true; // --slurm: version, partitions, GPU gres
+  // check tests the way in (host key, authentication): a direct connection, not a held one,
+  // unless --persist asks otherwise.
+  if (!target.persist_s) {
+    target.persist_s = 0;
+  }
   FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target));
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   add_mapped(needs, *config, sessions);
