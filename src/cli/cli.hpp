@@ -38,7 +38,7 @@ struct TargetOptions {
   std::string remote_base;      // default: $HOME/.cache/ferry/runs on the host
   int retries = 1;
   std::optional<int> persist_s; // --persist: seconds a connection is kept after the run
-  SlurmCli slurm; // --slurm LOGIN and its options (docs/slurm.md)
+  SlurmCli slurm;               // --slurm LOGIN and its options (docs/slurm.md)
 };
 
 using Action = std::function<Expected<ExitCode>()>;

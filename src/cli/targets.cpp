@@ -1,12 +1,12 @@
 #include <algorithm>
 #include <charconv>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "cli/targets.hpp"
-#include "ferry/host_spec.hpp"
 #include "ferry/held.hpp"
+#include "ferry/host_spec.hpp"
 #include "ferry/sessions.hpp"
 #include "ferry/text.hpp"
 

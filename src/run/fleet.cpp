@@ -135,7 +135,8 @@ private:
         held.output.emplace_back(stream, std::string(bytes));
       }
     };
-    options.on_note = [this, host = session.label(), name = m_runs[r].job->name](std::string_view text) {
+    options.on_note = [this, host = session.label(),
+                       name = m_runs[r].job->name](std::string_view text) {
       std::lock_guard guard(m_lock);
       m_observer.run_note(RunRef{host, name}, text);
     };

@@ -163,7 +163,8 @@ TEST_CASE("config file: a mistake names the file, the line and the key")
         "/c/config.toml:3: hosts.\"gpu*\".interpreters.python3: '/opt/my venv/python'");
   check("[hosts.a]\nssh.port = 0\n", "/c/config.toml:2: hosts.\"a\".ssh.port: must be");
   check("[hosts.a]\nssh.shell = \"x\"\n", "/c/config.toml:2: hosts.\"a\".ssh.shell: unknown key");
-  check("[hosts.a]\nssh.persist = -1\n", "/c/config.toml:2: hosts.\"a\".ssh.persist: must be whole");
+  check("[hosts.a]\nssh.persist = -1\n",
+        "/c/config.toml:2: hosts.\"a\".ssh.persist: must be whole");
   check("[hosts.a]\nssh.persist = 1.5\n", "hosts.\"a\".ssh.persist: must be whole seconds");
   check("[hosts.a]\nremote_bse = \"/x\"\n", "hosts.\"a\".remote_bse: unknown key");
   check("[hosts.a]\nenv.FERRY_X = \"1\"\n", "/c/config.toml:2: hosts.\"a\".env: FERRY_X");

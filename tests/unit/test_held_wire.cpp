@@ -115,8 +115,8 @@ TEST_CASE("holder messages: requests, files, listings and errors come back whole
   CHECK((*listed)[0].size == 5);
   CHECK_FALSE(held::decode_entries(round_trip(held::encode(std::nullopt))));
 
-  const auto error = held::error_in(round_trip(held::error_message(
-      {ErrorKind::unreachable, "gpu1: host key changed"})));
+  const auto error = held::error_in(
+      round_trip(held::error_message({ErrorKind::unreachable, "gpu1: host key changed"})));
   REQUIRE(error);
   CHECK(error->kind == ErrorKind::unreachable);
   CHECK(error->message == "gpu1: host key changed");

@@ -205,6 +205,56 @@ Expected<FetchedFile> HeldSession::fetch_stream(const std::string& path, const C
   }
 }
 
+namespace {
+
+// What an exec's run keeps of the job's output: ferry keeps it here, from the live events, under
+// the request's cap (the holder keeps little of it: its memory stays small however much a job
+// prints).
+struct HeldOutput {
+  explicit HeldOutput(const ExecRequest& r)
+      : request(r), out("", r.output_cap), err("", r.output_cap)
+  {
+  }
+  // Takes an output or note event; false when the message is the exec's reply.
+  bool take(const Message& m)
+  {
+    const std::string ev = m.value("ev", "");
+    if (ev == "out" || ev == "err") {
+      const std::string bytes = held::text_of(m.at("bytes"));
+      (ev == "out" ? out : err).feed(bytes);
+      if (request.on_output) {
+        request.on_output(ev == "out" ? OutputStream::out : OutputStream::err, bytes);
+      }
+      return true;
+    }
+    if (ev == "note") {
+      if (request.on_note) {
+        request.on_note(m.value("text", ""));
+      }
+      return true;
+    }
+    return false;
+  }
+  // The holder's outcome with the output kept here.
+  ExecOutcome outcome(const Message& reply) &&
+  {
+    ExecOutcome result = held::decode_outcome(reply.at("outcome"));
+    for (auto [stream, capture] : {std::pair{&result.out, &out}, std::pair{&result.err, &err}}) {
+      CapturedStream kept = std::move(*capture).finish();
+      stream->bytes = std::move(kept.bytes);
+      stream->truncated = kept.truncated;
+      stream->dropped = kept.dropped;
+    }
+    return result;
+  }
+
+  const ExecRequest& request;
+  OutputCapture out;
+  OutputCapture err;
+};
+
+} // namespace
+
 Expected<ExecOutcome> HeldSession::exec(const ExecRequest& request)
 {
   FERRY_TRY_ASSIGN(Fd fd, take());
@@ -212,10 +262,7 @@ Expected<ExecOutcome> HeldSession::exec(const ExecRequest& request)
     return lost("went away");
   }
   bool stop_sent = false;
-  // The job's output is kept here, from the live events, under the request's cap: the holder
-  // keeps little of it (its memory stays small however much a job prints).
-  OutputCapture out("", request.output_cap);
-  OutputCapture err("", request.output_cap);
+  HeldOutput output(request);
   // The holder's own deadline comes first; this one only bounds a holder that stopped answering.
   const auto until = std::chrono::steady_clock::now() + request.deadline + request.grace + 60s;
   while (std::chrono::steady_clock::now() < until) {
@@ -230,33 +277,14 @@ Expected<ExecOutcome> HeldSession::exec(const ExecRequest& request)
     if (got != Received::message) {
       return lost("ended while the job ran; the launcher's own deadline stops the job");
     }
-    const std::string ev = m.value("ev", "");
-    if (ev == "out" || ev == "err") {
-      const std::string bytes = held::text_of(m.at("bytes"));
-      (ev == "out" ? out : err).feed(bytes);
-      if (request.on_output) {
-        request.on_output(ev == "out" ? OutputStream::out : OutputStream::err, bytes);
-      }
-      continue;
-    }
-    if (ev == "note") {
-      if (request.on_note) {
-        request.on_note(m.value("text", ""));
-      }
+    if (output.take(m)) {
       continue;
     }
     give_back(std::move(fd));
     if (auto error = held::error_in(m)) {
       return Unexpected{*error};
     }
-    ExecOutcome outcome = held::decode_outcome(m.at("outcome"));
-    for (auto [stream, capture] : {std::pair{&outcome.out, &out}, std::pair{&outcome.err, &err}}) {
-      CapturedStream kept = std::move(*capture).finish();
-      stream->bytes = std::move(kept.bytes);
-      stream->truncated = kept.truncated;
-      stream->dropped = kept.dropped;
-    }
-    return outcome;
+    return std::move(output).outcome(m);
   }
   return lost("did not answer");
 }
@@ -335,10 +363,7 @@ public:
   {
     return active().put_file(path, bytes);
   }
-  Expected<ExecOutcome> exec(const ExecRequest& request) override
-  {
-    return active().exec(request);
-  }
+  Expected<ExecOutcome> exec(const ExecRequest& request) override { return active().exec(request); }
   Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override
   {
     return active().fetch_file(path, cap);

@@ -233,8 +233,8 @@ private:
     const StopToken stop = StopToken::make();
     request.stop = stop;
     request.on_output = [fd](OutputStream stream, std::string_view bytes) {
-      (void)send_message(fd, {{"ev", stream == OutputStream::out ? "out" : "err"},
-                              {"bytes", bytes_of(bytes)}});
+      (void)send_message(
+          fd, {{"ev", stream == OutputStream::out ? "out" : "err"}, {"bytes", bytes_of(bytes)}});
     };
     request.on_note = [fd](std::string_view text) {
       (void)send_message(fd, {{"ev", "note"}, {"text", std::string(text)}});

@@ -78,8 +78,8 @@ Expected<fs::path> holder_dir(bool create)
 
 fs::path socket_path(const fs::path& dir, const std::string& options_identity)
 {
-  const std::string key = fmt::format("{}\n{}\n{}\n{}", ::getuid(), version(), k_protocol,
-                                      options_identity);
+  const std::string key =
+      fmt::format("{}\n{}\n{}\n{}", ::getuid(), version(), k_protocol, options_identity);
   return dir / (sha256_hex(key).substr(0, 24) + ".sock");
 }
 
@@ -95,8 +95,7 @@ Expected<Peer> peer_of(int fd)
   ucred cred{};
   socklen_t size = sizeof cred;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &size) != 0) {
-    return fail(ErrorKind::failed, "cannot tell who is at the other end: {}",
-                std::strerror(errno));
+    return fail(ErrorKind::failed, "cannot tell who is at the other end: {}", std::strerror(errno));
   }
   return Peer{cred.uid, cred.pid};
 }

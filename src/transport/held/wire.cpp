@@ -123,10 +123,9 @@ bool send_message(int fd, const Message& message)
 {
   const std::vector<std::uint8_t> body = Message::to_cbor(message);
   const auto size = static_cast<std::uint32_t>(body.size());
-  const std::uint8_t head[4] = {static_cast<std::uint8_t>(size >> 24),
-                                static_cast<std::uint8_t>(size >> 16),
-                                static_cast<std::uint8_t>(size >> 8),
-                                static_cast<std::uint8_t>(size)};
+  const std::uint8_t head[4] = {
+      static_cast<std::uint8_t>(size >> 24), static_cast<std::uint8_t>(size >> 16),
+      static_cast<std::uint8_t>(size >> 8), static_cast<std::uint8_t>(size)};
   return body.size() <= k_max_message && write_all(fd, head, sizeof head) &&
          write_all(fd, body.data(), body.size());
 }
@@ -135,8 +134,7 @@ Received receive_message(int fd, Message& message, std::chrono::milliseconds lim
 {
   const auto until = Clock::now() + limit;
   std::uint8_t head[4];
-  if (const auto got = read_exact(fd, head, sizeof head, until, false);
-      got != Received::message) {
+  if (const auto got = read_exact(fd, head, sizeof head, until, false); got != Received::message) {
     return got;
   }
   const std::size_t size = (std::size_t{head[0]} << 24) | (std::size_t{head[1]} << 16) |
@@ -230,9 +228,9 @@ FetchedFile decode_file(const Message& m)
 {
   FetchedFile file;
   const auto kind = m.at("kind").get<std::string>();
-  file.kind = kind == "regular"   ? FetchedFile::Kind::regular
-              : kind == "other"   ? FetchedFile::Kind::other
-                                  : FetchedFile::Kind::missing;
+  file.kind = kind == "regular" ? FetchedFile::Kind::regular
+              : kind == "other" ? FetchedFile::Kind::other
+                                : FetchedFile::Kind::missing;
   file.bytes = text_of(m.at("bytes"));
   file.other = m.at("other").get<std::string>();
   return file;

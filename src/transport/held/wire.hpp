@@ -25,8 +25,7 @@ using Message = nlohmann::json;
 
 enum class Received { message, closed, timeout, broken };
 // Waits up to `limit` for one message (the whole of it once it started).
-[[nodiscard]] Received receive_message(int fd, Message& message,
-                                       std::chrono::milliseconds limit);
+[[nodiscard]] Received receive_message(int fd, Message& message, std::chrono::milliseconds limit);
 
 [[nodiscard]] nlohmann::json::binary_t bytes_of(std::string_view text);
 [[nodiscard]] std::string text_of(const nlohmann::json& bytes);
