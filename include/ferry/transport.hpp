@@ -184,6 +184,9 @@ public:
   // The job the next run stages, and its timeout: a scheduler reads the job's own options (its
   // `[slurm]` table) from it. Called before create_run_dir.
   virtual void prepare_run(const Job& /*job*/, int /*timeout_s*/) {}
+  // Whether the launcher may remove the run directory itself once it has reported; false when
+  // the target still reads files there after the launcher's end (a scheduler's output file).
+  [[nodiscard]] virtual bool launcher_cleans_up() const { return true; }
   // What later calls honour as a request to stop (a run's own token; the process's interrupt is
   // always honoured): blocking steps end within a few seconds of it.
   virtual void bind_stop(const StopToken& /*stop*/) {}

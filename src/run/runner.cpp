@@ -192,9 +192,10 @@ Expected<Staged> stage(const Run& run, const std::string& run_dir)
   launcher.end_marker = "ferry-end-" + nonce;
   launcher.params = params_file_bytes(run.params);
   launcher.result_frame_limit = std::min(run.options.result_cap, k_default_result_frame_limit);
-  // Outputs are fetched after the exec: the launcher leaves the run directory for them.
-  launcher.keep_run_dir =
-      run.options.keep_remote || !run.job.meta.outputs.empty() || !run.options.fetch.empty();
+  // Outputs are fetched after the exec, and a scheduler's target reads its output file there
+  // after the launcher's end: then the launcher leaves the run directory to ferry.
+  launcher.keep_run_dir = run.options.keep_remote || !run.job.meta.outputs.empty() ||
+                          !run.options.fetch.empty() || !run.session.launcher_cleans_up();
   const std::string launcher_text = make_launcher(launcher);
   const std::pair<std::string, std::string_view> files[] = {{launcher.job_file, run.job.bytes},
                                                             {k_launcher_file, launcher_text}};

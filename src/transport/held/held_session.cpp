@@ -357,6 +357,7 @@ public:
   Expected<void> connect() override;
   bool concurrent_runs() const override { return active().concurrent_runs(); }
   void prepare_run(const Job& job, int timeout_s) override { active().prepare_run(job, timeout_s); }
+  bool launcher_cleans_up() const override { return active().launcher_cleans_up(); }
   void bind_stop(const StopToken& stop) override { active().bind_stop(stop); }
   Expected<std::string> create_run_dir() override { return active().create_run_dir(); }
   Expected<void> put_file(const std::string& path, std::string_view bytes) override

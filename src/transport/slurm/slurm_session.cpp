@@ -112,6 +112,9 @@ public:
     m_login->bind_stop(stop);
   }
   void prepare_run(const Job& job, int timeout_s) override;
+  // The submit script forwards the launcher's output file from the run directory after the
+  // launcher has ended: the directory stays until ferry removes it.
+  bool launcher_cleans_up() const override { return false; }
   Expected<std::string> create_run_dir() override { return m_login->create_run_dir(); }
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
   {

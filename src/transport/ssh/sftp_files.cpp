@@ -235,6 +235,9 @@ Expected<void> SftpFiles::prepare_base()
 Expected<std::string> SftpFiles::create_run_dir()
 {
   FERRY_TRY(prepare_base());
+  // The base may be known from an earlier run while SFTP stepped aside for an exec (MaxSessions
+  // 1): start it again before the mkdir.
+  FERRY_TRY(start());
   const auto armed = arm("create the run directory");
   const std::string dir = fmt::format(
       "{}/ferry-{}-{}", m_base, utc_compact(std::chrono::system_clock::now()), random_hex(16));
