@@ -239,26 +239,48 @@ private:
     request.on_note = [fd](std::string_view text) {
       (void)send_message(fd, {{"ev", "note"}, {"text", std::string(text)}});
     };
-    std::atomic<bool> done{false};
-    std::thread watcher([&] {
-      while (!done) {
-        Message m;
-        const auto got = receive_message(fd, m, 100ms);
-        if (got == Received::timeout) {
-          continue;
-        }
-        if (got != Received::message || m.value("op", "") == "stop") {
-          stop.request_stop();
-          if (got != Received::message) {
-            return;
-          }
-        }
-      }
-    });
+    // The watcher waits on the client and on a pipe that the end of the run closes: the outcome
+    // goes out as soon as the run ends, not at the watcher's next look.
+    int wake[2];
+    if (::pipe2(wake, O_CLOEXEC) != 0) {
+      return error_message(Error{ErrorKind::failed, "cannot make a pipe for the run"});
+    }
+    Fd wake_read(wake[0]);
+    Fd wake_write(wake[1]);
+    std::thread watcher([&] { watch_client(fd, wake_read.get(), stop); });
     auto outcome = m_session.exec(request);
-    done = true;
+    wake_write.reset();
     watcher.join();
     return outcome ? ok({{"outcome", encode(*outcome)}}) : error_message(outcome.error());
+  }
+
+  // Until `wake` is closed: a `stop` from the client, or the client going away, stops the run.
+  static void watch_client(int fd, int wake, const StopToken& stop)
+  {
+    for (;;) {
+      pollfd p[2] = {{fd, POLLIN, 0}, {wake, POLLIN, 0}};
+      if (::poll(p, 2, -1) < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        stop.request_stop();
+        return;
+      }
+      if (p[1].revents != 0) {
+        return;
+      }
+      Message m;
+      const auto got = receive_message(fd, m, 100ms);
+      if (got == Received::timeout) {
+        continue;
+      }
+      if (got != Received::message || m.value("op", "") == "stop") {
+        stop.request_stop();
+        if (got != Received::message) {
+          return;
+        }
+      }
+    }
   }
 
   SshConnection& m_session;
