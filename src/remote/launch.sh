@@ -22,10 +22,10 @@
 # - params.json travels as the last @params_size@ bytes of this file, after the final `exit`:
 #   the shell never reads that far as commands; `tail -c` copies them out.
 # - The job's environment is built here and given to it through `env -i`: PATH, HOME, USER,
-#   LANG, TERM and LC_* when the login environment has them, the FERRY_* variables, then the
-#   declared ones (which win); under Slurm also SLURM_* and the GPU variables the scheduler
-#   set. Nothing else is inherited, so a local run and a remote one see the same set. Values
-#   never pass through eval: only names do, and those are checked.
+#   LANG, TERM and the LC_ categories when the login environment has them, the FERRY_*
+#   variables, then the declared ones (which win); under Slurm also SLURM_* and the GPU
+#   variables the scheduler set. Nothing else is inherited, so a local run and a remote one
+#   see the same set. Values never pass through eval: only names do, and those are checked.
 trap '' PIPE
 FERRY_RUN_DIR=@run_dir@
 FERRY_PARAMS=@run_dir@/params.json
@@ -39,10 +39,11 @@ if ! (umask 077 && tail -c @params_size@ "$FERRY_RUN_DIR"/@launch_file@ >"$FERRY
   printf 'ferry-launcher: cannot write %s\n' "$FERRY_PARAMS" >&2
   exit 125
 fi
-# Who runs here and until when, for ferry's sweep of directories nobody will clean up: a run
-# directory is only removed once this launcher is gone and this deadline has passed.
-(umask 077 && printf '%s %s\n' "$$" "$(($(date +%s 2>/dev/null || echo 0) + @timeout@ + @grace@))" \
-  >"$FERRY_RUN_DIR"/@state_file@) 2>/dev/null
+# Who runs here and for how long at most, for ferry's sweep of directories nobody will clean
+# up: a run directory is only removed once this launcher is gone and that many seconds have
+# passed since the directory last changed (`+SECONDS`: no clock is read, no process started).
+# (No umask of its own, unlike params.json: nothing secret, and the directory is 0700.)
+{ printf '%s +%s\n' "$$" "$((@timeout@ + @grace@))" >"$FERRY_RUN_DIR"/@state_file@; } 2>/dev/null
 interpreter=@interpreter@
 if ! command -v "$interpreter" >/dev/null 2>&1; then
   printf '@no_interp_prefix@%s not found on this host (PATH=%s); install it or set an absolute path in the job'"'"'s interpreter\n' "$interpreter" "$PATH" >&2
@@ -55,7 +56,9 @@ scheduled=
 if [ -n "${SLURM_JOB_ID:-}" ]; then
   scheduled="$(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p') CUDA_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES GPU_DEVICE_ORDINAL"
 fi
-for name in PATH HOME USER LANG TERM $(env | sed -n 's/^\(LC_[A-Za-z0-9_]*\)=.*/\1/p') $scheduled; do
+# The locale categories are named rather than listed from `env`: no process is started.
+for name in PATH HOME USER LANG TERM LC_ALL LC_CTYPE LC_NUMERIC LC_TIME LC_COLLATE LC_MONETARY \
+  LC_MESSAGES LC_PAPER LC_NAME LC_ADDRESS LC_TELEPHONE LC_MEASUREMENT LC_IDENTIFICATION $scheduled; do
   eval "isset=\${$name+1}"
   if [ -n "$isset" ]; then eval "set -- \"\$@\" \"$name=\${$name}\""; fi
 done
@@ -98,7 +101,8 @@ send_result() {
   if [ -L "$FERRY_RESULT" ]; then
     printf 'result link\n'
   elif [ -f "$FERRY_RESULT" ]; then
-    size=$(wc -c <"$FERRY_RESULT" 2>/dev/null | tr -d ' \t')
+    size=$(wc -c <"$FERRY_RESULT" 2>/dev/null)
+    size=${size#"${size%%[!	 ]*}"} # a BSD wc pads the number with blanks
     if [ -n "$size" ] && [ "$size" -le @frame_limit@ ] 2>/dev/null; then
       printf 'result file %s\n' "$size"
       cat "$FERRY_RESULT"
@@ -115,7 +119,6 @@ send_result() {
   fi
 }
 finish() {
-  rm -f "$FERRY_RUN_DIR"/@state_file@ 2>/dev/null
   if ! printf '%s %s %s\n' @end_marker@ "$1" "$2" 2>/dev/null; then
     rm -rf "$FERRY_RUN_DIR"
     exit "$1"
@@ -123,6 +126,7 @@ finish() {
   send_result 2>/dev/null
   cd / || :
   if [ @keep@ = 1 ] || [ "$result_left" = 1 ]; then
+    rm -f "$FERRY_RUN_DIR"/@state_file@ 2>/dev/null
     printf 'clean kept\n' 2>/dev/null
   elif rm -rf "$FERRY_RUN_DIR" 2>/dev/null && [ ! -e "$FERRY_RUN_DIR" ]; then
     printf 'clean removed\n' 2>/dev/null

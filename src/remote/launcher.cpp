@@ -212,11 +212,15 @@ bool is_stale_run(const StaleRunCheck& check)
     state.remove_suffix(1);
   }
   const auto space = state.find(' ');
-  const auto deadline =
-      space == std::string_view::npos ? std::nullopt : number(state.substr(space + 1));
+  std::string_view when = space == std::string_view::npos ? "" : state.substr(space + 1);
+  // `+SECONDS` counts from the directory's last change (which is never earlier than the
+  // launcher's start); a plain number is an epoch deadline (earlier launchers).
+  const bool relative = !when.empty() && when.front() == '+';
+  const auto deadline = number(relative ? when.substr(1) : when);
   // A launcher that could not tell its deadline: the directory's own age stands in for it.
-  const long long until =
-      deadline && *deadline > 0 ? *deadline : check.modified + k_unstarted_age_s;
+  const long long until = !deadline || *deadline <= 0 ? check.modified + k_unstarted_age_s
+                          : relative                  ? check.modified + *deadline
+                                                      : *deadline;
   return check.now > until + k_sweep_margin_s;
 }
 

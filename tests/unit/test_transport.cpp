@@ -217,6 +217,10 @@ TEST_CASE("a stale run directory is removed only when no launcher can still need
   CHECK_FALSE(
       is_stale_run({now, now - 10, std::string("42 " + std::to_string(now - 30) + "\n"), false}));
   CHECK(is_stale_run({now, now - 10, std::string("42 " + std::to_string(now - 61) + "\n"), false}));
+  // Today's launchers write how long the run may take, counted from the directory's mtime.
+  CHECK_FALSE(is_stale_run({now, now - 100, std::string("42 +50\n"), false}));
+  CHECK(is_stale_run({now, now - 200, std::string("42 +50\n"), false}));
+  CHECK_FALSE(is_stale_run({now, now - 200, std::string("42 +150\n"), false}));
   // No launcher ever ran there (an upload broke off): left a day.
   CHECK_FALSE(is_stale_run({now, now - 3600, std::nullopt, false}));
   CHECK(is_stale_run({now, now - 25 * 3600, std::nullopt, false}));

@@ -88,7 +88,9 @@ struct LauncherReport {
 
 // Whether a run directory left on a host may be removed: never while its launcher lives or
 // before its deadline; a directory no launcher ever started only after a day. Times are the
-// host's (epoch seconds); `state` is the launcher's state file ("PID DEADLINE"), if any.
+// host's (epoch seconds); `state` is the launcher's state file, if any: "PID +SECONDS" (the
+// most the run may take, counted from the directory's mtime) or, from older launchers, "PID
+// DEADLINE".
 struct StaleRunCheck {
   long long now = 0;      // the host's clock
   long long modified = 0; // the directory's mtime
