@@ -195,6 +195,16 @@ public:
   // Writes a 0600 file under a temporary name and renames it into place.
   [[nodiscard]] virtual Expected<void> put_file(const std::string& path,
                                                 std::string_view bytes) = 0;
+  // The job's own file at `path` in a run directory: where the target keeps a cache of job
+  // files (SSH: docs/run-protocol.md, "The job cache"), a link to the cached copy of these
+  // bytes, uploaded to the cache first when missing; elsewhere written as put_file does.
+  // True when the cache already held them.
+  [[nodiscard]] virtual Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
+                                                    const std::string& /*sha256*/)
+  {
+    FERRY_TRY(put_file(path, bytes));
+    return false;
+  }
   [[nodiscard]] virtual Expected<ExecOutcome> exec(const ExecRequest& request) = 0;
   // The file, read only when it is a regular file (lstat first: a symbolic link, FIFO, device
   // or directory is never opened or followed), at most `cap` + 1 bytes of it.

@@ -35,15 +35,16 @@ export FERRY_RUN_DIR FERRY_PARAMS FERRY_RESULT FERRY_JOB
 printf '%s\n' @sentinel@
 printf '%s\n' @sentinel@ >&2
 cd "$FERRY_RUN_DIR" || exit 125
-if ! (umask 077 && tail -c @params_size@ "$FERRY_RUN_DIR"/@launch_file@ >"$FERRY_PARAMS"); then
+# params.json, then who runs here and for how long at most, for ferry's sweep of directories
+# nobody will clean up: a run directory is only removed once this launcher is gone and that many
+# seconds have passed since the directory last changed (`+SECONDS`: no clock is read). Both are
+# written in one subshell with umask 077 ($$ is still the launcher's pid there); the state
+# file is best effort.
+if ! (umask 077 && tail -c @params_size@ "$FERRY_RUN_DIR"/@launch_file@ >"$FERRY_PARAMS" &&
+  { { printf '%s +%s\n' "$$" "$((@timeout@ + @grace@))" >"$FERRY_RUN_DIR"/@state_file@; } 2>/dev/null || :; }); then
   printf 'ferry-launcher: cannot write %s\n' "$FERRY_PARAMS" >&2
   exit 125
 fi
-# Who runs here and for how long at most, for ferry's sweep of directories nobody will clean
-# up: a run directory is only removed once this launcher is gone and that many seconds have
-# passed since the directory last changed (`+SECONDS`: no clock is read, no process started).
-# (No umask of its own, unlike params.json: nothing secret, and the directory is 0700.)
-{ printf '%s +%s\n' "$$" "$((@timeout@ + @grace@))" >"$FERRY_RUN_DIR"/@state_file@; } 2>/dev/null
 interpreter=@interpreter@
 if ! command -v "$interpreter" >/dev/null 2>&1; then
   printf '@no_interp_prefix@%s not found on this host (PATH=%s); install it or set an absolute path in the job'"'"'s interpreter\n' "$interpreter" "$PATH" >&2

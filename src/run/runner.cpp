@@ -197,14 +197,20 @@ Expected<Staged> stage(const Run& run, const std::string& run_dir)
   launcher.keep_run_dir = run.options.keep_remote || !run.job.meta.outputs.empty() ||
                           !run.options.fetch.empty() || !run.session.launcher_cleans_up();
   const std::string launcher_text = make_launcher(launcher);
-  const std::pair<std::string, std::string_view> files[] = {{launcher.job_file, run.job.bytes},
-                                                            {k_launcher_file, launcher_text}};
-  for (const auto& [name, bytes] : files) {
-    FERRY_TRY(run.session.put_file(run_dir + "/" + name, bytes));
+  const std::string job_path = run_dir + "/" + launcher.job_file;
+  bool cached = false;
+  if (run.job.files.empty()) {
+    // A job alone comes from the host's job cache when it can (a job with files beside it is
+    // uploaded with them: an interpreter that resolves the link would look for them there).
+    FERRY_TRY_ASSIGN(cached,
+                     run.session.put_job_file(job_path, run.job.bytes, sha256_hex(run.job.bytes)));
+  } else {
+    FERRY_TRY(run.session.put_file(job_path, run.job.bytes));
   }
+  FERRY_TRY(run.session.put_file(run_dir + "/" + k_launcher_file, launcher_text));
   FERRY_TRY(stage_files(run, run_dir));
   run.record.timings.upload = seconds_since(start);
-  run.step("upload", run.record.timings.upload);
+  run.step(cached ? "upload (the job from the host's cache)" : "upload", run.record.timings.upload);
   return staged;
 }
 

@@ -529,12 +529,23 @@ class SshServer:
 
     @staticmethod
     def run_dirs(user: str) -> list[str]:
-        """Full paths of the entries left under ~user/.cache/ferry/runs, sorted."""
+        """Full paths of the entries left under ~user/.cache/ferry/runs, sorted, but for the
+        job cache's files (which stay by design: see job_cache)."""
         base = os.path.join(SshServer.home(user), ".cache", "ferry", "runs")
         try:
-            return sorted(os.path.join(base, e) for e in os.listdir(base))
+            return sorted(os.path.join(base, e) for e in os.listdir(base) if not _is_job_cache_name(e))
         except FileNotFoundError:
             return []
+
+    @staticmethod
+    def job_cache(user: str) -> dict[str, os.stat_result]:
+        """The job cache's names under ~user/.cache/ferry/runs (ferry-job-SHA256[.ext] and
+        uploads .ferry-job-HEX): name -> lstat."""
+        base = os.path.join(SshServer.home(user), ".cache", "ferry", "runs")
+        try:
+            return {e: os.lstat(os.path.join(base, e)) for e in os.listdir(base) if _is_job_cache_name(e)}
+        except FileNotFoundError:
+            return {}
 
     def kill_connections(self, user: str) -> list[int]:
         """SIGKILL the per-connection sshd processes serving that user ("sshd: USER [priv]",
@@ -856,6 +867,11 @@ class NetNamespace:
 
 
 # ----------------------------------------------------------------------------- users
+
+def _is_job_cache_name(name: str) -> bool:
+    """The job cache's names (docs/run-protocol.md, "The job cache")."""
+    return re.fullmatch(r"ferry-job-[0-9a-f]{64}(\.[A-Za-z0-9]{1,15})?|\.ferry-job-[0-9a-f]+", name) is not None
+
 
 def _as_user(user_or_shell: str) -> str:
     return USER_PREFIX + user_or_shell if user_or_shell in SHELLS else user_or_shell

@@ -156,10 +156,13 @@ class FaultsAndState(unittest.TestCase):
     def test_run_dirs(self):
         user = self.srv.user("fish")
         self.assertEqual(self.srv.run_dirs(user), [])
-        r = ssh(self.srv, "fish", "mkdir -p .cache/ferry/runs/ferry-x")
+        entry = "ferry-job-" + "0" * 64 + ".py"
+        r = ssh(self.srv, "fish", f"mkdir -p .cache/ferry/runs/ferry-x; and touch .cache/ferry/runs/{entry}")
         self.assertEqual(r.returncode, 0, r.stderr)
+        # The job cache's files are not run directories: they stay by design.
         self.assertEqual(self.srv.run_dirs(user),
                          [os.path.join(self.srv.home(user), ".cache/ferry/runs/ferry-x")])
+        self.assertEqual(list(self.srv.job_cache(user)), [entry])
 
     def test_two_instances_at_once(self):
         with SshServer(sftp="external", listen="127.0.0.2", reset_users=False) as other:

@@ -94,10 +94,12 @@ class InternalSftp(SshRunBase):
 
     def test_run_dir_is_private_while_the_job_runs(self):
         job = write_job(self.tmp, "modes", '''
-            import json, os, stat
+            import json, os, stat, sys
             d = os.environ["FERRY_RUN_DIR"]
             modes = {name: stat.S_IMODE(os.lstat(os.path.join(d, name)).st_mode) for name in os.listdir(d)}
+            job = sys.argv[0]  # the path the launcher gave python
             json.dump({"dir": stat.S_IMODE(os.stat(d).st_mode), "files": modes,
+                       "job_target": stat.S_IMODE(os.stat(job).st_mode),
                        "base": stat.S_IMODE(os.stat(os.path.dirname(d)).st_mode),
                        "name": os.path.basename(d)}, open(os.environ["FERRY_RESULT"], "w"))
             ''')
@@ -107,9 +109,13 @@ class InternalSftp(SshRunBase):
                 result = rec["result"]
                 self.assertEqual(result["dir"], 0o700)
                 self.assertEqual(result["base"], 0o700)
-                # What ferry uploaded, and the launcher's state ("PID DEADLINE") for the sweep.
+                # What ferry uploaded, and the launcher's state ("PID +SECONDS") for the sweep.
                 self.assertEqual(sorted(result["files"]),
                                  [".ferry-launcher", "launch.sh", "modes.py", "params.json"])
+                # The job is a link to its entry in the job cache (read-only, in the 0700 base).
+                job_link = result["files"].pop("modes.py")
+                self.assertEqual(job_link, 0o777, "the job file is not a link")
+                self.assertEqual(result["job_target"], 0o400)
                 self.assertTrue(all(m == 0o600 for m in result["files"].values()), result["files"])
                 # ferry-<UTC time>-<128-bit random hex>
                 self.assertRegex(result["name"], r"^ferry-\d{8}T\d{6}Z-[0-9a-f]{32}$")

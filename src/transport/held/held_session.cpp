@@ -82,6 +82,15 @@ public:
     FERRY_TRY(call({{"op", "put_file"}, {"path", path}, {"bytes", held::bytes_of(bytes)}}));
     return {};
   }
+  Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
+                              const std::string& sha256) override
+  {
+    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "put_job_file"},
+                                             {"path", path},
+                                             {"bytes", held::bytes_of(bytes)},
+                                             {"sha256", sha256}}));
+    return reply.value("cached", false);
+  }
   Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override
   {
     FERRY_TRY_ASSIGN(const auto reply, call({{"op", "fetch_file"}, {"path", path}, {"cap", cap}}));
@@ -363,6 +372,11 @@ public:
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
   {
     return active().put_file(path, bytes);
+  }
+  Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
+                              const std::string& sha256) override
+  {
+    return active().put_job_file(path, bytes, sha256);
   }
   Expected<ExecOutcome> exec(const ExecRequest& request) override { return active().exec(request); }
   Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override

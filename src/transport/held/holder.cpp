@@ -187,6 +187,11 @@ private:
     if (op == "put_file") {
       return reply_of(m_session.put_file(path(), text_of(request.at("bytes"))), "");
     }
+    if (op == "put_job_file") {
+      const auto cached = m_session.put_job_file(path(), text_of(request.at("bytes")),
+                                                 request.at("sha256").get<std::string>());
+      return cached ? ok({{"cached", *cached}}) : error_message(cached.error());
+    }
     if (op == "fetch_file") {
       auto file = m_session.fetch_file(path(), request.at("cap").get<std::size_t>());
       return file ? ok({{"file", encode(*file)}}) : error_message(file.error());

@@ -14,7 +14,7 @@
 namespace ferry::held {
 
 // Bumped whenever a message changes: a holder of another version is not used.
-inline constexpr int k_protocol = 1;
+inline constexpr int k_protocol = 2;
 // Uploads may be bundles of up to 256 MiB; output comes capped.
 inline constexpr std::size_t k_max_message = 600u << 20;
 

@@ -178,6 +178,14 @@ Expected<void> SftpFiles::check_base_dir(const std::string& dir, bool is_base)
     if (!attributes) {
       return fail(ErrorKind::failed, "{}", error("inspect", dir));
     }
+    // The server's umask took some of the owner's bits (it can only take bits away).
+    if (attributes->type == SSH_FILEXFER_TYPE_DIRECTORY &&
+        (attributes->permissions & 07777) != 0700) {
+      if (sftp_chmod(sftp, dir.c_str(), 0700) != SSH_OK) {
+        return fail(ErrorKind::failed, "{}", error("set mode 0700 on", dir));
+      }
+      attributes->permissions = (attributes->permissions & ~07777U) | 0700;
+    }
   }
   if (attributes->type == SSH_FILEXFER_TYPE_SYMLINK) {
     return fail(ErrorKind::failed,
@@ -244,11 +252,24 @@ Expected<std::string> SftpFiles::create_run_dir()
   if (sftp_mkdir(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
     return fail(ErrorKind::failed, "{}", error("create the run directory", dir));
   }
-  // sftp-server applies the umask; the mode is set explicitly.
-  if (sftp_chmod(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
+  // sftp-server applies its umask, which can only take bits away from 0700: the session's first
+  // directory shows whether it leaves 0700 (the usual case: no chmod from then on) or takes
+  // some of the owner's (then every directory is set to 0700 explicitly).
+  long long created = 0;
+  if (!m_chmod_run_dirs) {
+    const Attributes attributes(sftp_lstat(m_sftp.get(), dir.c_str()));
+    if (!attributes) {
+      return fail(ErrorKind::failed, "{}", error("inspect", dir));
+    }
+    m_chmod_run_dirs = (attributes->permissions & 07777) != 0700;
+    created = static_cast<long long>(attributes->mtime);
+  }
+  if (*m_chmod_run_dirs && sftp_chmod(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
     return fail(ErrorKind::failed, "{}", error("set mode 0700 on", dir));
   }
-  sweep_stale(dir);
+  if (created != 0) {
+    sweep_stale(dir, created);
+  }
   return dir;
 }
 
@@ -281,21 +302,18 @@ bool SftpFiles::launcher_alive(const std::string& dir, const std::string& state)
 
 // Once per session, right after this run's directory was made: the user's own run directories
 // under the base that no launcher will ever remove (the launcher was killed, or never started
-// because an upload broke off) are removed. Best effort, bounded like any step.
-void SftpFiles::sweep_stale(const std::string& new_dir)
+// because an upload broke off) are removed, and the job cache, which lives in the base, learns
+// what it holds and is pruned. Best effort, bounded like any step.
+void SftpFiles::sweep_stale(const std::string& new_dir, long long now)
 {
-  if (std::exchange(m_swept, true)) {
-    return;
-  }
   // Each step is bounded on its own (not the sweep as a whole: over a slow link a sweep of a
   // few directories takes many round trips, and it must not cost the run its connection).
-  std::optional<Attributes> created;
   std::vector<std::pair<std::string, long long>> candidates;
+  JobCacheListing cache;
   {
     const auto armed = arm("list the run base " + m_base);
-    created.emplace(sftp_lstat(m_sftp.get(), new_dir.c_str()));
     Dir dir(sftp_opendir(m_sftp.get(), m_base.c_str()));
-    if (!*created || !dir) {
+    if (!dir) {
       return;
     }
     while (const Attributes entry{sftp_readdir(m_sftp.get(), dir.get())}) {
@@ -303,11 +321,16 @@ void SftpFiles::sweep_stale(const std::string& new_dir)
       if (entry->type == SSH_FILEXFER_TYPE_DIRECTORY && is_run_dir_name(name) &&
           m_base + "/" + name != new_dir) {
         candidates.emplace_back(m_base + "/" + name, entry->mtime);
+      } else if (is_job_cache_name(name)) {
+        const bool usable = entry->type == SSH_FILEXFER_TYPE_REGULAR &&
+                            (entry->permissions & 07777) == k_job_cache_mode;
+        cache.push_back({{name, entry->size, static_cast<long long>(entry->mtime)}, usable});
       }
     }
   }
+  job_cache_listed(cache, now);
   for (const auto& [path, modified] : candidates) {
-    StaleRunCheck check{(*created)->mtime, modified, std::nullopt, false};
+    StaleRunCheck check{now, modified, std::nullopt, false};
     {
       const auto armed = arm("inspect " + path);
       check.state = read_small(path + "/" + k_launcher_state_file);
@@ -335,6 +358,11 @@ Expected<void> SftpFiles::write_all(sftp_file file, const std::string& path, std
 
 Expected<void> SftpFiles::put_file(const std::string& path, std::string_view bytes)
 {
+  return write_new(path, bytes, 0600);
+}
+
+Expected<void> SftpFiles::write_new(const std::string& path, std::string_view bytes, unsigned mode)
+{
   // Written in place: the run directory is new, 0700 and ours, and O_EXCL refuses any name
   // that already exists there (a symlink included), so nothing is written through a link. No
   // temporary name and rename: that cost a round trip per file, and nothing reads the file
@@ -344,7 +372,7 @@ Expected<void> SftpFiles::put_file(const std::string& path, std::string_view byt
   File file;
   {
     const auto armed = arm("create " + path);
-    file.reset(sftp_open(sftp, path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600));
+    file.reset(sftp_open(sftp, path.c_str(), O_WRONLY | O_CREAT | O_EXCL, mode));
   }
   if (!file) {
     return fail(ErrorKind::failed, "{}", error("create", path));

@@ -1,6 +1,7 @@
 #pragma once
 // Every file operation of an SSH session, over SFTP: the run base and run directories, uploads
 // written in place with O_EXCL, the result's fetch, and the cleanup.
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -9,9 +10,20 @@
 #include "ferry/expected.hpp"
 #include "ferry/transport.hpp"
 #include "transport/ssh/handles.hpp"
+#include "transport/ssh/job_cache.hpp"
 #include "transport/ssh/watchdog.hpp"
 
 namespace ferry::ssh {
+
+// A job cache name as this session last saw it.
+struct JobCacheSeen {
+  bool usable = false; // a regular file of mode 0400 (the name shows it is the cache's)
+  std::uint64_t size = 0;
+  long long mtime = 0; // the host's clock
+  std::chrono::steady_clock::time_point at{};
+};
+// The cache's names in a listing of the base, each with whether it is usable.
+using JobCacheListing = std::vector<std::pair<JobCacheEntry, bool>>;
 
 class SftpFiles {
 public:
@@ -22,6 +34,9 @@ public:
 
   [[nodiscard]] Expected<std::string> create_run_dir();
   [[nodiscard]] Expected<void> put_file(const std::string& path, std::string_view bytes);
+  // HostSession::put_job_file: a link to the job cache's entry (sftp_job_cache.cpp).
+  [[nodiscard]] Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
+                                            const std::string& sha256);
   [[nodiscard]] Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap);
   [[nodiscard]] Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink);
   [[nodiscard]] Expected<void> make_dir(const std::string& path);
@@ -38,8 +53,18 @@ private:
   [[nodiscard]] Expected<void> check_base_dir(const std::string& dir, bool is_base);
   [[nodiscard]] Expected<void> write_all(sftp_file file, const std::string& path,
                                          std::string_view bytes);
+  // A new file (O_EXCL: never through an existing name or link) with `mode`, written in place.
+  [[nodiscard]] Expected<void> write_new(const std::string& path, std::string_view bytes,
+                                         unsigned mode);
+  [[nodiscard]] bool job_cache_has(const std::string& name, std::size_t size);
+  [[nodiscard]] Expected<void> job_cache_add(const std::string& name, std::string_view bytes);
+  [[nodiscard]] Expected<bool> job_cache_give_up(const std::string& path, std::string_view bytes,
+                                                 const Error& why);
+  // From the sweep's listing of the base: what the cache holds, and what it removes.
+  void job_cache_listed(const JobCacheListing& listing, long long now);
   [[nodiscard]] Expected<void> remove_tree(const std::string& path, bool each_call_bounded);
-  void sweep_stale(const std::string& new_dir);
+  // `now`: the host's clock, as the new run directory's mtime tells it.
+  void sweep_stale(const std::string& new_dir, long long now);
   [[nodiscard]] std::optional<std::string> read_small(const std::string& path);
   [[nodiscard]] bool launcher_alive(const std::string& dir, const std::string& state);
   [[nodiscard]] CallWatchdog::Armed arm(std::string what);
@@ -58,9 +83,18 @@ private:
   const StopToken& m_stop;
   Sftp m_sftp;
   std::string m_base; // the run base, checked once per session
-  bool m_swept = false;
+  // Whether run directories need an explicit chmod (the server's umask takes owner bits); known
+  // after the session's first, which is also when the base is swept.
+  std::optional<bool> m_chmod_run_dirs;
   bool m_suspended = false; // SFTP stepped aside for an exec (MaxSessions 1)
   std::map<std::string, std::vector<std::string>> m_uploaded; // run dir -> files put there
+  // Job cache entries (by name) this session listed, checked or made, and when: trusted
+  // without a look for a while. A name the sweep's listing did not show is missing for as long.
+  // A cache that failed once (no links on the server, a directory at an entry's name): this
+  // session uploads its jobs as any file.
+  std::map<std::string, JobCacheSeen> m_cache_seen;
+  std::chrono::steady_clock::time_point m_cache_listed_at{};
+  bool m_cache_off = false;
 };
 
 } // namespace ferry::ssh

@@ -78,6 +78,11 @@ public:
   {
     return with_sftp([&] { return files().put_file(path, bytes); });
   }
+  Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
+                              const std::string& sha256) override
+  {
+    return with_sftp([&] { return files().put_job_file(path, bytes, sha256); });
+  }
   void bind_stop(const StopToken& stop) override
   {
     const std::lock_guard lock(m_mutex);
