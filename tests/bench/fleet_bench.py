@@ -53,7 +53,7 @@ TARGETS = {
     "c1_ssh": ("ferry ≤ 0.6× this", 0.6),
     "c1_ansible": ("ferry ≤ 0.15× this", 0.15),
     "c1_kex": ("ferry ≤ 0.6× this", 0.6),
-    "c1_master": ("ferry ≤ 1.0× this (needs persistent sessions)", 1.0),
+    "c1_master": ("ferry ≤ 1.0× this", 1.0),
     "c2_master": ("ferry ≤ 0.35× this", 0.35),
     "c2_ssh": ("ferry ≤ 0.25× this", 0.25),
     "c2_extra": ("≤ 25 ms", 25.0),
