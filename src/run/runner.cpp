@@ -203,7 +203,7 @@ Expected<Staged> stage(const Run& run, const std::string& run_dir)
     // A job alone comes from the host's job cache when it can (a job with files beside it is
     // uploaded with them: an interpreter that resolves the link would look for them there).
     FERRY_TRY_ASSIGN(cached,
-                     run.session.put_job_file(job_path, run.job.bytes, sha256_hex(run.job.bytes)));
+                     run.session.put_job_file(job_path, run.job.bytes, run.record.job_sha256));
   } else {
     FERRY_TRY(run.session.put_file(job_path, run.job.bytes));
   }

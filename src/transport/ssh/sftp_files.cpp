@@ -358,7 +358,9 @@ Expected<void> SftpFiles::write_all(sftp_file file, const std::string& path, std
 
 Expected<void> SftpFiles::put_file(const std::string& path, std::string_view bytes)
 {
-  return write_new(path, bytes, 0600);
+  FERRY_TRY(write_new(path, bytes, 0600));
+  m_uploaded[path.substr(0, path.rfind('/'))].push_back(path); // removed by name at the cleanup
+  return {};
 }
 
 Expected<void> SftpFiles::write_new(const std::string& path, std::string_view bytes, unsigned mode)
@@ -389,7 +391,6 @@ Expected<void> SftpFiles::write_new(const std::string& path, std::string_view by
     sftp_unlink(sftp, path.c_str());
     return fail(ErrorKind::failed, "{}", message);
   }
-  m_uploaded[path.substr(0, path.rfind('/'))].push_back(path);
   return {};
 }
 

@@ -118,7 +118,6 @@ Expected<void> SftpFiles::job_cache_add(const std::string& name, std::string_vie
   const std::string entry = m_base + "/" + name;
   const std::string upload = m_base + "/" + job_cache_upload_name(random_hex(16));
   FERRY_TRY(write_new(upload, bytes, k_job_cache_mode));
-  m_uploaded.erase(m_base);
   bool renamed = false;
   {
     const auto armed = arm("move the job into the cache as " + entry);
