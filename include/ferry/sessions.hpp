@@ -37,6 +37,10 @@ public:
   [[nodiscard]] virtual bool alive() = 0;
   // The server's key checked again against known_hosts as the files read now.
   [[nodiscard]] virtual Expected<void> recheck_host_key() = 0;
+  // Opens the channel of the next run ahead of it (a standby: its login shell started, its
+  // /bin/sh waiting for the launcher), when the host has room for one; a holder calls it while
+  // nobody waits. The next launcher run takes it.
+  virtual void prepare_exec() {}
 };
 
 [[nodiscard]] std::unique_ptr<HostSession> make_ssh_session(const SshTarget& target);

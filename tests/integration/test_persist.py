@@ -18,6 +18,10 @@ JOB = ("import json, os\nprint('hi')\n"
        "json.dump({'pid': os.getpid()}, open(os.environ['FERRY_RESULT'], 'w'))\n")
 
 
+LANE = ("import json, os, time\nstart = time.time()\ntime.sleep(1)\n"
+        "json.dump({'start': start, 'end': time.time()}, open(os.environ['FERRY_RESULT'], 'w'))\n")
+
+
 def wait_until(predicate, timeout_s: float, interval_s: float = 0.05):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -55,6 +59,9 @@ class Persistence(unittest.TestCase):
         cls.env = {"FERRY_ARCHIVE": os.path.join(cls.tmp, "archive.db"),
                    "XDG_RUNTIME_DIR": cls.runtime, "FERRY_PERSIST": ""}
         cls.job = write_job(cls.tmp, "hello", JOB)
+        # Prints its launcher's pid, from the state file the launcher writes in the run directory.
+        cls.launcher_pid_job = write_job(cls.tmp, "launcher_pid",
+                                         "print(open('.ferry-launcher').read().split()[0])\n")
         cls.user = cls.srv.user("bash")
         cls.holders_dir = os.path.join(cls.runtime, "ferry")
 
@@ -235,6 +242,104 @@ class Persistence(unittest.TestCase):
         self.assertEqual(via_holder.record["error"], direct.record["error"])
         # A holder whose key known_hosts no longer trusts ends.
         self.assertTrue(wait_until(lambda: not alive(held["pid"]), 5), "the holder outlived its refused key")
+
+    def standbys(self, user: str) -> list[int]:
+        """The user's live `/bin/sh -s` processes: a holder's channel opened for its next run."""
+        found = []
+        for pid in self.srv.processes_of(user):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if argv[:2] == [b"/bin/sh", b"-s"] and alive(pid):
+                found.append(pid)
+        return found
+
+    def test_the_next_run_starts_on_a_channel_opened_ahead(self):
+        # Under every login shell: the holder opens the next run's channel while nobody waits,
+        # and the run's launcher is that channel's /bin/sh (the pid in its state file).
+        for shell in SshServer.shells:
+            with self.subTest(shell=shell):
+                user = self.srv.user(shell)
+                first = run_ferry("run", self.launcher_pid_job, "--host", self.srv.alias(shell),
+                                  "--ssh-config", self.srv.ssh_config, "--json", env=self.env)
+                self.assertEqual(first.code, 0, first)
+                ready = wait_until(lambda: self.standbys(user), 15)
+                self.assertEqual(len(ready), 1, self.srv.describe_processes(user))
+                res = run_ferry("-v", "run", self.launcher_pid_job, "--host", self.srv.alias(shell),
+                                "--ssh-config", self.srv.ssh_config, "--json", env=self.env)
+                self.assertEqual(res.code, 0, res)
+                self.assertIn(b"using the connection held", res.stderr)
+                self.assertEqual(res.record["status"], "ok", res.record)
+                self.assertEqual(res.record["stdout"], f"{ready[0]}\n", self.srv.describe_processes(user))
+                # A new one for the run after, and the run directory gone.
+                again = wait_until(lambda: [p for p in self.standbys(user) if p != ready[0]], 15)
+                self.assertEqual(len(again), 1, self.srv.describe_processes(user))
+                self.assertEqual(self.srv.run_dirs(user), [])
+                run_ferry("disconnect", "--all", env=self.env)
+                # It ends with its holder.
+                self.assertEqual(self.srv.wait_no_processes(user, timeout_s=5), [],
+                                 self.srv.describe_processes(user))
+
+    def test_a_standby_that_has_gone_gives_way_to_a_new_channel(self):
+        self.holder()
+        ready = wait_until(lambda: self.standbys(self.user), 15)
+        self.assertEqual(len(ready), 1, self.srv.describe_processes(self.user))
+        os.kill(ready[0], signal.SIGKILL)
+        self.assertTrue(wait_until(lambda: not alive(ready[0]), 5))
+        res = self.ferry("-v", "run", self.launcher_pid_job, "--json")
+        self.assertEqual(res.code, 0, res)
+        self.assertIn(b"using the connection held", res.stderr)
+        self.assertEqual(res.record["status"], "ok", res.record)
+        self.assertNotEqual(res.record["stdout"], f"{ready[0]}\n")
+        self.assertRegex(res.record["stdout"], r"^[0-9]+\n$")
+        self.assertEqual(res.record.get("warnings", []), [], res.record)
+
+    def test_a_standby_that_goes_once_it_was_given_the_run_gives_way_too(self):
+        # The run's line is written to a standby that is stopped, which then dies without ever
+        # reading it: the launcher never started there, so the run goes to a new channel.
+        self.holder()
+        ready = wait_until(lambda: self.standbys(self.user), 15)
+        self.assertEqual(len(ready), 1, self.srv.describe_processes(self.user))
+        os.kill(ready[0], signal.SIGSTOP)
+        argv = [ferry_bin(), "run", self.launcher_pid_job, "--host", self.srv.alias("bash"),
+                "--ssh-config", self.srv.ssh_config, "--json"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={**os.environ, **self.env})
+        time.sleep(1.5)
+        os.kill(ready[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 0, err)
+        rec = json.loads(out)
+        self.assertEqual(rec["status"], "ok", rec)
+        self.assertNotEqual(rec["stdout"], f"{ready[0]}\n")
+        self.assertRegex(rec["stdout"], r"^[0-9]+\n$")
+
+    def test_a_standby_gives_its_slot_to_runs_the_server_has_no_room_for(self):
+        # MaxSessions 3: SFTP and two channels. The standby takes one while the holder idles;
+        # six jobs at -j 6 still all run, at most two at once.
+        with SshServer(extra_config="MaxSessions 3", reset_users=False) as srv:
+            alias = srv.alias("bash")
+            opts = ("--host", alias, "--ssh-config", srv.ssh_config)
+            first = run_ferry("run", self.job, *opts, "--json", env=self.env)
+            self.assertEqual(first.code, 0, first)
+            self.assertTrue(wait_until(lambda: self.standbys(self.user), 15), srv.describe_processes(self.user))
+            jobs = [write_job(self.tmp, f"lane{i}", LANE) for i in range(6)]
+            res = run_ferry("-v", "run", *jobs, *opts, "--json", "-j", "6", env=self.env, timeout=120)
+            run_ferry("disconnect", "--all", env=self.env)
+            self.assertEqual(res.code, 0, res)
+            self.assertIn(b"using the connection held", res.stderr)
+            records = res.records
+            self.assertEqual([r["job"] for r in records], [f"lane{i}" for i in range(6)])
+            for r in records:
+                self.assertEqual(r["status"], "ok", r)
+            spans = sorted([(r["result"]["start"], 1) for r in records] + [(r["result"]["end"], -1) for r in records])
+            now = peak = 0
+            for _, step in spans:
+                now += step
+                peak = max(peak, now)
+            self.assertEqual(peak, 2, "two exec channels at once beside SFTP")
 
     def test_socket_directory_and_other_users_are_refused(self):
         held = self.holder()

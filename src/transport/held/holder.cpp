@@ -5,7 +5,9 @@
 // (`ferry disconnect`), when the connection drops, or when the host's key is no longer trusted.
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include <fcntl.h>
@@ -66,6 +68,8 @@ public:
 
   void serve()
   {
+    std::thread preparer([this] { prepare_loop(); });
+    want_standby();
     auto idle_since = Clock::now();
     while (!m_exit && !interrupt_requested()) {
       pollfd p{m_listener.get(), POLLIN, 0};
@@ -81,6 +85,13 @@ public:
       }
     }
     close_socket();
+    {
+      // Under the preparer's lock: it cannot miss the wake-up between its look and its wait.
+      const std::lock_guard lock(m_prepare_mutex);
+      m_exit = true;
+    }
+    m_prepare.notify_one();
+    preparer.join();
     // Runs under way when told to go end as on an interrupt: their jobs are stopped.
     request_interrupt();
     for (auto until = Clock::now() + 15s; m_clients > 0 && Clock::now() < until;) {
@@ -136,7 +147,35 @@ private:
       if (!send_message(fd, reply)) {
         return;
       }
+      if (request.value("op", "") == "exec") {
+        want_standby();
+      }
     }
+  }
+
+  // The next run's channel is opened here, after a run has answered its client: no client
+  // waits for it.
+  void prepare_loop()
+  {
+    std::unique_lock lock(m_prepare_mutex);
+    while (!m_exit) {
+      m_prepare.wait(lock, [this] { return m_exit || m_standby_wanted; });
+      if (m_exit) {
+        return;
+      }
+      m_standby_wanted = false;
+      lock.unlock();
+      m_session.prepare_exec();
+      lock.lock();
+    }
+  }
+  void want_standby()
+  {
+    {
+      const std::lock_guard lock(m_prepare_mutex);
+      m_standby_wanted = true;
+    }
+    m_prepare.notify_one();
   }
 
   Message hello(const Message& request)
@@ -296,6 +335,9 @@ private:
   std::string m_since;
   std::atomic<int> m_clients{0};
   std::atomic<bool> m_exit{false};
+  std::mutex m_prepare_mutex;
+  std::condition_variable m_prepare;
+  bool m_standby_wanted = false;
 };
 
 // Listens on a fresh name, then renames it over the socket's: a stale socket of a dead holder

@@ -12,9 +12,10 @@
 
 namespace ferry::ssh {
 
-namespace {
-
 using Clock = std::chrono::steady_clock;
+
+// The channel's types, named (not in an anonymous namespace) because Standby holds them.
+namespace channel_detail {
 
 // Filled from libssh's callbacks: the launcher's exit is known without blocking, so a job that
 // exited while a stray process holds its output open does not keep ferry waiting.
@@ -59,13 +60,18 @@ public:
     }
   }
 
-  [[nodiscard]] bool open()
+  [[nodiscard]] bool open() { return open_step() == SSH_OK; }
+  // One step of the open: SSH_AGAIN while a non-blocking open waits for the server.
+  [[nodiscard]] int open_step()
   {
-    if (!m_channel || ssh_channel_open_session(m_channel.get()) != SSH_OK) {
-      return false;
+    if (!m_channel) {
+      return SSH_ERROR;
     }
-    ssh_set_channel_callbacks(m_channel.get(), &m_callbacks);
-    return true;
+    const int rc = ssh_channel_open_session(m_channel.get());
+    if (rc == SSH_OK) {
+      ssh_set_channel_callbacks(m_channel.get(), &m_callbacks);
+    }
+    return rc;
   }
   [[nodiscard]] ssh_channel get() const { return m_channel.get(); }
 
@@ -73,6 +79,13 @@ private:
   Channel m_channel;
   ssh_channel_callbacks_struct m_callbacks{};
 };
+
+} // namespace channel_detail
+
+namespace {
+
+using channel_detail::ExecChannel;
+using channel_detail::ExitWatch;
 
 struct Streams {
   OutputCapture out;
@@ -224,15 +237,133 @@ bool open_channel(ssh_session session, std::optional<ExecChannel>& channel, Exit
   return false;
 }
 
+// The run's channel from its start on: reads it to its end, then takes the exit status.
+ExecOutcome follow(ssh_session session, ssh_channel channel, ExitWatch& watch,
+                   const ExecRequest& request, CallWatchdog& watchdog,
+                   std::unique_lock<std::mutex>& lock)
+{
+  ExecOutcome outcome;
+  outcome.start_limit_s = std::chrono::duration<double>(request.start_limit).count();
+  Streams streams{capture_for(request, OutputStream::out), capture_for(request, OutputStream::err)};
+  pump(session, channel, request, watch, streams, outcome, lock);
+  if (outcome.end != ExecEnd::lost) {
+    const auto armed = watchdog.arm("read the exit status", nullptr);
+    if (!watch.exited && !outcome.output_held_open) {
+      // EOF came first; the status follows right behind it.
+      if (const int status = ssh_channel_get_exit_status(channel); status >= 0) {
+        watch.status = status;
+      }
+    }
+    outcome.exit_code = watch.status;
+    ssh_channel_close(channel);
+  }
+  outcome.out = std::move(streams.out).finish();
+  outcome.err = std::move(streams.err).finish();
+  return outcome;
+}
+
+// The launcher is `/bin/sh PATH`: the one command a standby channel runs.
+bool is_launcher(const std::vector<std::string>& argv)
+{
+  return argv.size() == 2 && argv[0] == "/bin/sh";
+}
+
+} // namespace
+
+// A channel opened ahead of its run: its `/bin/sh -s` waits on stdin for one line.
+class Standby {
+public:
+  explicit Standby(ssh_session session) : channel(session, watch) {}
+  channel_detail::ExitWatch watch; // before the channel, whose callbacks point at it
+  channel_detail::ExecChannel channel;
+};
+
+void StandbyFree::operator()(Standby* standby) const
+{
+  delete standby;
+}
+
+StandbyChannel open_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
+                            std::chrono::steady_clock::duration limit)
+{
+  StandbyChannel standby(new Standby(session));
+  const auto until = Clock::now() + limit;
+  const int fd = ssh_get_fd(session);
+  // Non-blocking, the lock released while the server answers: the session's runs and SFTP
+  // steps go on meanwhile.
+  const auto step = [&](const auto& call) {
+    while (true) {
+      ssh_set_blocking(session, 0);
+      const int rc = call();
+      ssh_set_blocking(session, 1);
+      if (rc != SSH_AGAIN) {
+        return rc == SSH_OK;
+      }
+      if (Clock::now() > until || !ssh_is_connected(session)) {
+        return false;
+      }
+      lock.unlock();
+      pollfd socket{fd, POLLIN, 0};
+      (void)::poll(&socket, 1, 20);
+      lock.lock();
+    }
+  };
+  static const std::string command = *shell_neutral_command({"/bin/sh", "-s"});
+  if (!step([&] { return standby->channel.open_step(); }) ||
+      !step([&] { return ssh_channel_request_exec(standby->channel.get(), command.c_str()); })) {
+    return nullptr;
+  }
+  return standby;
+}
+
+namespace {
+
+// Runs the launcher on a standby channel; nullopt when the channel has gone meanwhile (or never
+// showed the launcher's first line: its shell had gone), and a new channel should run it.
+std::optional<ExecOutcome> run_on_standby(ssh_session session, Standby& standby,
+                                          const std::string& command, const ExecRequest& request,
+                                          CallWatchdog& watchdog,
+                                          std::unique_lock<std::mutex>& lock)
+{
+  const ssh_channel channel = standby.channel.get();
+  (void)ssh_channel_poll(channel, 0); // takes in a close or an exit that came meanwhile
+  if (ssh_channel_is_open(channel) == 0 || ssh_channel_is_eof(channel) != 0 ||
+      standby.watch.exited) {
+    return std::nullopt;
+  }
+  // Neutral tokens only: the line means the same to any sh.
+  const std::string line = "exec " + command + "\n";
+  {
+    const auto armed = watchdog.arm("start the launcher", &request.stop);
+    if (ssh_channel_write(channel, line.data(), static_cast<uint32_t>(line.size())) !=
+        static_cast<int>(line.size())) {
+      return std::nullopt;
+    }
+  }
+  auto outcome = follow(session, channel, standby.watch, request, watchdog, lock);
+  if (!outcome.out.saw_sentinel && outcome.end == ExecEnd::exited &&
+      !request.stop.stop_requested()) {
+    return std::nullopt;
+  }
+  return outcome;
+}
+
 } // namespace
 
 Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const ExecRequest& request,
                            CallWatchdog& watchdog, std::mutex& mutex,
-                           const FreeAChannel& free_a_channel)
+                           const FreeAChannel& free_a_channel, StandbyChannel* standby)
 {
   FERRY_TRY_ASSIGN(const auto command, shell_neutral_command(request.argv));
-  ExitWatch watch;
   std::unique_lock lock(mutex);
+  if (standby != nullptr && *standby && is_launcher(request.argv)) {
+    // Freed while the lock is held, as every channel.
+    StandbyChannel taken = std::move(*standby);
+    if (auto outcome = run_on_standby(session, *taken, command, request, watchdog, lock)) {
+      return std::move(*outcome);
+    }
+  }
+  ExitWatch watch;
   // Declared after the lock: the channel is freed (a libssh call) while the lock is held.
   std::optional<ExecChannel> channel;
   {
@@ -246,24 +377,7 @@ Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const Ex
                   failure(session, watchdog));
     }
   }
-  ExecOutcome outcome;
-  outcome.start_limit_s = std::chrono::duration<double>(request.start_limit).count();
-  Streams streams{capture_for(request, OutputStream::out), capture_for(request, OutputStream::err)};
-  pump(session, channel->get(), request, watch, streams, outcome, lock);
-  if (outcome.end != ExecEnd::lost) {
-    const auto armed = watchdog.arm("read the exit status", nullptr);
-    if (!watch.exited && !outcome.output_held_open) {
-      // EOF came first; the status follows right behind it.
-      if (const int status = ssh_channel_get_exit_status(channel->get()); status >= 0) {
-        watch.status = status;
-      }
-    }
-    outcome.exit_code = watch.status;
-    ssh_channel_close(channel->get());
-  }
-  outcome.out = std::move(streams.out).finish();
-  outcome.err = std::move(streams.err).finish();
-  return outcome;
+  return follow(session, channel->get(), watch, request, watchdog, lock);
 }
 
 } // namespace ferry::ssh

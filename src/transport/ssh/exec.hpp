@@ -1,5 +1,7 @@
 #pragma once
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string_view>
 
@@ -19,9 +21,26 @@ namespace ferry::ssh {
 // libssh sessions are not thread-safe, and several runs may share one: every libssh call here
 // is made holding `lock`, which is released while the exec waits for data, so the session's
 // other channels (and its SFTP calls) go on meanwhile.
+// A standby channel (a held session's next run): opened ahead of the run, its command
+// `/bin/sh -s` waits on stdin. A launcher run takes it (and `standby` is left empty): the one
+// line `exec /bin/sh RUN_DIR/launch.sh` starts the launcher, saving the channel's open and the
+// login shell's start. A standby that has gone meanwhile is dropped and the run gets a new
+// channel.
+class Standby;
+struct StandbyFree {
+  void operator()(Standby* standby) const;
+};
+using StandbyChannel = std::unique_ptr<Standby, StandbyFree>;
+
 using FreeAChannel = std::function<bool(std::unique_lock<std::mutex>&)>;
 [[nodiscard]] Expected<ExecOutcome> exec(ssh_session session, std::string_view label,
                                          const ExecRequest& request, CallWatchdog& watchdog,
-                                         std::mutex& lock, const FreeAChannel& free_a_channel);
+                                         std::mutex& lock, const FreeAChannel& free_a_channel,
+                                         StandbyChannel* standby = nullptr);
+
+// Opens a standby channel, holding `lock` only while it calls libssh (not while the server
+// answers); nullptr when the server refuses it, or it fails, or `limit` passes.
+[[nodiscard]] StandbyChannel open_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
+                                          std::chrono::steady_clock::duration limit);
 
 } // namespace ferry::ssh

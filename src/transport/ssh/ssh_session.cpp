@@ -138,6 +138,7 @@ public:
     const std::lock_guard lock(m_mutex);
     return check_host_key();
   }
+  void prepare_exec() override;
 
 private:
   // Runs an SFTP step holding the lock; while the host allows one channel at a time, only once
@@ -207,7 +208,26 @@ private:
   // MaxSessions, less the SFTP channel); 1 also means SFTP must wait for the exec.
   int m_channel_limit = std::numeric_limits<int>::max();
   Clock::time_point m_last_exec_end; // when an exec channel of this session last ended
+  // The next run's channel, opened ahead (prepare_exec); not counted in m_execs. Last: it ends
+  // first, while the connection is still up.
+  ssh::StandbyChannel m_standby;
 };
+
+void SshSession::prepare_exec()
+{
+  std::unique_lock lock(m_mutex);
+  // Only with room for it and one more channel: a standby never keeps a run waiting.
+  if (m_standby || !m_session || !ssh_is_connected(m_session.get()) ||
+      m_channel_limit - m_execs < 2) {
+    return;
+  }
+  // Nobody waits for it, and the session's SFTP steps hold the lock for whole round trips: a
+  // slow link's standby may take many of them.
+  auto standby = ssh::open_standby(m_session.get(), lock, std::chrono::minutes(1));
+  if (standby && !m_standby) {
+    m_standby = std::move(standby);
+  }
+}
 
 Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
 {
@@ -230,6 +250,11 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
     // that ended a moment ago may still hold its slot (sshd frees it once it has reaped the
     // command): then the bound stays and the open is tried again shortly.
     const auto free_a_channel = [this, &refused, &refusals](std::unique_lock<std::mutex>&) {
+      if (m_standby) {
+        // The standby takes a slot the run needs: it goes first.
+        m_standby.reset();
+        return true;
+      }
       const bool just_freed = Clock::now() - m_last_exec_end < k_slot_reaping;
       if (m_execs > 1) {
         // This session's other channels fill the server's MaxSessions: no more at once.
@@ -249,8 +274,8 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       }
       return just_freed;
     };
-    auto outcome =
-        ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel);
+    auto outcome = ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel,
+                             &m_standby);
     {
       const std::lock_guard lock(m_mutex);
       --m_execs;
