@@ -45,6 +45,7 @@ REPEAT = 20                       # case 2 job count
 BIG_MIB = 500                     # case 4 stdout volume
 SHELL = "bash"                    # login shell of the test user (ferryt-bash)
 HYPERFINE_SHELL = "bash --norc --noprofile"
+SPACED_S = 0.3                    # case 1b: the pause before each timed run
 CHECK_TIMEOUT_S = 600
 HYPERFINE_TIMEOUT_S = 3600
 
@@ -171,14 +172,17 @@ def run_checked(label: str, command: str, env: dict, cwd: str, expect: str | Non
 
 
 def hyperfine(case: str, commands: list[tuple[str, str]], env: dict, cwd: str, workdir: str,
-              runs: int, warmup: int) -> dict[str, dict]:
-    """One hyperfine invocation for all COMMANDS; returns name -> {median_ms, ...}."""
+              runs: int, warmup: int, prepare: str | None = None) -> dict[str, dict]:
+    """One hyperfine invocation for all COMMANDS; returns name -> {median_ms, ...}.
+    `prepare`: a command hyperfine runs (untimed) before each timed run."""
     export = os.path.join(workdir, f"hyperfine-{case}.json")
     errlog = os.path.join(workdir, f"hyperfine-{case}.stderr")
     outlog = os.path.join(workdir, f"hyperfine-{case}.stdout")
     argv = ["hyperfine", "--shell", HYPERFINE_SHELL, "--warmup", str(warmup), "--runs", str(runs),
             "--export-json", export, "--style", "basic", "--time-unit", "millisecond",
             "--output", outlog]
+    if prepare:
+        argv += ["--prepare", prepare]
     for name, command in commands:
         # stderr of every timed run is kept (hyperfine itself only reports "non-zero exit code")
         argv += ["--command-name", name, f"{{ {command}; }} 2>>{q(errlog)}"]
@@ -631,6 +635,12 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
 
     # --- timings -----------------------------------------------------------------------------
     r1 = hyperfine("case1", c1, env, cwd, workdir, runs, warmup)
+    # Case 1 again for the held run and the ControlMaster, with a pause before each run (as an
+    # engineer or an agent calls it): the holder opens the next run's channel meanwhile
+    # (docs/persistence.md), as the ControlMaster idles. No target of its own.
+    c1b = [(f"{name} ({SPACED_S} s apart)", cmd) for name, cmd in c1
+           if name in ("ferry run (held session)", "ssh ControlMaster python3 -")]
+    r1b = hyperfine("case1b", c1b, env, cwd, workdir, runs, warmup, prepare=f"sleep {SPACED_S}")
     r2 = hyperfine("case2", c2, env, cwd, workdir, runs, warmup)
     r3 = hyperfine("case3", c3, env, cwd, workdir, runs, warmup)
 
@@ -678,6 +688,11 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
                                           "ansible -m script": ("c1_ansible", "ferry run"),
                                           "ssh curve25519 python3 -": ("c1_kex", "ferry run"),
                                           "ssh ControlMaster python3 -": ("c1_master", "ferry run (held session)")})
+    f_spaced = r1b[c1b[0][0]]["median_ms"]
+    for name, _ in c1b:
+        m = r1b[name]["median_ms"]
+        rows.append(("1", name, f"{m:.1f} ms", f"{m / f_spaced:.2f} (of the held run)", "",
+                     "" if name == c1b[0][0] else f"held run = {f_spaced / m:.3f}× (no target)"))
     ratio_rows("case2", r2, c2[0][0], {f"{REPEAT}× ssh python3 -": ("c2_ssh", c2[0][0]),
                                         f"{REPEAT}× ssh ControlMaster python3 -": ("c2_master", c2[2][0])})
     extra_ms = (r2[c2[0][0]]["median_ms"] - r2["ferry run (1 job)"]["median_ms"]) / (REPEAT - 1)
