@@ -12,15 +12,6 @@
 
 namespace ferry::ssh {
 
-// Runs the request's shell-neutral command on a new channel of `session`, reading stdout and
-// stderr together (neither blocks the other) until both close, and stops the job by the shared
-// StopSchedule when ferry is interrupted or its backstop deadline passes.
-// When the server refuses the channel, `free_a_channel` may free one of the session's other
-// channels (returning true; it may wait, releasing the lock it is given), and the open is tried
-// again.
-// libssh sessions are not thread-safe, and several runs may share one: every libssh call here
-// is made holding `lock`, which is released while the exec waits for data, so the session's
-// other channels (and its SFTP calls) go on meanwhile.
 // A standby channel (a held session's next run): opened ahead of the run, its command
 // `/bin/sh -s` waits on stdin. A launcher run takes it (and `standby` is left empty): the one
 // line `exec /bin/sh RUN_DIR/launch.sh` starts the launcher, saving the channel's open and the
@@ -32,6 +23,16 @@ struct StandbyFree {
 };
 using StandbyChannel = std::unique_ptr<Standby, StandbyFree>;
 
+// Runs the request's shell-neutral command on a new channel of `session`, reading stdout and
+// stderr together (neither blocks the other) until both close, and stops the job by the shared
+// StopSchedule when ferry is interrupted or its backstop deadline passes.
+// When the server refuses the channel, `free_a_channel` may free one of the session's other
+// channels (returning true; it may wait, releasing the lock it is given), and the open is tried
+// again.
+// libssh sessions are not thread-safe, and several runs may share one: every libssh call here
+// is made holding `lock`, which is released while the exec waits for data, so the session's
+// other channels (and its SFTP calls) go on meanwhile.
+// A launcher run given a `standby` runs there instead of on a new channel.
 using FreeAChannel = std::function<bool(std::unique_lock<std::mutex>&)>;
 [[nodiscard]] Expected<ExecOutcome> exec(ssh_session session, std::string_view label,
                                          const ExecRequest& request, CallWatchdog& watchdog,
