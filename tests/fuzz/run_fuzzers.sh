@@ -3,7 +3,7 @@
 #   1. regression: each fuzzer once over its committed corpus (tests/fuzz/corpus/NAME), so
 #      every input that ever crashed keeps being checked;
 #   2. fuzzing: each fuzzer for SECONDS on a copy of its corpus (the committed one never
-#      grows), -rss_limit_mb=2048 -timeout=10.
+#      grows), -rss_limit_mb=2048 -timeout=10, as many at once as there are cores.
 # Exits non-zero when a fuzzer crashes, leaks, hangs or trips a sanitizer, printing the
 # sanitizer report, the reproducer's path and its bytes as a C string.
 #
@@ -115,16 +115,33 @@ for name in "${only[@]}"; do
   fi
 done
 
+# One fuzzer per core at a time, each for the full SECONDS (they share nothing but the CPU);
+# their reports are printed in the fixed order once all have ended.
+fuzz_one() { # name: runs it; the exit status is the fuzzer's
+  local name="$1" work="$build/work/$1" dict=()
+  rm -rf "$work" && mkdir -p "$work" && cp "$here/corpus/$name"/* "$work"/ 2>/dev/null
+  [ -f "$here/$name.dict" ] && dict=(-dict="$here/$name.dict")
+  "$build/fuzz_$name" "${common[@]}" "${dict[@]}" -max_total_time="$seconds" \
+    -artifact_prefix="$build/artifacts/$name-" "$work" >"$build/logs/$name.fuzz.log" 2>&1
+}
+
 if ((regress_only == 0 && failed == 0)); then
-  echo "== fuzzing: ${seconds} s per fuzzer, on a copy of each corpus"
+  cores=$(nproc 2>/dev/null || echo 1)
+  echo "== fuzzing: ${seconds} s per fuzzer, on a copy of each corpus, ${cores} at a time"
+  running=0
   for name in "${only[@]}"; do
-    work="$build/work/$name"
-    rm -rf "$work" && mkdir -p "$work" && cp "$here/corpus/$name"/* "$work"/ 2>/dev/null
+    if ((running >= cores)); then
+      wait -n
+      running=$((running - 1))
+    fi
+    rm -f "$build/logs/$name.fuzz.status"
+    (fuzz_one "$name"; echo $? >"$build/logs/$name.fuzz.status") &
+    running=$((running + 1))
+  done
+  wait
+  for name in "${only[@]}"; do
     log="$build/logs/$name.fuzz.log"
-    dict=()
-    [ -f "$here/$name.dict" ] && dict=(-dict="$here/$name.dict")
-    if "$build/fuzz_$name" "${common[@]}" "${dict[@]}" -max_total_time="$seconds" \
-         -artifact_prefix="$build/artifacts/$name-" "$work" >"$log" 2>&1; then
+    if [ "$(cat "$build/logs/$name.fuzz.status" 2>/dev/null)" = 0 ]; then
       done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1)
       execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
       rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")

@@ -10,4 +10,4 @@ if ! grep -qs '^FERRY_SANITIZE:BOOL=ON$' "$dir/CMakeCache.txt"; then
 fi
 # The same sources as the build under test: bring the sanitizer build up to date.
 cmake --build "$dir" -j "$(nproc)"
-ctest --test-dir "$dir" --output-on-failure --label-exclude "fuzz|style"
+ctest --test-dir "$dir" --output-on-failure --label-exclude "fuzz|style" -j 2
