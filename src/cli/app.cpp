@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <exception>
+#include <functional>
 
 #include <fmt/ranges.h>
 
@@ -105,7 +106,8 @@ void add_help_command(CLI::App& app, Context& ctx)
 
 void add_commands(CLI::App& app, Context& ctx)
 {
-  app.set_version_flag("--version", version_text());
+  // Computed only when asked for: the libssh version would open libssh (libssh_loader.cpp).
+  app.set_version_flag("--version", std::function<std::string()>(version_text));
   app.add_option("--archive", ctx.global.archive_path,
                  "archive database (default $FERRY_ARCHIVE, $XDG_DATA_HOME/ferry/archive.db, "
                  "~/.local/share/ferry/archive.db)");

@@ -2,11 +2,15 @@
 #include <libssh/libssh.h>
 
 #include "ferry/version.hpp"
+#include "transport/ssh/libssh_loader.hpp"
 
 namespace ferry {
 
 std::string_view ssh_library_version()
 {
+  if (!ssh::load_libssh()) {
+    return "not loadable";
+  }
   return ssh_version(0);
 }
 

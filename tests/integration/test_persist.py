@@ -4,6 +4,7 @@ saw (its `Accepted publickey` lines), the processes left, and the records."""
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -135,6 +136,23 @@ class Persistence(unittest.TestCase):
         self.assertNotIn(b"using the connection held", res.stderr)
         time.sleep(1.5)
         self.assertEqual(self.held(), [])
+
+    def test_a_run_through_a_holder_does_not_load_libssh(self):
+        # libssh is opened when SSH is first needed (src/transport/ssh/libssh_loader.cpp): a run
+        # that connects loads it, a run through a holder never does. The dynamic linker names
+        # every file it loads under LD_DEBUG=files.
+        self.holder()
+        held = self.ferry("-v", "run", self.job, "--json", env={"LD_DEBUG": "files"})
+        self.assertEqual(held.code, 0, held)
+        self.assertIn(b"using the connection held", held.stderr)
+        self.assertEqual(held.record["status"], "ok", held.record)
+        loaded = set(re.findall(rb"file=(\S+) \[", held.stderr))
+        self.assertIn(b"libc.so.6", loaded)  # LD_DEBUG did name the files loaded
+        self.assertEqual({f for f in loaded if f.startswith((b"libssh", b"libcrypto"))}, set(), loaded)
+        direct = self.ferry("-v", "run", self.job, "--json", "--persist", "0", env={"LD_DEBUG": "files"})
+        self.assertEqual(direct.code, 0, direct)
+        self.assertNotIn(b"using the connection held", direct.stderr)
+        self.assertIn(b"libssh.so.4", set(re.findall(rb"file=(\S+) \[", direct.stderr)))
 
     def test_output_through_a_holder_is_kept_as_a_direct_run_keeps_it(self):
         held = self.holder()

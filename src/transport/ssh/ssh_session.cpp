@@ -16,6 +16,7 @@
 #include "transport/ssh/auth.hpp"
 #include "transport/ssh/exec.hpp"
 #include "transport/ssh/host_key.hpp"
+#include "transport/ssh/libssh_loader.hpp"
 #include "transport/ssh/options.hpp"
 #include "transport/ssh/proxy.hpp"
 #include "transport/ssh/sftp_files.hpp"
@@ -418,6 +419,7 @@ Expected<void> SshSession::connect_once()
   m_proxy.reset();
   FERRY_TRY(resolve());
   tell_story();
+  FERRY_TRY(ssh::load_libssh());
   m_session.reset(ssh_new());
   if (!m_session) {
     return fail(ErrorKind::failed, "{}: cannot allocate an SSH session", m_target.spec);
