@@ -325,14 +325,20 @@ TEST_CASE("archive: recording a run copies none of its params and listing reads 
   const long recording = record_big_run();
   INFO("peak RSS grew by " << recording << " KiB while recording 64 MiB of params");
   // A copy of the params (as JSON, as text, or in a row SQLite builds) would be 64 MiB more.
-  CHECK(recording < 24 * 1024);
+  // Under AddressSanitizer every allocation carries redzones and shadow: 8 MiB more allowed.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr long k_slack_kib = 8 * 1024;
+#else
+  constexpr long k_slack_kib = 0;
+#endif
+  CHECK(recording < 24 * 1024 + k_slack_kib);
 
   const long listing = peak_growth_kib(tmp, [&] {
     auto archive = Archive::open_read_only(path);
     return archive && archive->list({}) && archive->list({})->size() == 1;
   });
   INFO("peak RSS grew by " << listing << " KiB while listing it");
-  CHECK(listing < 8 * 1024);
+  CHECK(listing < 8 * 1024 + k_slack_kib);
 
   Archive archive = open_archive(path);
   auto loaded = archive.load("last");
