@@ -41,6 +41,11 @@ public:
   // /bin/sh waiting for the launcher), when the host has room for one; a holder calls it while
   // nobody waits. The next launcher run takes it.
   virtual void prepare_exec() {}
+  // Puts the python standby's script in the host's job cache (or finds it there) so that later
+  // standbys are python standbys (docs/persistence.md); a holder calls it when it has been idle
+  // a while, as the SFTP steps may take round trips a run would wait for. A sh standby opened
+  // before is closed, for prepare_exec to open a python one.
+  virtual void prepare_idle() {}
 };
 
 [[nodiscard]] std::unique_ptr<HostSession> make_ssh_session(const SshTarget& target);

@@ -1,4 +1,5 @@
 # ferry launcher (generated; runs under /bin/sh)
+@standby@
 # The source is src/remote/launch.sh; ferry fills in the @name@ fields, each already quoted for
 # sh where it is text. Design notes:
 # - The job runs under setsid so it leads a process group of its own: on timeout or interrupt
@@ -26,6 +27,9 @@
 #   variables, then the declared ones (which win); under Slurm also SLURM_* and the GPU
 #   variables the scheduler set. Nothing else is inherited, so a local run and a remote one
 #   see the same set. Values never pass through eval: only names do, and those are checked.
+# - The second line: for a python3 job with no declared environment, `# ferry-standby 1` and
+#   this launcher's fields in hex, for a held session's python standby (src/remote/standby.py),
+#   which runs such a job as this file would, without starting a process; else `#`.
 trap '' PIPE
 FERRY_RUN_DIR=@run_dir@
 FERRY_PARAMS=@run_dir@/params.json

@@ -244,6 +244,34 @@ std::string env_lines(const std::map<std::string, std::string>& env)
   }
   return lines.empty() ? ":" : lines.substr(0, lines.size() - 1);
 }
+
+// The `# ferry-standby 1` line (src/remote/standby.py reads it): launch.sh's fields in hex, in
+// the standby's order; `#` for a job the standby does not run (another interpreter, or a
+// declared environment, which would change how python starts).
+std::string standby_line(const LauncherSpec& spec)
+{
+  if (spec.interpreter != "python3" || !spec.env.empty()) {
+    return "#";
+  }
+  const auto hex = [](std::string_view bytes) {
+    std::string out;
+    for (const unsigned char c : bytes) {
+      out += fmt::format("{:02x}", c);
+    }
+    return out;
+  };
+  std::string line = "# ferry-standby 1";
+  for (const std::string& field :
+       {spec.run_dir, spec.job_name, spec.job_file, spec.sentinel, spec.end_marker,
+        std::to_string(spec.timeout_s), std::to_string(spec.grace_s),
+        std::string(k_launcher_timeout_marker), std::to_string(k_launcher_timeout_exit),
+        std::string(k_launcher_state_file), std::string(k_launcher_file),
+        std::to_string(spec.params.size()), std::to_string(spec.result_frame_limit),
+        std::string(spec.keep_run_dir ? "1" : "0")}) {
+    line += " " + (field.empty() ? std::string("-") : hex(field));
+  }
+  return line;
+}
 } // namespace
 
 std::string make_launcher(const LauncherSpec& spec)
@@ -268,6 +296,7 @@ std::string make_launcher(const LauncherSpec& spec)
                            {"frame_limit", std::to_string(spec.result_frame_limit)},
                            {"keep", spec.keep_run_dir ? "1" : "0"},
                            {"env", env_lines(spec.env)},
+                           {"standby", standby_line(spec)},
                        }) +
          spec.params;
 }

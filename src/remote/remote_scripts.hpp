@@ -3,7 +3,7 @@
 
 namespace ferry {
 
-// The scripts of src/remote/ (*.sh) as they were at build time.
+// The scripts of src/remote/ (*.sh, *.py) as they were at build time.
 std::span<const EmbeddedFile> remote_script_files();
 
 } // namespace ferry

@@ -23,6 +23,42 @@ LANE = ("import json, os, time\nstart = time.time()\ntime.sleep(1)\n"
         "json.dump({'start': start, 'end': time.time()}, open(os.environ['FERRY_RESULT'], 'w'))\n")
 
 
+# What a python job sees of its interpreter's start, its module and its process; the run
+# directory's name (one per run) reads RUN.
+INTROSPECT = r"""
+import json, os, signal, sys
+run = os.environ["FERRY_RUN_DIR"]
+def norm(x):
+    return x.replace(run, "RUN") if isinstance(x, str) else x
+main = sys.modules["__main__"]
+ignored = (signal.SIGKILL, signal.SIGSTOP)
+parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\0")
+info = {
+    "argv": [norm(a) for a in sys.argv], "path": sys.path, "file": norm(__file__),
+    "name": __name__, "cached": __cached__, "spec": repr(__spec__), "package": __package__,
+    "loader": [type(__loader__).__name__, __loader__.name, norm(__loader__.path)],
+    "main_keys": list(vars(main)), "builtins": repr(vars(main)["__builtins__"]),
+    "env": [[k, norm(v)] for k, v in os.environ.items()], "cwd": norm(os.getcwd()),
+    "signals": {s.name: str(signal.getsignal(s)) for s in signal.Signals if s not in ignored},
+    "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+    "modules": sorted(sys.modules), "flags": repr(sys.flags), "warnoptions": sys.warnoptions,
+    "session_leader": os.getsid(0) == os.getpid(), "group_leader": os.getpgid(0) == os.getpid(),
+    "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+    "stdin": os.readlink("/proc/self/fd/0"), "umask": os.umask(0o22),
+    "encodings": [sys.stdout.encoding, sys.stderr.encoding, sys.getfilesystemencoding()],
+    "executable": sys.executable, "params": open(os.environ["FERRY_PARAMS"]).read(),
+}
+print(json.dumps({"info": info, "parent": [norm(p.decode()) for p in parent if p]}))
+"""
+
+# A traceback from the job's own frames, then its exit status.
+RAISES = """
+def inner():
+    raise ValueError("from the job")
+inner()
+"""
+
+
 def wait_until(predicate, timeout_s: float, interval_s: float = 0.05):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -261,8 +297,9 @@ class Persistence(unittest.TestCase):
         # A holder whose key known_hosts no longer trusts ends.
         self.assertTrue(wait_until(lambda: not alive(held["pid"]), 5), "the holder outlived its refused key")
 
-    def standbys(self, user: str) -> list[int]:
-        """The user's live `/bin/sh -s` processes: a holder's channel opened for its next run."""
+    def standbys(self, user: str, kinds=("sh", "python")) -> list[int]:
+        """The user's live standbys, a holder's channel opened for its next run: `/bin/sh -s`
+        processes ("sh"), python standbys (`python3 -I -S ENTRY ferry-standby`: "python")."""
         found = []
         for pid in self.srv.processes_of(user):
             try:
@@ -270,9 +307,104 @@ class Persistence(unittest.TestCase):
                     argv = f.read().split(b"\0")
             except OSError:
                 continue
-            if argv[:2] == [b"/bin/sh", b"-s"] and alive(pid):
+            kind = ("sh" if argv[:2] == [b"/bin/sh", b"-s"] else
+                    "python" if argv[:3] == [b"python3", b"-I", b"-S"] and argv[4:5] == [b"ferry-standby"]
+                    else None)
+            if kind in kinds and alive(pid):
                 found.append(pid)
         return found
+
+    def python_standby(self) -> int:
+        """A holder for self.user whose standby is a python one (it becomes one once the holder
+        has been idle 2 s): its pid."""
+        self.holder()
+        ready = wait_until(lambda: self.standbys(self.user, ("python",)), 20)
+        self.assertEqual(len(ready or []), 1, self.srv.describe_processes(self.user))
+        return ready[0]
+
+    def test_a_python_job_on_the_python_standby_sees_what_a_fresh_python_sees(self):
+        # The interpreter the python standby started ahead becomes the job: everything a job
+        # can see of its start is as with launch.sh's `setsid env -i ... python3 RUN/JOB`
+        # (the direct run, --persist 0), but its parent.
+        k = '[params.k]\ntype = "string"\n'
+        jobs = {"introspect": (write_job(self.tmp, "introspect", INTROSPECT, params=k), 0),
+                "raises": (write_job(self.tmp, "raises", RAISES, params=k), 1),
+                "syntax": (write_job(self.tmp, "syntax", "print('a'\n", params=k), 1),
+                "exits": (write_job(self.tmp, "exits", "import sys\nprint('x')\nsys.exit(7)\n", params=k), 7)}
+        for name, (job, code) in jobs.items():
+            with self.subTest(job=name):
+                standby = self.python_standby()
+                held = self.ferry("-v", "run", job, "-p", "k=v", "--json")
+                self.assertIn(b"using the connection held", held.stderr)
+                direct = self.ferry("run", job, "-p", "k=v", "--json", "--persist", "0")
+                self.assertEqual((held.code, direct.code), (0 if code == 0 else 1,) * 2, (held, direct))
+                h, d = held.record, direct.record
+                self.assertEqual((h["exit_code"], d["exit_code"]), (code, code), (h, d))
+                norm = lambda text: re.sub(r"/ferry-[0-9TZ]+-[0-9a-f]{32}", "/RUN", text)
+                self.assertEqual(norm(h["stderr"]), norm(d["stderr"]))
+                if name != "introspect":
+                    self.assertEqual(h["stdout"], d["stdout"])
+                    continue
+                seen_held, seen_direct = json.loads(h["stdout"]), json.loads(d["stdout"])
+                self.assertEqual(seen_held["parent"][-1], "ferry-standby", seen_held["parent"])
+                self.assertEqual(seen_held["parent"][:3], ["python3", "-I", "-S"])
+                self.assertEqual(seen_direct["parent"], ["/bin/sh", "RUN/launch.sh"])
+                for key, value in seen_direct["info"].items():
+                    self.assertEqual(seen_held["info"][key], value, key)
+                # The job ran in the standby's interpreter, and a new standby followed.
+                self.assertTrue(wait_until(lambda: [p for p in self.standbys(self.user) if p != standby], 15))
+                self.assertEqual(self.srv.run_dirs(self.user), [])
+
+    def test_the_python_standby_stops_a_job_at_its_deadline_with_its_group(self):
+        # The deadline lives in the standby: the job and what it started are killed, the run
+        # ends `timeout` with launch.sh's code, the run directory is gone.
+        job = write_job(self.tmp, "overrun", """
+            import os, subprocess, sys, time
+            child = subprocess.Popen(["sleep", "300"])
+            print(child.pid, flush=True)
+            time.sleep(300)
+            """, timeout=2)
+        self.python_standby()
+        res = self.ferry("-v", "run", job, "--json", timeout=60)
+        self.assertIn(b"using the connection held", res.stderr)
+        rec = res.record
+        self.assertEqual(rec["status"], "timeout", rec)
+        self.assertEqual(rec["exit_code"], 124, rec)
+        child = int(rec["stdout"].split()[0])
+        self.assertTrue(wait_until(lambda: not alive(child), 5), f"the job's child {child} outlived its deadline")
+        self.assertEqual(self.srv.run_dirs(self.user), [])
+
+    def test_an_interrupted_run_stops_its_job_on_the_python_standby(self):
+        job = write_job(self.tmp, "sleeper", """
+            import os, time
+            print(os.getpid(), flush=True)
+            time.sleep(300)
+            """)
+        self.python_standby()
+        argv = [ferry_bin(), "run", job, "--host", self.srv.alias("bash"), "--ssh-config",
+                self.srv.ssh_config, "--json"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={**os.environ, **self.env})
+        jobs = wait_until(lambda: [p for p in self.srv.processes_of(self.user) if self._is_started_job(p)], 20)
+        self.assertTrue(jobs, self.srv.describe_processes(self.user))
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        rec = json.loads(out)
+        self.assertEqual(rec["status"], "interrupted", (rec, err))
+        pid = int(rec["stdout"].split()[0])
+        self.assertTrue(wait_until(lambda: not alive(pid), 5), "the job outlived the interrupt")
+        self.assertTrue(wait_until(lambda: self.srv.run_dirs(self.user) == [], 5), self.srv.run_dirs(self.user))
+
+    @staticmethod
+    def _is_started_job(pid: int) -> bool:
+        """A python the standby started ahead that now runs a job (its cwd is a run directory)."""
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read()
+            return "/ferry-" in os.readlink(f"/proc/{pid}/cwd") and b"exec(__import__" in argv
+        except OSError:
+            return False
 
     def test_the_next_run_starts_on_a_channel_opened_ahead(self):
         # Under every login shell: the holder opens the next run's channel while nobody waits,

@@ -67,6 +67,42 @@ TEST_CASE("the launcher sets the contract's variables and never executes the job
   CHECK(text.find("\n\"$FERRY_RUN_DIR\"/'kv_calc.py'") == std::string::npos);
 }
 
+TEST_CASE("the launcher's second line hands a python3 job without declared environment to the "
+          "python standby, in hex",
+          "[launcher]")
+{
+  LauncherSpec spec;
+  spec.run_dir = "/r/ferry-1-ab";
+  spec.job_file = "j.py";
+  spec.job_name = "a b\n'c";
+  spec.interpreter = "python3";
+  spec.timeout_s = 42;
+  spec.grace_s = 3;
+  spec.sentinel = "S";
+  spec.end_marker = "E";
+  spec.params = "{\"k\": 1}";
+  const auto second_line = [&] {
+    const std::string text = make_launcher(spec);
+    const auto first = text.find('\n');
+    return text.substr(first + 1, text.find('\n', first + 1) - first - 1);
+  };
+  // Fields in standby.py's order: run_dir, job_name, job_file, sentinel, end_marker, timeout,
+  // grace, timeout_marker, timeout_exit, state_file, launch_file, params_size, frame_limit, keep.
+  CHECK(second_line() ==
+        "# ferry-standby 1 2f722f66657272792d312d6162 6120620a2763 6a2e7079 53 45 "
+        "3432 33 2e66657272792d74696d656f7574 313234 2e66657272792d6c61756e63686572 "
+        "6c61756e63682e7368 38 38333838363038 30");
+  spec.keep_run_dir = true;
+  CHECK(second_line().ends_with(" 31"));
+  spec.env = {{"PYTHONPATH", "/x"}}; // would change how python starts
+  CHECK(second_line() == "#");
+  spec.env.clear();
+  spec.interpreter = "/usr/bin/python3";
+  CHECK(second_line() == "#");
+  spec.interpreter = "sh";
+  CHECK(second_line() == "#");
+}
+
 TEST_CASE("output before the sentinel is set aside and after it kept up to the cap", "[capture]")
 {
   OutputCapture capture("ferry-start-1", 10);

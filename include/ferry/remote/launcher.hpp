@@ -14,6 +14,8 @@ namespace ferry {
 
 inline constexpr std::size_t k_default_result_frame_limit = 8u << 20;
 inline constexpr const char* k_launcher_file = "launch.sh";
+// A held session's python standby (src/remote/standby.py, docs/persistence.md).
+inline constexpr const char* k_standby_script = "standby.py";
 
 struct LauncherSpec {
   std::string run_dir;     // absolute, shell-neutral

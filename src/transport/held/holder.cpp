@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fcntl.h>
@@ -34,6 +35,10 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr std::size_t k_held_output_cap = 64 * 1024;
+// Idle work (SshConnection::prepare_idle): after this long without a client, and again after
+// this long.
+constexpr auto k_idle_work_after = std::chrono::seconds(2);
+constexpr auto k_idle_work_every = std::chrono::minutes(10);
 
 Message ok(Message fields = Message::object())
 {
@@ -71,6 +76,7 @@ public:
     std::thread preparer([this] { prepare_loop(); });
     want_standby();
     auto idle_since = Clock::now();
+    std::optional<Clock::time_point> idle_work_at; // when prepare_idle was last asked for
     while (!m_exit && !interrupt_requested()) {
       pollfd p{m_listener.get(), POLLIN, 0};
       if (::poll(&p, 1, 500) > 0) {
@@ -80,8 +86,16 @@ public:
         idle_since = Clock::now();
         continue;
       }
-      if (Clock::now() - idle_since >= m_persist || !m_session.alive()) {
+      const auto now = Clock::now();
+      if (now - idle_since >= m_persist || !m_session.alive()) {
         break;
+      }
+      // Work that may take round trips (the python standby's script into the job cache) is
+      // done once nobody has come for a while, and again every few minutes.
+      if (now - idle_since >= k_idle_work_after &&
+          (!idle_work_at || now - *idle_work_at >= k_idle_work_every)) {
+        idle_work_at = now;
+        want(m_idle_wanted);
       }
     }
     close_socket();
@@ -159,21 +173,27 @@ private:
   {
     std::unique_lock lock(m_prepare_mutex);
     while (!m_exit) {
-      m_prepare.wait(lock, [this] { return m_exit || m_standby_wanted; });
+      m_prepare.wait(lock, [this] { return m_exit || m_standby_wanted || m_idle_wanted; });
       if (m_exit) {
         return;
       }
+      const bool idle = m_idle_wanted;
       m_standby_wanted = false;
+      m_idle_wanted = false;
       lock.unlock();
-      m_session.prepare_exec();
+      if (idle) {
+        m_session.prepare_idle();
+      }
+      m_session.prepare_exec(); // nothing to do when a standby is there
       lock.lock();
     }
   }
-  void want_standby()
+  void want_standby() { want(m_standby_wanted); }
+  void want(bool& flag)
   {
     {
       const std::lock_guard lock(m_prepare_mutex);
-      m_standby_wanted = true;
+      flag = true;
     }
     m_prepare.notify_one();
   }
@@ -338,6 +358,7 @@ private:
   std::mutex m_prepare_mutex;
   std::condition_variable m_prepare;
   bool m_standby_wanted = false;
+  bool m_idle_wanted = false;
 };
 
 // Listens on a fresh name, then renames it over the socket's: a stale socket of a dead holder

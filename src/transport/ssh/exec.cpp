@@ -270,12 +270,14 @@ bool is_launcher(const std::vector<std::string>& argv)
 
 } // namespace
 
-// A channel opened ahead of its run: its `/bin/sh -s` waits on stdin for one line.
+// A channel opened ahead of its run: its `/bin/sh -s`, or the python standby, waits on stdin
+// for one line.
 class Standby {
 public:
   explicit Standby(ssh_session session) : channel(session, watch) {}
   channel_detail::ExitWatch watch; // before the channel, whose callbacks point at it
   channel_detail::ExecChannel channel;
+  bool python = false; // its command is the python standby (src/remote/standby.py)
 };
 
 void StandbyFree::operator()(Standby* standby) const
@@ -283,8 +285,14 @@ void StandbyFree::operator()(Standby* standby) const
   delete standby;
 }
 
+bool is_python(const StandbyChannel& standby)
+{
+  return standby && standby->python;
+}
+
 StandbyChannel open_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
-                            std::chrono::steady_clock::duration limit)
+                            std::chrono::steady_clock::duration limit,
+                            const std::string& python_command)
 {
   StandbyChannel standby(new Standby(session));
   const auto until = Clock::now() + limit;
@@ -308,7 +316,9 @@ StandbyChannel open_standby(ssh_session session, std::unique_lock<std::mutex>& l
       lock.lock();
     }
   };
-  static const std::string command = *shell_neutral_command({"/bin/sh", "-s"});
+  static const std::string sh_command = *shell_neutral_command({"/bin/sh", "-s"});
+  standby->python = !python_command.empty();
+  const std::string& command = standby->python ? python_command : sh_command;
   if (!step([&] { return standby->channel.open_step(); }) ||
       !step([&] { return ssh_channel_request_exec(standby->channel.get(), command.c_str()); })) {
     return nullptr;
@@ -323,7 +333,8 @@ namespace {
 std::optional<ExecOutcome> run_on_standby(ssh_session session, Standby& standby,
                                           const std::string& command, const ExecRequest& request,
                                           CallWatchdog& watchdog,
-                                          std::unique_lock<std::mutex>& lock)
+                                          std::unique_lock<std::mutex>& lock,
+                                          bool* python_standby_failed)
 {
   const ssh_channel channel = standby.channel.get();
   (void)ssh_channel_poll(channel, 0); // takes in a close or an exit that came meanwhile
@@ -331,6 +342,7 @@ std::optional<ExecOutcome> run_on_standby(ssh_session session, Standby& standby,
       standby.watch.exited) {
     return std::nullopt;
   }
+
   // Neutral tokens only: the line means the same to any sh.
   const std::string line = "exec " + command + "\n";
   {
@@ -343,6 +355,14 @@ std::optional<ExecOutcome> run_on_standby(ssh_session session, Standby& standby,
   auto outcome = follow(session, channel, standby.watch, request, watchdog, lock);
   if (!outcome.out.saw_sentinel && outcome.end == ExecEnd::exited &&
       !request.stop.stop_requested()) {
+    // A python standby that could not start here (no python3: 127 from the login shell; its
+    // script gone from the cache: 2; no /proc or no interpreter to start ahead: 3) will not
+    // start next time either.
+    const int code = outcome.exit_code.value_or(-1);
+    if (standby.python && python_standby_failed != nullptr &&
+        (code == 2 || code == 3 || code == 126 || code == 127)) {
+      *python_standby_failed = true;
+    }
     return std::nullopt;
   }
   return outcome;
@@ -352,14 +372,16 @@ std::optional<ExecOutcome> run_on_standby(ssh_session session, Standby& standby,
 
 Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const ExecRequest& request,
                            CallWatchdog& watchdog, std::mutex& mutex,
-                           const FreeAChannel& free_a_channel, StandbyChannel* standby)
+                           const FreeAChannel& free_a_channel, StandbyChannel* standby,
+                           bool* python_standby_failed)
 {
   FERRY_TRY_ASSIGN(const auto command, shell_neutral_command(request.argv));
   std::unique_lock lock(mutex);
   if (standby != nullptr && *standby && is_launcher(request.argv)) {
     // Freed while the lock is held, as every channel.
     StandbyChannel taken = std::move(*standby);
-    if (auto outcome = run_on_standby(session, *taken, command, request, watchdog, lock)) {
+    if (auto outcome = run_on_standby(session, *taken, command, request, watchdog, lock,
+                                      python_standby_failed)) {
       return std::move(*outcome);
     }
   }

@@ -16,12 +16,14 @@ namespace ferry::ssh {
 // `/bin/sh -s` waits on stdin. A launcher run takes it (and `standby` is left empty): the one
 // line `exec /bin/sh RUN_DIR/launch.sh` starts the launcher, saving the channel's open and the
 // login shell's start. A standby that has gone meanwhile is dropped and the run gets a new
-// channel.
+// channel. A python standby (src/remote/standby.py) takes the same line.
 class Standby;
 struct StandbyFree {
   void operator()(Standby* standby) const;
 };
 using StandbyChannel = std::unique_ptr<Standby, StandbyFree>;
+// Whether `standby` is a python standby.
+[[nodiscard]] bool is_python(const StandbyChannel& standby);
 
 // Runs the request's shell-neutral command on a new channel of `session`, reading stdout and
 // stderr together (neither blocks the other) until both close, and stops the job by the shared
@@ -32,16 +34,21 @@ using StandbyChannel = std::unique_ptr<Standby, StandbyFree>;
 // libssh sessions are not thread-safe, and several runs may share one: every libssh call here
 // is made holding `lock`, which is released while the exec waits for data, so the session's
 // other channels (and its SFTP calls) go on meanwhile.
-// A launcher run given a `standby` runs there instead of on a new channel.
+// A launcher run given a `standby` runs there instead of on a new channel; a python standby
+// that could not start on the host sets `*python_standby_failed`.
 using FreeAChannel = std::function<bool(std::unique_lock<std::mutex>&)>;
 [[nodiscard]] Expected<ExecOutcome> exec(ssh_session session, std::string_view label,
                                          const ExecRequest& request, CallWatchdog& watchdog,
                                          std::mutex& lock, const FreeAChannel& free_a_channel,
-                                         StandbyChannel* standby = nullptr);
+                                         StandbyChannel* standby = nullptr,
+                                         bool* python_standby_failed = nullptr);
 
 // Opens a standby channel, holding `lock` only while it calls libssh (not while the server
-// answers); nullptr when the server refuses it, or it fails, or `limit` passes.
+// answers); nullptr when the server refuses it, or it fails, or `limit` passes. Its command is
+// `/bin/sh -s`, or `python_command` when given (`python3 -I -S ENTRY ferry-standby`, neutral
+// tokens): the python standby, which starts the next job's interpreter ahead too.
 [[nodiscard]] StandbyChannel open_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
-                                          std::chrono::steady_clock::duration limit);
+                                          std::chrono::steady_clock::duration limit,
+                                          const std::string& python_command = {});
 
 } // namespace ferry::ssh

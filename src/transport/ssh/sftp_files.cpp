@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
+
 #include <thread>
 
 #include <fmt/format.h>
@@ -289,7 +291,9 @@ std::optional<std::string> SftpFiles::read_small(const std::string& path)
 }
 
 // Over SFTP, /proc tells whether the launcher still runs: its pid's command line names the run
-// directory. A host without /proc: the deadline alone decides.
+// directory, or ends in `ferry-standby` (a held session's python standby ran the launcher's work:
+// another run's standby that got the pid since only keeps the directory a while longer). A host
+// without /proc: the deadline alone decides.
 bool SftpFiles::launcher_alive(const std::string& dir, const std::string& state)
 {
   const auto pid = state_file_pid(state);
@@ -297,7 +301,13 @@ bool SftpFiles::launcher_alive(const std::string& dir, const std::string& state)
     return false;
   }
   const auto cmdline = read_small(fmt::format("/proc/{}/cmdline", *pid));
-  return cmdline && cmdline->find(dir) != std::string::npos;
+  static constexpr std::string_view standby_tail = " ferry-standby";
+  std::string spaced = cmdline ? *cmdline : std::string();
+  std::replace(spaced.begin(), spaced.end(), '\0', ' ');
+  while (!spaced.empty() && spaced.back() == ' ') {
+    spaced.pop_back();
+  }
+  return cmdline && (cmdline->find(dir) != std::string::npos || spaced.ends_with(standby_tail));
 }
 
 // Once per session, right after this run's directory was made: the user's own run directories

@@ -37,6 +37,9 @@ public:
   // HostSession::put_job_file: a link to the job cache's entry (sftp_job_cache.cpp).
   [[nodiscard]] Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
                                             const std::string& sha256);
+  // A script of ferry's own in the job cache (as a job's bytes are kept): its entry's path.
+  [[nodiscard]] Expected<std::string> cache_script(std::string_view file_name,
+                                                   std::string_view bytes);
   [[nodiscard]] Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap);
   [[nodiscard]] Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink);
   [[nodiscard]] Expected<void> make_dir(const std::string& path);

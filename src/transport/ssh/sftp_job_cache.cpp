@@ -55,6 +55,20 @@ Expected<bool> SftpFiles::put_job_file(const std::string& path, std::string_view
                            Error{ErrorKind::failed, error("link the cached job at", path)});
 }
 
+Expected<std::string> SftpFiles::cache_script(std::string_view file_name, std::string_view bytes)
+{
+  FERRY_TRY(prepare_base());
+  FERRY_TRY(start());
+  const std::string name = job_cache_name(sha256_hex(bytes), file_name);
+  if (m_cache_off || name.empty()) {
+    return fail(ErrorKind::failed, "the job cache is off for this session");
+  }
+  if (!job_cache_has(name, bytes.size())) {
+    FERRY_TRY(job_cache_add(name, bytes));
+  }
+  return m_base + "/" + name;
+}
+
 // The job goes up as any other file, and so do the session's later jobs; unless the connection
 // is gone (the watchdog fired), when `why` is the run's error.
 Expected<bool> SftpFiles::job_cache_give_up(const std::string& path, std::string_view bytes,

@@ -11,6 +11,8 @@
 
 #include "ferry/fd.hpp"
 #include "ferry/host_spec.hpp"
+#include "ferry/remote/launcher.hpp"
+#include "ferry/remote/shell_neutral.hpp"
 #include "ferry/sessions.hpp"
 #include "ferry/text.hpp"
 #include "transport/ssh/auth.hpp"
@@ -140,6 +142,7 @@ public:
     return check_host_key();
   }
   void prepare_exec() override;
+  void prepare_idle() override;
 
 private:
   // Runs an SFTP step holding the lock; while the host allows one channel at a time, only once
@@ -212,6 +215,10 @@ private:
   // The next run's channel, opened ahead (prepare_exec); not counted in m_execs. Last: it ends
   // first, while the connection is still up.
   ssh::StandbyChannel m_standby;
+  // The python standby's command once its script is in the job cache (prepare_idle); set when
+  // one could not be kept or started here: later standbys are sh's.
+  std::string m_python_command;
+  bool m_no_python_standby = false;
 };
 
 void SshSession::prepare_exec()
@@ -223,10 +230,31 @@ void SshSession::prepare_exec()
     return;
   }
   // Nobody waits for it, and the session's SFTP steps hold the lock for whole round trips: a
-  // slow link's standby may take many of them.
-  auto standby = ssh::open_standby(m_session.get(), lock, std::chrono::minutes(1));
+  // slow link's standby may take many of them. A python standby once its script is in the job
+  // cache (prepare_idle), unless one could not start here.
+  const std::string python_command = m_no_python_standby ? std::string() : m_python_command;
+  auto standby = ssh::open_standby(m_session.get(), lock, std::chrono::minutes(1), python_command);
   if (standby && !m_standby) {
     m_standby = std::move(standby);
+  }
+}
+
+void SshSession::prepare_idle()
+{
+  const std::lock_guard lock(m_mutex);
+  if (m_no_python_standby || !m_session || !ssh_is_connected(m_session.get())) {
+    return;
+  }
+  auto entry = files().cache_script(k_standby_script, remote_script(k_standby_script));
+  if (!entry || !is_shell_neutral_token(*entry)) {
+    m_no_python_standby = true;
+    m_python_command.clear();
+    debug("no python standby: its script cannot be kept in the job cache");
+    return;
+  }
+  m_python_command = "python3 -I -S " + *entry + " ferry-standby";
+  if (m_standby && !ssh::is_python(m_standby)) {
+    m_standby.reset(); // a sh standby: the next prepare_exec opens a python one
   }
 }
 
@@ -276,7 +304,7 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       return just_freed;
     };
     auto outcome = ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel,
-                             &m_standby);
+                             &m_standby, &m_no_python_standby);
     {
       const std::lock_guard lock(m_mutex);
       --m_execs;

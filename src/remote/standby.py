@@ -1,0 +1,440 @@
+# ferry's python standby (src/remote/standby.py; docs/persistence.md, "The python standby")
+#
+# A held session's next run, started ahead while nobody waits. The holder opens a channel whose
+# command is `/bin/sh -s` and gives that sh one line, `exec python3 -I -S ENTRY ferry-standby`
+# (ENTRY: this file in the job cache of the run base). This process then starts, ahead too, the
+# next job's own interpreter (`python3 -c ...` running BOOT, below), in a session of its own, with the environment a
+# job gets from launch.sh (the login environment's PATH, HOME, USER, LANG, TERM and LC_*), stdin
+# from /dev/null and SIGINT and SIGQUIT ignored, as an asynchronous command of sh gets them.
+# BOOT waits on its descriptor 3. Then this process says `ferry-standby-ready` and waits on
+# stdin for the run's line, the one a standby sh gets: `exec /bin/sh RUN_DIR/launch.sh`.
+#
+# launch.sh carries a `# ferry-standby 1 ...` line when its job may run here: interpreter
+# `python3` and no declared environment. Then this process does what launch.sh does, in the same
+# order and with the same report (docs/run-protocol.md), without starting a process: the
+# sentinels, params.json and the state file (umask 077), the job (the interpreter started ahead
+# is told the run directory and the FERRY_* variables, and becomes `python3 RUN_DIR/JOB`), the
+# deadline, stops by TERM, INT and HUP, the job's group killed at its end, the result section,
+# the run directory removed. Any other line, a launch.sh without that line, or an interpreter that
+# has gone: this process execs `/bin/sh RUN_DIR/launch.sh` as the sh would have, with the
+# environment it was started with and default signal dispositions.
+#
+# Only modules that are built in or frozen are imported (-I -S: nothing of the user's or the
+# run's can stand in for them). Python changes its own environment at start (PEP 538 sets
+# LC_CTYPE under the C locale): the environment passed on is the one in /proc/self/environ, as
+# this process got it. Without /proc this process ends at once, and the holder's later standbys
+# are sh's.
+import os
+import sys
+import time
+
+import _signal
+
+LOGIN_NAMES = [b"PATH", b"HOME", b"USER", b"LANG", b"TERM", b"LC_ALL", b"LC_CTYPE", b"LC_NUMERIC",
+               b"LC_TIME", b"LC_COLLATE", b"LC_MONETARY", b"LC_MESSAGES", b"LC_PAPER",
+               b"LC_NAME", b"LC_ADDRESS", b"LC_TELEPHONE", b"LC_MEASUREMENT",
+               b"LC_IDENTIFICATION"]
+SPEC_PREFIX = b"# ferry-standby 1 "
+SPEC_FIELDS = ("run_dir", "job_name", "job_file", "sentinel", "end_marker", "timeout", "grace",
+               "timeout_marker", "timeout_exit", "state_file", "launch_file", "params_size",
+               "frame_limit", "keep")
+STOPS = {_signal.SIGTERM: 143, _signal.SIGINT: 130, _signal.SIGHUP: 129}
+WATCHED = {_signal.SIGCHLD, *STOPS}
+
+# What the interpreter started ahead runs: `python3 -c 'exec(__import__("os").read(3, SIZE))'`
+# reads it as the first SIZE bytes on its descriptor 3. It imports nothing that a fresh
+# python has not loaded already, defines no global that outlives it, and then is the job:
+# sys.argv, sys.path[0], __main__ (the same module, its __file__, __cached__ and __loader__),
+# the directory, the environment and the exit status are those of `python3 RUN_DIR/JOB`, and a
+# traceback shows the job's frames only.
+BOOT = r'''
+def _ferry_boot():
+    import sys, os
+    main = sys.modules["__main__"]
+    del main.__dict__["_ferry_boot"]
+    data = b""
+    while True:
+        chunk = os.read(3, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(3)
+    fields = data.split(b"\0")
+    if len(fields) < 3 or len(fields) % 2 == 0:
+        os._exit(0)
+    run_dir, job = os.fsdecode(fields[0]), os.fsdecode(fields[1])
+    os.chdir(run_dir)
+    # An LC_CTYPE this python set itself at its start (PEP 538) comes after the FERRY_*
+    # variables, as it does in a python started with them.
+    coerced = os.environ.pop("LC_CTYPE", None) if fields[2] == b"0" else None
+    for i in range(3, len(fields), 2):
+        os.environ[os.fsdecode(fields[i])] = os.fsdecode(fields[i + 1])
+    if coerced is not None:
+        os.environ["LC_CTYPE"] = coerced
+    path = job
+    for _ in range(40):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            break
+        path = target if target.startswith("/") else os.path.dirname(path) + "/" + target
+    if sys.path and sys.path[0] == "":
+        del sys.path[0]
+    if not sys.flags.safe_path:
+        sys.path.insert(0, os.path.dirname(path))
+    sys.argv[:] = [job]
+    import _frozen_importlib_external
+    main.__loader__ = _frozen_importlib_external.SourceFileLoader("__main__", job)
+    main.__file__ = job
+    main.__cached__ = None
+    try:
+        with open(job, "rb") as f:
+            source = f.read()
+    except OSError as e:
+        os.write(2, ("python3: can't open file %r: [Errno %d] %s\n"
+                     % (job, e.errno, e.strerror)).encode())
+        os._exit(2)
+    def uncaught(e):
+        sys.excepthook(type(e), e, e.__traceback__)
+        sys.exit(130 if isinstance(e, KeyboardInterrupt) else 1)
+    try:
+        code = compile(source, job, "exec", dont_inherit=True)
+    except SyntaxError as e:
+        uncaught(e.with_traceback(None))
+    del source
+    try:
+        exec(code, main.__dict__)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        uncaught(e.with_traceback(e.__traceback__.tb_next))
+_ferry_boot()
+'''
+BOOT_CODE = BOOT.encode()
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def original_environment():
+    # [(name, value)] as this process was given them; None without /proc.
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            block = f.read()
+    except OSError:
+        return None
+    pairs = []
+    for entry in block.split(b"\0"):
+        name, equals, value = entry.partition(b"=")
+        if equals and name:
+            pairs.append((name, value))
+    return pairs
+
+
+def job_environment(environment):
+    # launch.sh's set: each login name that is set, in its order (the first of a repeated one).
+    given = {}
+    for name, value in environment:
+        given.setdefault(name, value)
+    return {name: given[name] for name in LOGIN_NAMES if name in given}
+
+
+class Interpreter:
+    # The job's python, started ahead; waits on its descriptor 3 for the run.
+    def __init__(self, environment):
+        self.pid = None
+        self.go = None
+        given = job_environment(environment)
+        self.lc_ctype_given = b"LC_CTYPE" in given
+        read, write = os.pipe()
+        if read == 3:
+            read = os.dup(read)
+            os.close(3)
+        null = "/dev/null"
+        ignored = (_signal.SIGINT, _signal.SIGQUIT)
+        saved = [_signal.signal(s, _signal.SIG_IGN) for s in ignored]
+        try:
+            self.pid = os.posix_spawnp(
+                "python3", ["python3", "-c", 'exec(__import__("os").read(3, %d))' % len(BOOT_CODE)],
+                given,
+                file_actions=[(os.POSIX_SPAWN_OPEN, 0, null, os.O_RDONLY, 0),
+                              (os.POSIX_SPAWN_DUP2, read, 3)],
+                setsid=True, setsigmask=(),
+                setsigdef=[s for s in _signal.valid_signals() if s not in ignored
+                           and s not in (_signal.SIGKILL, _signal.SIGSTOP)])
+            self.go = write
+            write_all(write, BOOT_CODE)  # one write, under PIPE_BUF: read whole, and alone
+        except OSError:
+            os.close(write)
+        finally:
+            os.close(read)
+            for s, handler in zip(ignored, saved):
+                _signal.signal(s, handler)
+
+    def alive(self):
+        if self.pid is None:
+            return False
+        try:
+            return os.waitpid(self.pid, os.WNOHANG)[0] == 0
+        except ChildProcessError:
+            return False
+
+    def dismiss(self):
+        # Its descriptor 3 ends: it leaves without running anything.
+        if self.go is not None:
+            os.close(self.go)
+            self.go = None
+
+
+def read_line():
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(0, 4096)
+        if not chunk:
+            return None
+        line += chunk
+    return line[:line.index(b"\n")]
+
+
+def read_spec(launch):
+    # The run's fields from launch.sh's `# ferry-standby` line; None when it has none.
+    try:
+        with open(launch, "rb") as f:
+            head = f.read(16384)
+    except OSError:
+        return None
+    for line in head.split(b"\n")[:8]:
+        if line.startswith(SPEC_PREFIX):
+            try:
+                values = [bytes.fromhex(v.decode()) for v in line[len(SPEC_PREFIX):].split(b" ")]
+            except ValueError:
+                return None
+            if len(values) != len(SPEC_FIELDS):
+                return None
+            spec = dict(zip(SPEC_FIELDS, values))
+            for number in ("timeout", "grace", "timeout_exit", "params_size", "frame_limit",
+                           "keep"):
+                if not spec[number].isdigit():
+                    return None
+                spec[number] = int(spec[number])
+            return spec
+    return None
+
+
+def as_sh_would(launch, environment, interpreter):
+    # `exec /bin/sh LAUNCH`, as the standby's sh would have run it.
+    interpreter.dismiss()
+    for s in (_signal.SIGPIPE, _signal.SIGXFSZ):
+        _signal.signal(s, _signal.SIG_DFL)
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
+    try:
+        os.execve("/bin/sh", ["/bin/sh", launch], dict(environment))
+    except OSError as e:
+        write_all(2, ("/bin/sh: %s\n" % e.strerror).encode())
+        os._exit(127)
+
+
+class Run:
+    def __init__(self, spec, launch, interpreter):
+        self.spec = spec
+        self.launch = launch
+        self.job = interpreter.pid
+        self.interpreter = interpreter
+        self.run_dir = os.fsdecode(spec["run_dir"])
+        self.result = self.run_dir + "/result.json"
+
+    def start(self):
+        spec = self.spec
+        run_dir = spec["run_dir"]
+        ferry_env = [(b"FERRY_RUN_DIR", run_dir), (b"FERRY_PARAMS", run_dir + b"/params.json"),
+                     (b"FERRY_RESULT", run_dir + b"/result.json"), (b"FERRY_JOB", spec["job_name"])]
+        write_all(1, spec["sentinel"] + b"\n")
+        write_all(2, spec["sentinel"] + b"\n")
+        try:
+            os.chdir(run_dir)
+        except OSError as e:
+            write_all(2, ("ferry-standby: cannot change to %s: %s\n"
+                          % (self.run_dir, e.strerror)).encode())
+            os._exit(125)
+        self.write_params()
+        message = [run_dir, run_dir + b"/" + spec["job_file"],
+                   b"1" if self.interpreter.lc_ctype_given else b"0"]
+        for name, value in ferry_env:
+            message += [name, value]
+        try:
+            write_all(self.interpreter.go, b"\0".join(message))
+        except OSError:
+            pass  # it has gone: its exit status is the job's, as a crash at start would be
+        self.interpreter.dismiss()
+
+    def write_params(self):
+        spec = self.spec
+        old = os.umask(0o077)
+        params_path = self.run_dir + "/params.json"
+        try:
+            params = b""
+            if spec["params_size"]:
+                with open(self.launch, "rb") as launch:
+                    launch.seek(-spec["params_size"], 2)
+                    params = launch.read(spec["params_size"])
+            with open(params_path, "wb") as out:
+                out.write(params)
+        except OSError:
+            os.umask(old)
+            write_all(2, ("ferry-launcher: cannot write %s\n" % params_path).encode())
+            self.interpreter.dismiss()
+            os._exit(125)
+        try:
+            with open(self.run_dir + "/" + os.fsdecode(spec["state_file"]), "w") as state:
+                state.write("%d +%d\n" % (os.getpid(), spec["timeout"] + spec["grace"]))
+        except OSError:
+            pass
+        os.umask(old)
+
+    def signal_job(self, signum):
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(self.job, signum)
+            except OSError:
+                pass
+
+    def reaped(self):
+        try:
+            pid, status = os.waitpid(self.job, os.WNOHANG)
+        except ChildProcessError:
+            return 0
+        if pid != self.job:
+            return None
+        return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+    def wait(self):
+        # (code, cause) once the job ends, the deadline passes or a stop comes.
+        deadline = time.monotonic() + self.spec["timeout"]
+        while True:
+            code = self.reaped()
+            if code is not None:
+                return code, "exit"
+            left = deadline - time.monotonic()
+            if left <= 0:
+                try:
+                    open(self.run_dir + "/" + os.fsdecode(self.spec["timeout_marker"]), "w").close()
+                except OSError:
+                    pass
+                return self.spec["timeout_exit"], "timeout"
+            info = _signal.sigtimedwait(WATCHED, left)
+            if info is not None and info.si_signo in STOPS:
+                return STOPS[info.si_signo], "stopped"
+
+    def stop(self):
+        self.signal_job(_signal.SIGTERM)
+        deadline = time.monotonic() + self.spec["grace"]
+        while self.reaped() is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            _signal.sigtimedwait({_signal.SIGCHLD}, left)
+        self.signal_job(_signal.SIGKILL)
+        try:
+            os.waitpid(self.job, 0)
+        except ChildProcessError:
+            pass
+
+    def result_section(self):
+        # (the section's bytes, whether result.json is left for ferry to fetch)
+        import stat
+        try:
+            mode = os.lstat(self.result).st_mode
+        except OSError:
+            return b"result none\n", False
+        if stat.S_ISLNK(mode):
+            return b"result link\n", False
+        if stat.S_ISDIR(mode):
+            return b"result directory\n", False
+        if not stat.S_ISREG(mode):
+            return b"result special\n", False
+        limit = self.spec["frame_limit"]
+        try:
+            with open(self.result, "rb") as result:
+                data = result.read(limit + 1)
+        except OSError:
+            return b"result fetch\n", True
+        if len(data) > limit:
+            return b"result fetch\n", True
+        return b"result file %d\n" % len(data) + data, False
+
+    def finish(self, code, cause):
+        try:
+            write_all(1, b"%s %d %s\n" % (self.spec["end_marker"], code, cause.encode()))
+        except OSError:
+            remove_tree(self.run_dir)
+            os._exit(code)
+        section, left = self.result_section()
+        os.chdir("/")
+        if self.spec["keep"] or left:
+            try:
+                os.unlink(self.run_dir + "/" + os.fsdecode(self.spec["state_file"]))
+            except OSError:
+                pass
+            clean = b"clean kept\n"
+        else:
+            remove_tree(self.run_dir)
+            clean = b"clean failed\n" if os.path.lexists(self.run_dir) else b"clean removed\n"
+        try:
+            write_all(1, section + clean)
+        except OSError:
+            pass
+        os._exit(code)
+
+
+def remove_tree(path):
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    remove_tree(entry.path)
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def main():
+    environment = original_environment()
+    if environment is None:
+        os._exit(3)
+    interpreter = Interpreter(environment)
+    if interpreter.pid is None:
+        os._exit(3)
+    line = read_line()
+    if line is None:
+        interpreter.dismiss()
+        os._exit(0)
+    words = line.split(b" ")
+    if len(words) != 3 or words[:2] != [b"exec", b"/bin/sh"]:
+        interpreter.dismiss()
+        write_all(2, b"ferry-standby: not a launcher line\n")
+        os._exit(125)
+    launch = os.fsdecode(words[2])
+    # Blocked from here: a stop that comes while the run starts is taken once the job runs.
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED)
+    spec = read_spec(launch)
+    if spec is None or not interpreter.alive():
+        as_sh_would(launch, environment, interpreter)
+    run = Run(spec, launch, interpreter)
+    run.start()
+    code, cause = run.wait()
+    if cause == "exit":
+        try:
+            os.killpg(run.job, _signal.SIGKILL)  # what the job left in its group
+        except OSError:
+            pass
+    else:
+        run.stop()
+    run.finish(code, cause)
+
+
+main()
