@@ -46,6 +46,9 @@ public:
   // a while, as the SFTP steps may take round trips a run would wait for. A sh standby opened
   // before is closed, for prepare_exec to open a python one.
   virtual void prepare_idle() {}
+  // Called (holding the session's lock: it must only take note) when a run takes the standby,
+  // so that the holder opens the next one while this run's job runs.
+  virtual void on_standby_taken(std::function<void()> callback) { (void)callback; }
 };
 
 [[nodiscard]] std::unique_ptr<HostSession> make_ssh_session(const SshTarget& target);

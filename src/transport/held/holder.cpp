@@ -66,7 +66,13 @@ public:
         m_socket_inode(inode), m_persist(std::chrono::seconds(persist_s)),
         m_since(utc_iso(std::chrono::system_clock::now()))
   {
+    // The next run's standby opens while this run's job runs, not after it: a run that comes
+    // right after finds it further along.
+    m_session.on_standby_taken([this] { want_standby(); });
   }
+  Holder(const Holder&) = delete;
+  Holder& operator=(const Holder&) = delete;
+  ~Holder() { m_session.on_standby_taken({}); }
 
   // Whether every client has gone (the session may be torn down).
   [[nodiscard]] bool idle() const { return m_clients == 0; }

@@ -372,16 +372,18 @@ std::optional<ExecOutcome> run_on_standby(ssh_session session, Standby& standby,
 
 Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const ExecRequest& request,
                            CallWatchdog& watchdog, std::mutex& mutex,
-                           const FreeAChannel& free_a_channel, StandbyChannel* standby,
-                           bool* python_standby_failed)
+                           const FreeAChannel& free_a_channel, const StandbyUse& standby)
 {
   FERRY_TRY_ASSIGN(const auto command, shell_neutral_command(request.argv));
   std::unique_lock lock(mutex);
-  if (standby != nullptr && *standby && is_launcher(request.argv)) {
+  if (standby.standby != nullptr && *standby.standby && is_launcher(request.argv)) {
     // Freed while the lock is held, as every channel.
-    StandbyChannel taken = std::move(*standby);
+    StandbyChannel taken = std::move(*standby.standby);
+    if (standby.taken) {
+      standby.taken();
+    }
     if (auto outcome = run_on_standby(session, *taken, command, request, watchdog, lock,
-                                      python_standby_failed)) {
+                                      standby.python_failed)) {
       return std::move(*outcome);
     }
   }

@@ -34,14 +34,17 @@ using StandbyChannel = std::unique_ptr<Standby, StandbyFree>;
 // libssh sessions are not thread-safe, and several runs may share one: every libssh call here
 // is made holding `lock`, which is released while the exec waits for data, so the session's
 // other channels (and its SFTP calls) go on meanwhile.
-// A launcher run given a `standby` runs there instead of on a new channel; a python standby
-// that could not start on the host sets `*python_standby_failed`.
+// A launcher run given a `standby` runs there instead of on a new channel.
 using FreeAChannel = std::function<bool(std::unique_lock<std::mutex>&)>;
+struct StandbyUse {
+  StandbyChannel* standby = nullptr;
+  bool* python_failed = nullptr; // set when a python standby could not start on the host
+  std::function<void()> taken;   // called (holding the lock) once the run has taken it
+};
 [[nodiscard]] Expected<ExecOutcome> exec(ssh_session session, std::string_view label,
                                          const ExecRequest& request, CallWatchdog& watchdog,
                                          std::mutex& lock, const FreeAChannel& free_a_channel,
-                                         StandbyChannel* standby = nullptr,
-                                         bool* python_standby_failed = nullptr);
+                                         const StandbyUse& standby = {});
 
 // Opens a standby channel, holding `lock` only while it calls libssh (not while the server
 // answers); nullptr when the server refuses it, or it fails, or `limit` passes. Its command is

@@ -143,6 +143,11 @@ public:
   }
   void prepare_exec() override;
   void prepare_idle() override;
+  void on_standby_taken(std::function<void()> callback) override
+  {
+    const std::lock_guard lock(m_mutex);
+    m_standby_taken = std::move(callback);
+  }
 
 private:
   // Runs an SFTP step holding the lock; while the host allows one channel at a time, only once
@@ -219,6 +224,8 @@ private:
   // one could not be kept or started here: later standbys are sh's.
   std::string m_python_command;
   bool m_no_python_standby = false;
+  std::function<void()> m_standby_taken; // on_standby_taken
+  bool m_standby_opening = false;        // prepare_exec is opening one (it holds a slot)
 };
 
 void SshSession::prepare_exec()
@@ -233,10 +240,13 @@ void SshSession::prepare_exec()
   // slow link's standby may take many of them. A python standby once its script is in the job
   // cache (prepare_idle), unless one could not start here.
   const std::string python_command = m_no_python_standby ? std::string() : m_python_command;
+  m_standby_opening = true;
   auto standby = ssh::open_standby(m_session.get(), lock, std::chrono::minutes(1), python_command);
+  m_standby_opening = false;
   if (standby && !m_standby) {
     m_standby = std::move(standby);
   }
+  m_changed.notify_all();
 }
 
 void SshSession::prepare_idle()
@@ -278,10 +288,15 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
     // Called holding the lock when the server refuses the channel. A channel of this session
     // that ended a moment ago may still hold its slot (sshd frees it once it has reaped the
     // command): then the bound stays and the open is tried again shortly.
-    const auto free_a_channel = [this, &refused, &refusals](std::unique_lock<std::mutex>&) {
+    const auto free_a_channel = [this, &refused, &refusals](std::unique_lock<std::mutex>& lock) {
+      // A standby still being opened holds a slot too: once it is open, it goes as below.
+      m_changed.wait_for(lock, std::chrono::seconds(5), [this] { return !m_standby_opening; });
       if (m_standby) {
-        // The standby takes a slot the run needs: it goes first.
+        // The standby takes a slot the run needs: it goes first. Its slot is free once sshd
+        // has reaped what ran there (a python standby's two processes take a moment): until
+        // then a refusal is not taken for the server's bound.
         m_standby.reset();
+        m_last_exec_end = Clock::now();
         return true;
       }
       const bool just_freed = Clock::now() - m_last_exec_end < k_slot_reaping;
@@ -304,7 +319,13 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       return just_freed;
     };
     auto outcome = ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel,
-                             &m_standby, &m_no_python_standby);
+                             {&m_standby, &m_no_python_standby, [this] {
+                                // Only when this run is the session's one exec: among runs
+                                // side by side the standby would take a slot one of them needs.
+                                if (m_execs == 1 && m_standby_taken) {
+                                  m_standby_taken();
+                                }
+                              }});
     {
       const std::lock_guard lock(m_mutex);
       --m_execs;
