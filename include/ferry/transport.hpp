@@ -118,6 +118,9 @@ struct ExecRequest {
   std::chrono::steady_clock::duration grace = std::chrono::seconds(2);
   // The launcher's first line must arrive within this (the login shell runs first).
   std::chrono::steady_clock::duration start_limit = std::chrono::seconds(20);
+  // The launcher's job may run on a held session's python standby (runs_on_python_standby):
+  // a holder keeps its next standby the kind its last run could use.
+  bool python_standby = false;
   StopToken stop;       // stopped: the job is stopped as on an interrupt
   OutputSink on_output; // optional: the job's output as it arrives
   NoteSink on_note;     // optional: the target's notes about the run

@@ -250,7 +250,7 @@ std::string env_lines(const std::map<std::string, std::string>& env)
 // declared environment, which would change how python starts).
 std::string standby_line(const LauncherSpec& spec)
 {
-  if (spec.interpreter != "python3" || !spec.env.empty()) {
+  if (!runs_on_python_standby(spec)) {
     return "#";
   }
   const auto hex = [](std::string_view bytes) {
@@ -273,6 +273,11 @@ std::string standby_line(const LauncherSpec& spec)
   return line;
 }
 } // namespace
+
+bool runs_on_python_standby(const LauncherSpec& spec)
+{
+  return spec.interpreter == "python3" && spec.env.empty();
+}
 
 std::string make_launcher(const LauncherSpec& spec)
 {

@@ -407,28 +407,34 @@ class Persistence(unittest.TestCase):
             return False
 
     def test_the_next_run_starts_on_a_channel_opened_ahead(self):
-        # Under every login shell: the holder opens the next run's channel while nobody waits,
-        # and the run's launcher is that channel's /bin/sh (the pid in its state file).
+        # Under every login shell: the holder opens the next run's channel while nobody waits
+        # (a python standby once it has been idle a moment), and the run's launcher is that
+        # channel's process (the pid in its state file): for a python job the standby itself,
+        # for a sh job the /bin/sh it execs.
+        sh_job = write_job(self.tmp, "launcher_pid_sh", "cut -d' ' -f1 .ferry-launcher\n", interpreter="sh")
         for shell in SshServer.shells:
             with self.subTest(shell=shell):
                 user = self.srv.user(shell)
-                first = run_ferry("run", self.launcher_pid_job, "--host", self.srv.alias(shell),
-                                  "--ssh-config", self.srv.ssh_config, "--json", env=self.env)
+                opts = ("--host", self.srv.alias(shell), "--ssh-config", self.srv.ssh_config, "--json")
+                first = run_ferry("run", self.launcher_pid_job, *opts, env=self.env)
                 self.assertEqual(first.code, 0, first)
-                ready = wait_until(lambda: self.standbys(user), 15)
-                self.assertEqual(len(ready), 1, self.srv.describe_processes(user))
-                res = run_ferry("-v", "run", self.launcher_pid_job, "--host", self.srv.alias(shell),
-                                "--ssh-config", self.srv.ssh_config, "--json", env=self.env)
-                self.assertEqual(res.code, 0, res)
-                self.assertIn(b"using the connection held", res.stderr)
-                self.assertEqual(res.record["status"], "ok", res.record)
-                self.assertEqual(res.record["stdout"], f"{ready[0]}\n", self.srv.describe_processes(user))
-                # A new one for the run after, and the run directory gone.
-                again = wait_until(lambda: [p for p in self.standbys(user) if p != ready[0]], 15)
-                self.assertEqual(len(again), 1, self.srv.describe_processes(user))
-                self.assertEqual(self.srv.run_dirs(user), [])
+                seen = []
+                for job in (self.launcher_pid_job, sh_job):
+                    ready = wait_until(lambda: [p for p in self.standbys(user, ("python",)) if p not in seen], 20)
+                    self.assertEqual(len(ready or []), 1, self.srv.describe_processes(user))
+                    seen.append(ready[0])
+                    res = run_ferry("-v", "run", job, *opts, env=self.env)
+                    self.assertEqual(res.code, 0, res)
+                    self.assertIn(b"using the connection held", res.stderr)
+                    self.assertEqual(res.record["status"], "ok", res.record)
+                    self.assertEqual(res.record["stdout"], f"{ready[0]}\n", self.srv.describe_processes(user))
+                    self.assertEqual(self.srv.run_dirs(user), [])
+                # A new one for the run after: after a sh job's run, a sh standby (a python one
+                # would start an interpreter for nothing).
+                again = wait_until(lambda: [p for p in self.standbys(user, ("sh",)) if p not in seen], 15)
+                self.assertEqual(len(again or []), 1, self.srv.describe_processes(user))
                 run_ferry("disconnect", "--all", env=self.env)
-                # It ends with its holder.
+                # It ends with its holder, and so does the interpreter it started ahead.
                 self.assertEqual(self.srv.wait_no_processes(user, timeout_s=5), [],
                                  self.srv.describe_processes(user))
 

@@ -92,6 +92,7 @@ TEST_CASE("holder messages: requests, files, listings and errors come back whole
   request.deadline = 3500ms;
   request.grace = 2s;
   request.start_limit = 20s;
+  request.python_standby = true;
   const auto r = held::decode_request(round_trip(held::encode(request)));
   CHECK(r.argv == request.argv);
   CHECK(r.sentinel == request.sentinel);
@@ -101,6 +102,9 @@ TEST_CASE("holder messages: requests, files, listings and errors come back whole
   CHECK(r.deadline == request.deadline);
   CHECK(r.grace == request.grace);
   CHECK(r.start_limit == request.start_limit);
+  CHECK(r.python_standby);
+  request.python_standby = false;
+  CHECK_FALSE(held::decode_request(round_trip(held::encode(request))).python_standby);
 
   const auto file = held::decode_file(
       round_trip(held::encode(FetchedFile{FetchedFile::Kind::regular, k_raw, {}})));

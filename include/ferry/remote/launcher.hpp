@@ -105,6 +105,10 @@ struct StaleRunCheck {
 // "ferry-YYYYMMDDTHHMMSSZ-<32 hex>": the name of a run directory ferry creates.
 [[nodiscard]] bool is_run_dir_name(std::string_view name);
 
+// Whether a held session's python standby runs this launcher's job itself (interpreter
+// `python3`, no declared environment: launch.sh's second line says so).
+[[nodiscard]] bool runs_on_python_standby(const LauncherSpec& spec);
+
 // A script of src/remote/ by file name ("launch.sh"), as embedded at build time.
 [[nodiscard]] std::string_view remote_script(std::string_view file_name);
 

@@ -245,7 +245,8 @@ Message encode(const ExecRequest& request)
           {"report_cap", request.report_cap},
           {"deadline_ms", ms_of(request.deadline)},
           {"grace_ms", ms_of(request.grace)},
-          {"start_limit_ms", ms_of(request.start_limit)}};
+          {"start_limit_ms", ms_of(request.start_limit)},
+          {"python_standby", request.python_standby}};
 }
 
 ExecRequest decode_request(const Message& m)
@@ -259,6 +260,7 @@ ExecRequest decode_request(const Message& m)
   request.deadline = std::chrono::milliseconds(m.at("deadline_ms").get<long long>());
   request.grace = std::chrono::milliseconds(m.at("grace_ms").get<long long>());
   request.start_limit = std::chrono::milliseconds(m.at("start_limit_ms").get<long long>());
+  request.python_standby = m.value("python_standby", false);
   return request;
 }
 

@@ -226,6 +226,13 @@ private:
   bool m_no_python_standby = false;
   std::function<void()> m_standby_taken; // on_standby_taken
   bool m_standby_opening = false;        // prepare_exec is opening one (it holds a slot)
+  // The last run could use a python standby (ExecRequest::python_standby): the next standby is
+  // one only then, and while one can be had here. Holding the lock.
+  bool m_last_run_python = true;
+  [[nodiscard]] bool next_standby_python() const
+  {
+    return m_last_run_python && !m_no_python_standby && !m_python_command.empty();
+  }
 };
 
 void SshSession::prepare_exec()
@@ -239,7 +246,7 @@ void SshSession::prepare_exec()
   // Nobody waits for it, and the session's SFTP steps hold the lock for whole round trips: a
   // slow link's standby may take many of them. A python standby once its script is in the job
   // cache (prepare_idle), unless one could not start here.
-  const std::string python_command = m_no_python_standby ? std::string() : m_python_command;
+  const std::string python_command = next_standby_python() ? m_python_command : std::string();
   m_standby_opening = true;
   auto standby = ssh::open_standby(m_session.get(), lock, std::chrono::minutes(1), python_command);
   m_standby_opening = false;
@@ -263,7 +270,7 @@ void SshSession::prepare_idle()
     return;
   }
   m_python_command = "python3 -I -S " + *entry + " ferry-standby";
-  if (m_standby && !ssh::is_python(m_standby)) {
+  if (m_standby && !ssh::is_python(m_standby) && next_standby_python()) {
     m_standby.reset(); // a sh standby: the next prepare_exec opens a python one
   }
 }
@@ -318,11 +325,16 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       }
       return just_freed;
     };
+    {
+      const std::lock_guard lock(m_mutex);
+      m_last_run_python = request.python_standby;
+    }
     auto outcome = ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel,
                              {&m_standby, &m_no_python_standby, [this] {
                                 // Only when this run is the session's one exec: among runs
                                 // side by side the standby would take a slot one of them needs.
-                                if (m_execs == 1 && m_standby_taken) {
+                                // A sh standby starts in a moment: it waits for the run's end.
+                                if (m_execs == 1 && m_standby_taken && next_standby_python()) {
                                   m_standby_taken();
                                 }
                               }});
