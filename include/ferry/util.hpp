@@ -27,6 +27,9 @@ private:
   std::uint64_t m_total = 0;
 };
 
+// `bytes` as lowercase hex, two digits a byte.
+[[nodiscard]] std::string lower_hex(std::string_view bytes);
+
 // `bytes` random bytes from the operating system (getrandom), as lowercase hex.
 [[nodiscard]] std::string random_hex(std::size_t bytes);
 

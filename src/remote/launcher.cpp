@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "ferry/util.hpp"
 #include "remote/remote_scripts.hpp"
 
 namespace ferry {
@@ -253,13 +254,6 @@ std::string standby_line(const LauncherSpec& spec)
   if (!runs_on_python_standby(spec)) {
     return "#";
   }
-  const auto hex = [](std::string_view bytes) {
-    std::string out;
-    for (const unsigned char c : bytes) {
-      out += fmt::format("{:02x}", c);
-    }
-    return out;
-  };
   std::string line = "# ferry-standby 1";
   for (const std::string& field :
        {spec.run_dir, spec.job_name, spec.job_file, spec.sentinel, spec.end_marker,
@@ -268,7 +262,7 @@ std::string standby_line(const LauncherSpec& spec)
         std::string(k_launcher_state_file), std::string(k_launcher_file),
         std::to_string(spec.params.size()), std::to_string(spec.result_frame_limit),
         std::string(spec.keep_run_dir ? "1" : "0")}) {
-    line += " " + (field.empty() ? std::string("-") : hex(field));
+    line += " " + (field.empty() ? std::string("-") : lower_hex(field));
   }
   return line;
 }

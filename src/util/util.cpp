@@ -29,9 +29,14 @@ std::string random_hex(std::size_t bytes)
     }
     got += static_cast<std::size_t>(n);
   }
+  return lower_hex(raw);
+}
+
+std::string lower_hex(std::string_view bytes)
+{
   std::string hex;
-  hex.reserve(bytes * 2);
-  for (unsigned char c : raw) {
+  hex.reserve(bytes.size() * 2);
+  for (const unsigned char c : bytes) {
     hex += fmt::format("{:02x}", c);
   }
   return hex;

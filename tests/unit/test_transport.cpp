@@ -34,17 +34,26 @@ TEST_CASE("sh_quote survives every byte but NUL", "[launcher]")
   CHECK(sh_quote("") == "''");
 }
 
-TEST_CASE("the launcher sets the contract's variables and never executes the job file",
-          "[launcher]")
+// A launcher's fields as a run fills them in, for a python3 job.
+static LauncherSpec python_launcher(std::string run_dir, std::string job_file, std::string job_name,
+                                    std::string sentinel)
 {
   LauncherSpec spec;
-  spec.run_dir = "/home/u/.cache/ferry/runs/ferry-1-ab";
-  spec.job_file = "kv_calc.py";
-  spec.job_name = "kv'calc";
+  spec.run_dir = std::move(run_dir);
+  spec.job_file = std::move(job_file);
+  spec.job_name = std::move(job_name);
   spec.interpreter = "python3";
   spec.timeout_s = 42;
   spec.grace_s = 3;
-  spec.sentinel = "ferry-start-123";
+  spec.sentinel = std::move(sentinel);
+  return spec;
+}
+
+TEST_CASE("the launcher sets the contract's variables and never executes the job file",
+          "[launcher]")
+{
+  const LauncherSpec spec = python_launcher("/home/u/.cache/ferry/runs/ferry-1-ab", "kv_calc.py",
+                                            "kv'calc", "ferry-start-123");
   const std::string text = make_launcher(spec);
   CHECK_THAT(text, Catch::Contains("FERRY_RUN_DIR='/home/u/.cache/ferry/runs/ferry-1-ab'"));
   CHECK_THAT(text,
@@ -71,14 +80,7 @@ TEST_CASE("the launcher's second line hands a python3 job without declared envir
           "python standby, in hex",
           "[launcher]")
 {
-  LauncherSpec spec;
-  spec.run_dir = "/r/ferry-1-ab";
-  spec.job_file = "j.py";
-  spec.job_name = "a b\n'c";
-  spec.interpreter = "python3";
-  spec.timeout_s = 42;
-  spec.grace_s = 3;
-  spec.sentinel = "S";
+  LauncherSpec spec = python_launcher("/r/ferry-1-ab", "j.py", "a b\n'c", "S");
   spec.end_marker = "E";
   spec.params = "{\"k\": 1}";
   const auto second_line = [&] {
