@@ -58,6 +58,9 @@ public:
   void feed(std::string_view data);
   // The launcher's sentinel has arrived (or none was expected).
   [[nodiscard]] bool started() const { return m_out.saw_sentinel; }
+  // What came after the end marker so far (the launcher's report, as finish() will tell it);
+  // nullopt before the marker.
+  [[nodiscard]] std::optional<std::string_view> report_so_far() const;
   [[nodiscard]] CapturedStream finish() &&;
 
 private:
@@ -126,8 +129,11 @@ struct ExecRequest {
   NoteSink on_note;     // optional: the target's notes about the run
 };
 
-// The capture of one stream of `request`'s job, passing what arrives to its on_output.
-[[nodiscard]] OutputCapture capture_for(const ExecRequest& request, OutputStream stream);
+// The capture of one stream of `request`'s job, passing what arrives to its on_output. Only
+// stdout carries the launcher's report; `stderr_ends` gives stderr the end marker too (a python
+// standby ends a run's stderr with `END_MARKER stay` when it stays for the next run).
+[[nodiscard]] OutputCapture capture_for(const ExecRequest& request, OutputStream stream,
+                                        bool stderr_ends = false);
 
 // How an exec ended.
 enum class ExecEnd {

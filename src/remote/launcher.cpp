@@ -176,6 +176,16 @@ std::optional<LauncherReport> parse_launcher_report(std::string_view text)
   return report;
 }
 
+bool is_whole_launcher_report(std::string_view text)
+{
+  const auto line = take_line(text);
+  if (!line) {
+    return false;
+  }
+  auto report = parse_end_line(*line);
+  return report && parse_result_sections(text, *report);
+}
+
 namespace {
 // After the deadline, a margin before the sweep touches a directory; one a launcher never ran in
 // (an upload that broke off) is left a day, as an upload may still be under way.

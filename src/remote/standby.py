@@ -1,13 +1,13 @@
 # ferry's python standby (src/remote/standby.py; docs/persistence.md, "The python standby")
 #
 # A held session's next run, started ahead while nobody waits. The holder opens a channel whose
-# command is `/bin/sh -s` and gives that sh one line, `exec python3 -I -S ENTRY ferry-standby`
-# (ENTRY: this file in the job cache of the run base). This process then starts, ahead too, the
-# next job's own interpreter (`python3 -c ...` running BOOT, below), in a session of its own, with the environment a
-# job gets from launch.sh (the login environment's PATH, HOME, USER, LANG, TERM and LC_*), stdin
-# from /dev/null and SIGINT and SIGQUIT ignored, as an asynchronous command of sh gets them.
-# BOOT waits on its descriptor 3. Then this process says `ferry-standby-ready` and waits on
-# stdin for the run's line, the one a standby sh gets: `exec /bin/sh RUN_DIR/launch.sh`.
+# command is `python3 -I -S ENTRY ferry-standby` (ENTRY: this file in the job cache of the run
+# base). This process then starts, ahead too, the next job's own interpreter (`python3 -c ...`
+# running BOOT, below), in a session of its own, with the environment a job gets from launch.sh
+# (the login environment's PATH, HOME, USER, LANG, TERM and LC_*), stdin from /dev/null and
+# SIGINT and SIGQUIT ignored, as an asynchronous command of sh gets them. BOOT waits on its
+# descriptor 3. This process waits on stdin for the run's line, the one a standby sh gets:
+# `exec /bin/sh RUN_DIR/launch.sh`.
 #
 # launch.sh carries a `# ferry-standby 1 ...` line when its job may run here: interpreter
 # `python3` and no declared environment. Then this process does what launch.sh does, in the same
@@ -18,6 +18,12 @@
 # the run directory removed. Any other line, a launch.sh without that line, or an interpreter that
 # has gone: this process execs `/bin/sh RUN_DIR/launch.sh` as the sh would have, with the
 # environment it was started with and default signal dispositions.
+#
+# After a python job's report this process stays for the next run on the same channel: it ends
+# the run's stderr with `END_MARKER stay`, starts the next interpreter ahead and reads the next
+# line. It ends with the job's code instead after a stop, or when a process other than itself
+# and its ancestors still holds its stdout or stderr (one that left the job's group could write
+# into the next run's output).
 #
 # Only modules that are built in or frozen are imported (-I -S: nothing of the user's or the
 # run's can stand in for them). Python changes its own environment at start (PEP 538 sets
@@ -189,14 +195,58 @@ class Interpreter:
             self.go = None
 
 
+PENDING = [b""]  # what stdin gave past the last line
+
+
 def read_line():
-    line = b""
-    while not line.endswith(b"\n"):
+    line = PENDING[0]
+    while b"\n" not in line:
         chunk = os.read(0, 4096)
         if not chunk:
             return None
         line += chunk
-    return line[:line.index(b"\n")]
+    line, _, PENDING[0] = line.partition(b"\n")
+    return line
+
+
+def output_held_elsewhere():
+    # Whether a process other than this one and its ancestors (sshd, a login shell that did not
+    # exec) still holds this channel's stdout or stderr: one that left the job's group, which
+    # could write into the next run's output. A process killed a moment ago may not have let go
+    # yet: looked at twice, 20 ms apart.
+    import time
+    try:
+        mine = {os.readlink("/proc/self/fd/1"), os.readlink("/proc/self/fd/2")}
+        ancestors = set()
+        pid = os.getpid()
+        while pid > 1 and pid not in ancestors:
+            ancestors.add(pid)
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return True
+    uid = os.getuid()
+    for attempt in range(2):
+        if attempt:
+            time.sleep(0.02)
+        held = False
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) in ancestors:
+                continue
+            try:
+                if entry.stat().st_uid != uid:
+                    continue
+                for fd in os.listdir("/proc/%s/fd" % entry.name):
+                    if os.readlink("/proc/%s/fd/%s" % (entry.name, fd)) in mine:
+                        held = True
+                        break
+            except OSError:
+                continue
+            if held:
+                break
+        if not held:
+            return False
+    return True
 
 
 def read_spec(launch):
@@ -366,6 +416,9 @@ class Run:
         return b"result file %d\n" % len(data) + data, False
 
     def finish(self, code, cause):
+        # Writes the report. Returns whether this process may stay for another run (the report
+        # went out whole, the job ended or overran rather than being stopped, and nothing else
+        # holds the output); else it ends with the job's code.
         try:
             write_all(1, b"%s %d %s\n" % (self.spec["end_marker"], code, cause.encode()))
         except OSError:
@@ -385,8 +438,10 @@ class Run:
         try:
             write_all(1, section + clean)
         except OSError:
-            pass
-        os._exit(code)
+            os._exit(code)
+        if cause == "stopped" or output_held_elsewhere():
+            os._exit(code)
+        return True
 
 
 def remove_tree(path):
@@ -406,6 +461,16 @@ def main():
     environment = original_environment()
     if environment is None:
         os._exit(3)
+    while True:
+        end_marker = serve(environment)
+        # The run's stderr ends here too: ferry takes the channel back for its next run. A stop
+        # that comes between runs ends this process, as it would end the standby sh.
+        write_all(2, end_marker + b" stay\n")
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, WATCHED)
+
+
+def serve(environment):
+    # One run: returns its end marker once it is done and this process may stay for another.
     interpreter = Interpreter(environment)
     if interpreter.pid is None:
         os._exit(3)
@@ -435,6 +500,7 @@ def main():
     else:
         run.stop()
     run.finish(code, cause)
+    return spec["end_marker"]
 
 
 main()

@@ -117,6 +117,14 @@ void OutputCapture::keep(std::string_view job_bytes)
   }
 }
 
+std::optional<std::string_view> OutputCapture::report_so_far() const
+{
+  if (m_end.empty() || !m_out.saw_sentinel || m_held.compare(0, m_end.size(), m_end) != 0) {
+    return std::nullopt;
+  }
+  return std::string_view(m_held).substr(m_end.size());
+}
+
 CapturedStream OutputCapture::finish() &&
 {
   if (!m_out.saw_sentinel) {
@@ -143,7 +151,7 @@ CapturedStream OutputCapture::finish() &&
   return std::move(m_out);
 }
 
-OutputCapture capture_for(const ExecRequest& request, OutputStream stream)
+OutputCapture capture_for(const ExecRequest& request, OutputStream stream, bool stderr_ends)
 {
   std::function<void(std::string_view)> sink;
   if (request.on_output) {
@@ -151,9 +159,9 @@ OutputCapture capture_for(const ExecRequest& request, OutputStream stream)
       on_output(stream, bytes);
     };
   }
-  // Only stdout carries the launcher's last line.
   return OutputCapture(request.sentinel, request.output_cap,
-                       stream == OutputStream::out ? request.end_marker : std::string(),
+                       stream == OutputStream::out || stderr_ends ? request.end_marker
+                                                                  : std::string(),
                        std::move(sink), request.report_cap);
 }
 

@@ -325,15 +325,20 @@ class Persistence(unittest.TestCase):
     def test_a_python_job_on_the_python_standby_sees_what_a_fresh_python_sees(self):
         # The interpreter the python standby started ahead becomes the job: everything a job
         # can see of its start is as with launch.sh's `setsid env -i ... python3 RUN/JOB`
-        # (the direct run, --persist 0), but its parent.
+        # (the direct run, --persist 0), but its parent. The standby stays for the next run,
+        # also after a job that failed: the last run is its fifth, and sees the same.
         k = '[params.k]\ntype = "string"\n'
         jobs = {"introspect": (write_job(self.tmp, "introspect", INTROSPECT, params=k), 0),
                 "raises": (write_job(self.tmp, "raises", RAISES, params=k), 1),
                 "syntax": (write_job(self.tmp, "syntax", "print('a'\n", params=k), 1),
                 "exits": (write_job(self.tmp, "exits", "import sys\nprint('x')\nsys.exit(7)\n", params=k), 7)}
-        for name, (job, code) in jobs.items():
-            with self.subTest(job=name):
+        first = None
+        for turn, name in enumerate(["introspect", "raises", "syntax", "exits", "introspect"]):
+            job, code = jobs[name]
+            with self.subTest(job=name, turn=turn):
                 standby = self.python_standby()
+                first = first or standby
+                self.assertEqual(standby, first, "the python standby did not stay for the next run")
                 held = self.ferry("-v", "run", job, "-p", "k=v", "--json")
                 self.assertIn(b"using the connection held", held.stderr)
                 direct = self.ferry("run", job, "-p", "k=v", "--json", "--persist", "0")
@@ -351,8 +356,6 @@ class Persistence(unittest.TestCase):
                 self.assertEqual(seen_direct["parent"], ["/bin/sh", "RUN/launch.sh"])
                 for key, value in seen_direct["info"].items():
                     self.assertEqual(seen_held["info"][key], value, key)
-                # The job ran in the standby's interpreter, and a new standby followed.
-                self.assertTrue(wait_until(lambda: [p for p in self.standbys(self.user) if p != standby], 15))
                 self.assertEqual(self.srv.run_dirs(self.user), [])
 
     def test_the_python_standby_stops_a_job_at_its_deadline_with_its_group(self):
@@ -380,7 +383,7 @@ class Persistence(unittest.TestCase):
             print(os.getpid(), flush=True)
             time.sleep(300)
             """)
-        self.python_standby()
+        standby = self.python_standby()
         argv = [ferry_bin(), "run", job, "--host", self.srv.alias("bash"), "--ssh-config",
                 self.srv.ssh_config, "--json"]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -395,6 +398,29 @@ class Persistence(unittest.TestCase):
         pid = int(rec["stdout"].split()[0])
         self.assertTrue(wait_until(lambda: not alive(pid), 5), "the job outlived the interrupt")
         self.assertTrue(wait_until(lambda: self.srv.run_dirs(self.user) == [], 5), self.srv.run_dirs(self.user))
+        # A stopped run's standby does not stay for the next one.
+        self.assertTrue(wait_until(lambda: not alive(standby), 5), self.srv.describe_processes(self.user))
+
+    def test_a_python_standby_stays_only_when_nothing_else_holds_its_output(self):
+        # A job that leaves a process outside its group holding stdout: that process could
+        # write into the next run's output, so the standby ends after the run, and the next run
+        # goes to another channel.
+        job = write_job(self.tmp, "escapes", """
+            import subprocess
+            subprocess.Popen(["sh", "-c", "sleep 4; echo late"], start_new_session=True)
+            print("first", flush=True)
+            """)
+        standby = self.python_standby()
+        first = self.ferry("-v", "run", job, "--json")
+        self.assertEqual(first.code, 0, first)
+        self.assertIn(b"using the connection held", first.stderr)
+        self.assertEqual(first.record["stdout"], "first\n", first.record)
+        self.assertTrue(wait_until(lambda: not alive(standby), 5), self.srv.describe_processes(self.user))
+        after = self.ferry("-v", "run", self.launcher_pid_job, "--json")
+        self.assertEqual(after.code, 0, after)
+        self.assertIn(b"using the connection held", after.stderr)
+        self.assertRegex(after.record["stdout"], r"^[0-9]+\n$")
+        self.assertNotEqual(after.record["stdout"], f"{standby}\n")
 
     @staticmethod
     def _is_started_job(pid: int) -> bool:
@@ -410,7 +436,7 @@ class Persistence(unittest.TestCase):
         # Under every login shell: the holder opens the next run's channel while nobody waits
         # (a python standby once it has been idle a moment), and the run's launcher is that
         # channel's process (the pid in its state file): for a python job the standby itself,
-        # for a sh job the /bin/sh it execs.
+        # which stays for the next run, for a sh job the /bin/sh it execs.
         sh_job = write_job(self.tmp, "launcher_pid_sh", "cut -d' ' -f1 .ferry-launcher\n", interpreter="sh")
         for shell in SshServer.shells:
             with self.subTest(shell=shell):
@@ -420,8 +446,10 @@ class Persistence(unittest.TestCase):
                 self.assertEqual(first.code, 0, first)
                 seen = []
                 for job in (self.launcher_pid_job, sh_job):
-                    ready = wait_until(lambda: [p for p in self.standbys(user, ("python",)) if p not in seen], 20)
+                    ready = wait_until(lambda: self.standbys(user, ("python",)), 20)
                     self.assertEqual(len(ready or []), 1, self.srv.describe_processes(user))
+                    if seen:
+                        self.assertEqual(ready, seen, "the python standby did not stay for the next run")
                     seen.append(ready[0])
                     res = run_ferry("-v", "run", job, *opts, env=self.env)
                     self.assertEqual(res.code, 0, res)

@@ -230,6 +230,38 @@ TEST_CASE("the launcher's report carries result.json's bytes, framed by their si
   }
 }
 
+TEST_CASE("a whole report ends at its clean line; a staying standby's run ends there", "[launcher]")
+{
+  CHECK(is_whole_launcher_report("0 exit\nresult none\nclean removed\n"));
+  CHECK(is_whole_launcher_report("7 exit\nresult file 3\n{}\nclean kept\n"));
+  for (const char* part :
+       {"", "0 exit\n", "0 exit\nresult none\n", "0 exit\nresult file 9\n{}\n",
+        "0 exit\nresult none\nclean removed", "0 exit\nresult none\nclean removed\nx\n",
+        "0 exit\nresult file 3\n{}clean removed\n"}) {
+    INFO(part);
+    CHECK_FALSE(is_whole_launcher_report(part));
+  }
+  // What a capture holds after the end marker so far: nothing before the marker, the report
+  // as it grows; stderr has the marker only when asked (a python standby's `stay`).
+  ExecRequest request;
+  request.sentinel = "ferry-start-1";
+  request.end_marker = "ferry-end-1";
+  OutputCapture out = capture_for(request, OutputStream::out);
+  out.feed("ferry-start-1\njob\n");
+  CHECK_FALSE(out.report_so_far());
+  out.feed("ferry-end-1 0 exit\nresult none\n");
+  CHECK(out.report_so_far() == std::string_view("0 exit\nresult none\n"));
+  OutputCapture err = capture_for(request, OutputStream::err, true);
+  err.feed("ferry-start-1\noops\nferry-end-1 st");
+  CHECK_FALSE(err.report_so_far() == std::string_view("stay\n"));
+  err.feed("ay\n");
+  CHECK(err.report_so_far() == std::string_view("stay\n"));
+  CHECK(std::move(err).finish().bytes == "oops\n");
+  OutputCapture plain = capture_for(request, OutputStream::err);
+  plain.feed("ferry-start-1\nferry-end-1 stay\n");
+  CHECK_FALSE(plain.report_so_far());
+}
+
 TEST_CASE("a report may be as long as its cap, and no longer", "[capture]")
 {
   const std::string report =

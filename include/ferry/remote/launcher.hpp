@@ -79,6 +79,9 @@ struct LauncherReport {
 // The report as the launcher prints it ("CODE CAUSE\n" alone is a report without a result
 // section); nullopt when even its first line is not one.
 [[nodiscard]] std::optional<LauncherReport> parse_launcher_report(std::string_view text);
+// Whether `text` is a whole report: the end line, the result section and the clean line, and
+// nothing after (a python standby that stays for the next run writes nothing more on stdout).
+[[nodiscard]] bool is_whole_launcher_report(std::string_view text);
 
 // 'text' quoted for POSIX sh (single quotes; ' becomes '\'').
 [[nodiscard]] std::string sh_quote(std::string_view text);

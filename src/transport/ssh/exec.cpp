@@ -7,6 +7,7 @@
 
 #include <libssh/callbacks.h>
 
+#include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
 #include "transport/stop_schedule.hpp"
 
@@ -91,6 +92,20 @@ struct Streams {
   OutputCapture out;
   OutputCapture err;
   std::vector<char> buffer = std::vector<char>(64 * 1024);
+  // A python standby's run: the run ends without the channel's end once stdout holds the whole
+  // report and stderr `END_MARKER stay` (the standby stays for the next run).
+  bool may_stay = false;
+  bool stayed = false;
+
+  [[nodiscard]] bool standby_stays() const
+  {
+    if (!may_stay) {
+      return false;
+    }
+    const auto report = out.report_so_far();
+    return report && err.report_so_far() == std::string_view("stay\n") &&
+           is_whole_launcher_report(*report);
+  }
 };
 
 // Reads what both streams have now. Returns whether anything came; sets `lost` on a read error
@@ -156,6 +171,10 @@ Turn turn(ssh_session session, ssh_channel channel, const ExitWatch& watch, Stre
 {
   const bool got_data = drain(session, channel, streams, outcome);
   if (outcome.end == ExecEnd::lost) {
+    return Turn::done;
+  }
+  if (streams.standby_stays()) {
+    streams.stayed = true;
     return Turn::done;
   }
   // A dropped connection closes every channel too: without the exit status, it was lost.
@@ -237,15 +256,27 @@ bool open_channel(ssh_session session, std::optional<ExecChannel>& channel, Exit
   return false;
 }
 
-// The run's channel from its start on: reads it to its end, then takes the exit status.
+// The run's channel from its start on: reads it to its end, then takes the exit status. With
+// `stayed` (a python standby's run), the run may end before the channel does: then *stayed is
+// set, the code is the report's and the channel stays open for the next run.
 ExecOutcome follow(ssh_session session, ssh_channel channel, ExitWatch& watch,
                    const ExecRequest& request, CallWatchdog& watchdog,
-                   std::unique_lock<std::mutex>& lock)
+                   std::unique_lock<std::mutex>& lock, bool* stayed = nullptr)
 {
   ExecOutcome outcome;
   outcome.start_limit_s = std::chrono::duration<double>(request.start_limit).count();
-  Streams streams{capture_for(request, OutputStream::out), capture_for(request, OutputStream::err)};
+  Streams streams{capture_for(request, OutputStream::out),
+                  capture_for(request, OutputStream::err, stayed != nullptr)};
+  streams.may_stay = stayed != nullptr;
   pump(session, channel, request, watch, streams, outcome, lock);
+  if (streams.stayed) {
+    *stayed = true;
+    outcome.out = std::move(streams.out).finish();
+    outcome.err = std::move(streams.err).finish();
+    outcome.err.launcher_report.reset(); // `stay`: the standby's, not the job's
+    outcome.exit_code = parse_launcher_report(outcome.out.launcher_report.value_or(""))->code;
+    return outcome;
+  }
   if (outcome.end != ExecEnd::lost) {
     const auto armed = watchdog.arm("read the exit status", nullptr);
     if (!watch.exited && !outcome.output_held_open) {
@@ -330,11 +361,12 @@ namespace {
 
 // Runs the launcher on a standby channel; nullopt when the channel has gone meanwhile (or never
 // showed the launcher's first line: its shell had gone), and a new channel should run it.
+// *stayed: a python standby stays for the next run (its channel is still open).
 std::optional<ExecOutcome> run_on_standby(ssh_session session, Standby& standby,
                                           const std::string& command, const ExecRequest& request,
                                           CallWatchdog& watchdog,
                                           std::unique_lock<std::mutex>& lock,
-                                          bool* python_standby_failed)
+                                          bool* python_standby_failed, bool& stayed)
 {
   const ssh_channel channel = standby.channel.get();
   (void)ssh_channel_poll(channel, 0); // takes in a close or an exit that came meanwhile
@@ -352,7 +384,8 @@ std::optional<ExecOutcome> run_on_standby(ssh_session session, Standby& standby,
       return std::nullopt;
     }
   }
-  auto outcome = follow(session, channel, standby.watch, request, watchdog, lock);
+  auto outcome = follow(session, channel, standby.watch, request, watchdog, lock,
+                        standby.python ? &stayed : nullptr);
   if (!outcome.out.saw_sentinel && outcome.end == ExecEnd::exited &&
       !request.stop.stop_requested()) {
     // A python standby that could not start here (no python3: 127 from the login shell; its
@@ -379,11 +412,17 @@ Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const Ex
   if (standby.standby != nullptr && *standby.standby && is_launcher(request.argv)) {
     // Freed while the lock is held, as every channel.
     StandbyChannel taken = std::move(*standby.standby);
-    if (standby.taken) {
+    // A python standby usually stays for the next run: no other opens meanwhile.
+    if (standby.taken && !taken->python) {
       standby.taken();
     }
-    if (auto outcome = run_on_standby(session, *taken, command, request, watchdog, lock,
-                                      standby.python_failed)) {
+    bool stayed = false;
+    auto outcome = run_on_standby(session, *taken, command, request, watchdog, lock,
+                                  standby.python_failed, stayed);
+    if (stayed && !*standby.standby) {
+      *standby.standby = std::move(taken);
+    }
+    if (outcome) {
       return std::move(*outcome);
     }
   }
