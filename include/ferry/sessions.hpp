@@ -43,8 +43,9 @@ public:
   virtual void prepare_exec() {}
   // Puts the python standby's script in the host's job cache (or finds it there) so that later
   // standbys are python standbys (docs/persistence.md); a holder calls it when it has been idle
-  // a while, as the SFTP steps may take round trips a run would wait for. A sh standby opened
-  // before is closed, for prepare_exec to open a python one.
+  // a while, as the SFTP steps may take round trips a run would wait for (then again only
+  // every few minutes). A sh standby opened before is closed, for prepare_exec to open a python
+  // one; python standbys that stayed after runs side by side are closed, but the standby.
   virtual void prepare_idle() {}
   // Called (holding the session's lock: it must only take note) when a run takes the standby,
   // so that the holder opens the next one while this run's job runs.

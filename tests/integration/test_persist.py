@@ -500,6 +500,30 @@ class Persistence(unittest.TestCase):
         self.assertNotEqual(rec["stdout"], f"{ready[0]}\n")
         self.assertRegex(rec["stdout"], r"^[0-9]+\n$")
 
+    def test_runs_side_by_side_leave_python_standbys_for_the_next_ones(self):
+        # Four python jobs at -j 4 through a holder with a python standby: one run takes it, the
+        # other three open python standbys of their own (each run's launcher is its standby),
+        # and all four stay. The next four runs run on those same four; once the holder has
+        # been idle a moment, all but one go.
+        self.python_standby()
+        job = "import time\nprint(open('.ferry-launcher').read().split()[0])\ntime.sleep(0.5)\n"
+        jobs = [write_job(self.tmp, f"side{i}", job) for i in range(4)]
+
+        def launchers():
+            res = self.ferry("-v", "run", *jobs, "--json", "-j", "4", timeout=120)
+            self.assertEqual(res.code, 0, res)
+            self.assertIn(b"using the connection held", res.stderr)
+            return sorted(int(r["stdout"]) for r in res.records)
+        first = launchers()
+        self.assertEqual(len(set(first)), 4, first)
+        self.assertEqual(sorted(self.standbys(self.user, ("python",))), first,
+                         self.srv.describe_processes(self.user))
+        self.assertEqual(launchers(), first, self.srv.describe_processes(self.user))
+        left = wait_until(lambda: [p for p in self.standbys(self.user, ("python",))] if
+                          len(self.standbys(self.user, ("python",))) == 1 else None, 15)
+        self.assertTrue(left, self.srv.describe_processes(self.user))
+        self.assertIn(left[0], first)
+
     def test_a_standby_gives_its_slot_to_runs_the_server_has_no_room_for(self):
         # MaxSessions 3: SFTP and two channels. The standby takes one while the holder idles;
         # six jobs at -j 6 still all run, at most two at once.

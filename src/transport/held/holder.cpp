@@ -35,8 +35,8 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr std::size_t k_held_output_cap = 64 * 1024;
-// Idle work (SshConnection::prepare_idle): after this long without a client, and again after
-// this long.
+// Idle work (SshConnection::prepare_idle): once this long has passed without a client, and
+// again after this long.
 constexpr auto k_idle_work_after = std::chrono::seconds(2);
 constexpr auto k_idle_work_every = std::chrono::minutes(10);
 
@@ -98,8 +98,8 @@ public:
       }
       // Work that may take round trips (the python standby's script into the job cache) is
       // done once nobody has come for a while, and again every few minutes.
-      if (now - idle_since >= k_idle_work_after &&
-          (!idle_work_at || now - *idle_work_at >= k_idle_work_every)) {
+      if (now - idle_since >= k_idle_work_after && (!idle_work_at || *idle_work_at < idle_since ||
+                                                    now - *idle_work_at >= k_idle_work_every)) {
         idle_work_at = now;
         want(m_idle_wanted);
       }

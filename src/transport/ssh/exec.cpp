@@ -228,15 +228,14 @@ std::string failure(ssh_session session, const CallWatchdog& watchdog)
   return cut ? *cut : std::string(ssh_get_error(session));
 }
 
-// Opens the channel; when the server refuses it, asks `free_a_channel` for room and tries again
-// while the server frees the slot (it does once it has reaped what ran there).
-bool open_channel(ssh_session session, std::optional<ExecChannel>& channel, ExitWatch& watch,
-                  CallWatchdog& watchdog, std::unique_lock<std::mutex>& lock,
-                  const FreeAChannel& free_a_channel)
+// Opens a channel by `try_open` (a new channel each call); when the server refuses it, asks
+// `free_a_channel` for room and tries again while the server frees the slot (it does once it
+// has reaped what ran there).
+bool open_channel(const std::function<bool()>& try_open, CallWatchdog& watchdog,
+                  std::unique_lock<std::mutex>& lock, const FreeAChannel& free_a_channel)
 {
   for (int freed = 0; freed < 64 && !watchdog.fired(); ++freed) {
-    channel.emplace(session, watch);
-    if (channel->open()) {
+    if (try_open()) {
       return true;
     }
     if (watchdog.fired() || !free_a_channel || !free_a_channel(lock)) {
@@ -247,8 +246,7 @@ bool open_channel(ssh_session session, std::optional<ExecChannel>& channel, Exit
     for (int wait_ms = 0; wait_ms <= 640 && !watchdog.fired();
          wait_ms = std::max(20, wait_ms * 2)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
-      channel.emplace(session, watch);
-      if (channel->open()) {
+      if (try_open()) {
         return true;
       }
     }
@@ -401,6 +399,31 @@ std::optional<ExecOutcome> run_on_standby(ssh_session session, Standby& standby,
   return outcome;
 }
 
+// A python standby that stayed after its run: the standby if there is none, else a spare while
+// there is room. Holding the lock.
+void keep_standby(const StandbyUse& use, StandbyChannel standby)
+{
+  if (!*use.standby) {
+    *use.standby = std::move(standby);
+  } else if (use.spares != nullptr && use.spares->size() < k_max_spare_standbys) {
+    use.spares->push_back(std::move(standby));
+  }
+}
+
+// The standby a launcher run may take (the standby, else a spare); null when there is none.
+StandbyChannel take_standby(const StandbyUse& use)
+{
+  if (*use.standby) {
+    return std::move(*use.standby);
+  }
+  if (use.spares == nullptr || use.spares->empty()) {
+    return nullptr;
+  }
+  StandbyChannel spare = std::move(use.spares->back());
+  use.spares->pop_back();
+  return spare;
+}
+
 } // namespace
 
 Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const ExecRequest& request,
@@ -409,9 +432,9 @@ Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const Ex
 {
   FERRY_TRY_ASSIGN(const auto command, shell_neutral_command(request.argv));
   std::unique_lock lock(mutex);
-  if (standby.standby != nullptr && *standby.standby && is_launcher(request.argv)) {
-    // Freed while the lock is held, as every channel.
-    StandbyChannel taken = std::move(*standby.standby);
+  const bool may_use = standby.standby != nullptr && is_launcher(request.argv);
+  // Freed while the lock is held, as every channel.
+  if (StandbyChannel taken = may_use ? take_standby(standby) : nullptr) {
     // A python standby usually stays for the next run: no other opens meanwhile.
     if (standby.taken && !taken->python) {
       standby.taken();
@@ -419,19 +442,55 @@ Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const Ex
     bool stayed = false;
     auto outcome = run_on_standby(session, *taken, command, request, watchdog, lock,
                                   standby.python_failed, stayed);
-    if (stayed && !*standby.standby) {
-      *standby.standby = std::move(taken);
+    if (stayed) {
+      keep_standby(standby, std::move(taken));
     }
     if (outcome) {
       return std::move(*outcome);
     }
+  } else if (may_use && request.python_standby && !standby.python_command.empty() &&
+             (standby.python_failed == nullptr || !*standby.python_failed)) {
+    // No standby free (runs side by side): this run's channel is a python standby of its own,
+    // which may stay for a later run.
+    StandbyChannel fresh;
+    {
+      const auto armed = watchdog.arm("open a channel", &request.stop);
+      const auto try_open = [&] {
+        fresh.reset(new Standby(session));
+        fresh->python = true;
+        return fresh->channel.open();
+      };
+      if (!open_channel(try_open, watchdog, lock, free_a_channel)) {
+        return fail(ErrorKind::failed, "{}: cannot open a channel: {}", label,
+                    failure(session, watchdog));
+      }
+      if (ssh_channel_request_exec(fresh->channel.get(), standby.python_command.c_str()) !=
+          SSH_OK) {
+        return fail(ErrorKind::failed, "{}: cannot start `{}`: {}", label, standby.python_command,
+                    failure(session, watchdog));
+      }
+    }
+    bool stayed = false;
+    auto outcome = run_on_standby(session, *fresh, command, request, watchdog, lock,
+                                  standby.python_failed, stayed);
+    if (stayed) {
+      keep_standby(standby, std::move(fresh));
+    }
+    if (outcome) {
+      return std::move(*outcome);
+    }
+    // It could not start here: the run goes to a channel of its own.
   }
   ExitWatch watch;
   // Declared after the lock: the channel is freed (a libssh call) while the lock is held.
   std::optional<ExecChannel> channel;
   {
     const auto armed = watchdog.arm("open a channel", &request.stop);
-    if (!open_channel(session, channel, watch, watchdog, lock, free_a_channel)) {
+    const auto try_open = [&] {
+      channel.emplace(session, watch);
+      return channel->open();
+    };
+    if (!open_channel(try_open, watchdog, lock, free_a_channel)) {
       return fail(ErrorKind::failed, "{}: cannot open a channel: {}", label,
                   failure(session, watchdog));
     }

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <vector>
 
 #include "ferry/expected.hpp"
 #include "ferry/transport.hpp"
@@ -34,12 +35,19 @@ using StandbyChannel = std::unique_ptr<Standby, StandbyFree>;
 // libssh sessions are not thread-safe, and several runs may share one: every libssh call here
 // is made holding `lock`, which is released while the exec waits for data, so the session's
 // other channels (and its SFTP calls) go on meanwhile.
-// A launcher run given a `standby` runs there instead of on a new channel.
+// A launcher run given a `standby` runs there instead of on a new channel (or on one of the
+// `spares`, python standbys that stayed after runs side by side). With `python_command`, a
+// python3 job's run (ExecRequest::python_standby) that finds none opens its channel with that
+// command and runs there as on a python standby. A python standby that stays after its run
+// becomes the standby, or a spare (at most k_max_spare_standbys).
 using FreeAChannel = std::function<bool(std::unique_lock<std::mutex>&)>;
+inline constexpr std::size_t k_max_spare_standbys = 8;
 struct StandbyUse {
   StandbyChannel* standby = nullptr;
   bool* python_failed = nullptr; // set when a python standby could not start on the host
   std::function<void()> taken;   // called (holding the lock) once the run has taken it
+  std::vector<StandbyChannel>* spares = nullptr;
+  std::string python_command;
 };
 [[nodiscard]] Expected<ExecOutcome> exec(ssh_session session, std::string_view label,
                                          const ExecRequest& request, CallWatchdog& watchdog,

@@ -31,6 +31,8 @@ using Clock = std::chrono::steady_clock;
 // freed yet, and how often in a row that is believed before the bound is lowered anyway.
 constexpr std::chrono::seconds k_slot_reaping{2};
 constexpr int k_max_refusals = 50;
+// How often an idle holder looks again at the python standby's script in the job cache.
+constexpr std::chrono::minutes k_script_check_every{10};
 
 bool is_transient_connect_error(std::string_view message)
 {
@@ -220,9 +222,13 @@ private:
   // The next run's channel, opened ahead (prepare_exec); not counted in m_execs. Last: it ends
   // first, while the connection is still up.
   ssh::StandbyChannel m_standby;
+  // Python standbys that stayed after runs side by side, for the next ones; closed once the
+  // holder has been idle a moment (prepare_idle), or when a run needs their slot.
+  std::vector<ssh::StandbyChannel> m_spares;
   // The python standby's command once its script is in the job cache (prepare_idle); set when
   // one could not be kept or started here: later standbys are sh's.
   std::string m_python_command;
+  Clock::time_point m_script_checked; // when prepare_idle last looked at its place in the cache
   bool m_no_python_standby = false;
   std::function<void()> m_standby_taken; // on_standby_taken
   bool m_standby_opening = false;        // prepare_exec is opening one (it holds a slot)
@@ -259,9 +265,17 @@ void SshSession::prepare_exec()
 void SshSession::prepare_idle()
 {
   const std::lock_guard lock(m_mutex);
+  m_spares.clear(); // what stayed for runs side by side goes once nobody runs
   if (m_no_python_standby || !m_session || !ssh_is_connected(m_session.get())) {
     return;
   }
+  // The script's place in the job cache is looked at again every few minutes (the cache is
+  // pruned by other runs' sweeps), not at every idle moment: a look is an SFTP round trip.
+  const auto now = Clock::now();
+  if (!m_python_command.empty() && now - m_script_checked < k_script_check_every) {
+    return;
+  }
+  m_script_checked = now;
   auto entry = files().cache_script(k_standby_script, remote_script(k_standby_script));
   if (!entry || !is_shell_neutral_token(*entry)) {
     m_no_python_standby = true;
@@ -298,6 +312,11 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
     const auto free_a_channel = [this, &refused, &refusals](std::unique_lock<std::mutex>& lock) {
       // A standby still being opened holds a slot too: once it is open, it goes as below.
       m_changed.wait_for(lock, std::chrono::seconds(5), [this] { return !m_standby_opening; });
+      if (!m_spares.empty()) {
+        m_spares.pop_back();
+        m_last_exec_end = Clock::now();
+        return true;
+      }
       if (m_standby) {
         // The standby takes a slot the run needs: it goes first. Its slot is free once sshd
         // has reaped what ran there (a python standby's two processes take a moment): until
@@ -325,19 +344,23 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       }
       return just_freed;
     };
+    std::string python_command;
     {
       const std::lock_guard lock(m_mutex);
       m_last_run_python = request.python_standby;
+      python_command = m_no_python_standby ? std::string() : m_python_command;
     }
     auto outcome = ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel,
-                             {&m_standby, &m_no_python_standby, [this] {
+                             {&m_standby, &m_no_python_standby,
+                              [this] {
                                 // Only when this run is the session's one exec: among runs
                                 // side by side the standby would take a slot one of them needs.
                                 // A sh standby starts in a moment: it waits for the run's end.
                                 if (m_execs == 1 && m_standby_taken && next_standby_python()) {
                                   m_standby_taken();
                                 }
-                              }});
+                              },
+                              &m_spares, python_command});
     {
       const std::lock_guard lock(m_mutex);
       --m_execs;
