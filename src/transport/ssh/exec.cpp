@@ -426,6 +426,46 @@ StandbyChannel take_standby(const StandbyUse& use)
 
 } // namespace
 
+namespace {
+
+// Opens a channel by `try_open` and requests `exec_command` on it (`channel()`), bounded by the
+// watchdog; an error says which step failed.
+Expected<void> start_channel(ssh_session session, std::string_view label,
+                             const std::function<bool()>& try_open,
+                             const std::function<ssh_channel()>& channel,
+                             const std::string& exec_command, const ExecRequest& request,
+                             CallWatchdog& watchdog, std::unique_lock<std::mutex>& lock,
+                             const FreeAChannel& free_a_channel)
+{
+  const auto armed = watchdog.arm("open a channel", &request.stop);
+  if (!open_channel(try_open, watchdog, lock, free_a_channel)) {
+    return fail(ErrorKind::failed, "{}: cannot open a channel: {}", label,
+                failure(session, watchdog));
+  }
+  if (ssh_channel_request_exec(channel(), exec_command.c_str()) != SSH_OK) {
+    return fail(ErrorKind::failed, "{}: cannot start `{}`: {}", label, exec_command,
+                failure(session, watchdog));
+  }
+  return {};
+}
+
+// run_on_standby, and the standby kept when it stays for the next run.
+std::optional<ExecOutcome> run_and_keep(ssh_session session, StandbyChannel standby,
+                                        const std::string& command, const ExecRequest& request,
+                                        CallWatchdog& watchdog, std::unique_lock<std::mutex>& lock,
+                                        const StandbyUse& use)
+{
+  bool stayed = false;
+  auto outcome = run_on_standby(session, *standby, command, request, watchdog, lock,
+                                use.python_failed, stayed);
+  if (stayed) {
+    keep_standby(use, std::move(standby));
+  }
+  return outcome;
+}
+
+} // namespace
+
 Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const ExecRequest& request,
                            CallWatchdog& watchdog, std::mutex& mutex,
                            const FreeAChannel& free_a_channel, const StandbyUse& standby)
@@ -439,13 +479,8 @@ Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const Ex
     if (standby.taken && !taken->python) {
       standby.taken();
     }
-    bool stayed = false;
-    auto outcome = run_on_standby(session, *taken, command, request, watchdog, lock,
-                                  standby.python_failed, stayed);
-    if (stayed) {
-      keep_standby(standby, std::move(taken));
-    }
-    if (outcome) {
+    if (auto outcome =
+            run_and_keep(session, std::move(taken), command, request, watchdog, lock, standby)) {
       return std::move(*outcome);
     }
   } else if (may_use && request.python_standby && !standby.python_command.empty() &&
@@ -453,30 +488,16 @@ Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const Ex
     // No standby free (runs side by side): this run's channel is a python standby of its own,
     // which may stay for a later run.
     StandbyChannel fresh;
-    {
-      const auto armed = watchdog.arm("open a channel", &request.stop);
-      const auto try_open = [&] {
-        fresh.reset(new Standby(session));
-        fresh->python = true;
-        return fresh->channel.open();
-      };
-      if (!open_channel(try_open, watchdog, lock, free_a_channel)) {
-        return fail(ErrorKind::failed, "{}: cannot open a channel: {}", label,
-                    failure(session, watchdog));
-      }
-      if (ssh_channel_request_exec(fresh->channel.get(), standby.python_command.c_str()) !=
-          SSH_OK) {
-        return fail(ErrorKind::failed, "{}: cannot start `{}`: {}", label, standby.python_command,
-                    failure(session, watchdog));
-      }
-    }
-    bool stayed = false;
-    auto outcome = run_on_standby(session, *fresh, command, request, watchdog, lock,
-                                  standby.python_failed, stayed);
-    if (stayed) {
-      keep_standby(standby, std::move(fresh));
-    }
-    if (outcome) {
+    const auto try_open = [&] {
+      fresh.reset(new Standby(session));
+      fresh->python = true;
+      return fresh->channel.open();
+    };
+    FERRY_TRY(start_channel(
+        session, label, try_open, [&] { return fresh->channel.get(); }, standby.python_command,
+        request, watchdog, lock, free_a_channel));
+    if (auto outcome =
+            run_and_keep(session, std::move(fresh), command, request, watchdog, lock, standby)) {
       return std::move(*outcome);
     }
     // It could not start here: the run goes to a channel of its own.
@@ -484,21 +505,13 @@ Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const Ex
   ExitWatch watch;
   // Declared after the lock: the channel is freed (a libssh call) while the lock is held.
   std::optional<ExecChannel> channel;
-  {
-    const auto armed = watchdog.arm("open a channel", &request.stop);
-    const auto try_open = [&] {
-      channel.emplace(session, watch);
-      return channel->open();
-    };
-    if (!open_channel(try_open, watchdog, lock, free_a_channel)) {
-      return fail(ErrorKind::failed, "{}: cannot open a channel: {}", label,
-                  failure(session, watchdog));
-    }
-    if (ssh_channel_request_exec(channel->get(), command.c_str()) != SSH_OK) {
-      return fail(ErrorKind::failed, "{}: cannot start `{}`: {}", label, command,
-                  failure(session, watchdog));
-    }
-  }
+  const auto try_open = [&] {
+    channel.emplace(session, watch);
+    return channel->open();
+  };
+  FERRY_TRY(start_channel(
+      session, label, try_open, [&] { return channel->get(); }, command, request, watchdog, lock,
+      free_a_channel));
   return follow(session, channel->get(), watch, request, watchdog, lock);
 }
 

@@ -192,6 +192,8 @@ private:
     }
     return *m_watchdog;
   }
+  bool free_a_channel(std::unique_lock<std::mutex>& lock, bool& refused, int& refusals);
+  ssh::StandbyUse standby_use();
   std::string connect_failure_hint() const
   {
     return m_target.connect_timeout_s > 0
@@ -289,6 +291,60 @@ void SshSession::prepare_idle()
   }
 }
 
+// Called holding the lock when the server refuses a run's channel. A channel of this session
+// that ended a moment ago may still hold its slot (sshd frees it once it has reaped the
+// command): then the bound stays and the open is tried again shortly.
+bool SshSession::free_a_channel(std::unique_lock<std::mutex>& lock, bool& refused, int& refusals)
+{
+  // A standby still being opened holds a slot too: once it is open, it goes as below.
+  m_changed.wait_for(lock, std::chrono::seconds(5), [this] { return !m_standby_opening; });
+  if (!m_spares.empty() || m_standby) {
+    // A spare, else the standby, takes a slot the run needs: it goes first. Its slot is free
+    // once sshd has reaped what ran there (a python standby's two processes take a moment):
+    // until then a refusal is not taken for the server's bound.
+    if (!m_spares.empty()) {
+      m_spares.pop_back();
+    } else {
+      m_standby.reset();
+    }
+    m_last_exec_end = Clock::now();
+    return true;
+  }
+  const bool just_freed = Clock::now() - m_last_exec_end < k_slot_reaping;
+  if (m_execs > 1) {
+    // This session's other channels fill the server's MaxSessions: no more at once.
+    if (!just_freed || ++refusals > k_max_refusals) {
+      m_channel_limit = m_execs - 1;
+    }
+    refused = true;
+    return false;
+  }
+  // A host with MaxSessions 1 refuses a second channel while SFTP holds one: SFTP steps
+  // aside for the exec and starts again for the next SFTP step.
+  if (m_files && m_files->suspend()) {
+    m_channel_limit = 1;
+    debug("the server refused a second channel (MaxSessions 1?): SFTP closed while the job "
+          "runs, reopened after it");
+    return true;
+  }
+  return just_freed;
+}
+
+// What a run may use of the standbys, holding the lock.
+ssh::StandbyUse SshSession::standby_use()
+{
+  return {&m_standby, &m_no_python_standby,
+          [this] {
+            // Only when this run is the session's one exec: among runs side by side the
+            // standby would take a slot one of them needs. A sh standby starts in a moment: it
+            // waits for the run's end.
+            if (m_execs == 1 && m_standby_taken && next_standby_python()) {
+              m_standby_taken();
+            }
+          },
+          &m_spares, m_no_python_standby ? std::string() : m_python_command};
+}
+
 Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
 {
   ExecRequest bounded = request;
@@ -306,61 +362,17 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       ++m_execs;
     }
     bool refused = false;
-    // Called holding the lock when the server refuses the channel. A channel of this session
-    // that ended a moment ago may still hold its slot (sshd frees it once it has reaped the
-    // command): then the bound stays and the open is tried again shortly.
     const auto free_a_channel = [this, &refused, &refusals](std::unique_lock<std::mutex>& lock) {
-      // A standby still being opened holds a slot too: once it is open, it goes as below.
-      m_changed.wait_for(lock, std::chrono::seconds(5), [this] { return !m_standby_opening; });
-      if (!m_spares.empty()) {
-        m_spares.pop_back();
-        m_last_exec_end = Clock::now();
-        return true;
-      }
-      if (m_standby) {
-        // The standby takes a slot the run needs: it goes first. Its slot is free once sshd
-        // has reaped what ran there (a python standby's two processes take a moment): until
-        // then a refusal is not taken for the server's bound.
-        m_standby.reset();
-        m_last_exec_end = Clock::now();
-        return true;
-      }
-      const bool just_freed = Clock::now() - m_last_exec_end < k_slot_reaping;
-      if (m_execs > 1) {
-        // This session's other channels fill the server's MaxSessions: no more at once.
-        if (!just_freed || ++refusals > k_max_refusals) {
-          m_channel_limit = m_execs - 1;
-        }
-        refused = true;
-        return false;
-      }
-      // A host with MaxSessions 1 refuses a second channel while SFTP holds one: SFTP steps
-      // aside for the exec and starts again for the next SFTP step.
-      if (m_files && m_files->suspend()) {
-        m_channel_limit = 1;
-        debug("the server refused a second channel (MaxSessions 1?): SFTP closed while the job "
-              "runs, reopened after it");
-        return true;
-      }
-      return just_freed;
+      return this->free_a_channel(lock, refused, refusals);
     };
-    std::string python_command;
+    ssh::StandbyUse standby;
     {
       const std::lock_guard lock(m_mutex);
       m_last_run_python = request.python_standby;
-      python_command = m_no_python_standby ? std::string() : m_python_command;
+      standby = standby_use();
     }
-    auto outcome = ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel,
-                             {&m_standby, &m_no_python_standby,
-                              [this] {
-                                // Only when this run is the session's one exec: among runs
-                                // side by side the standby would take a slot one of them needs.
-                                // A sh standby starts in a moment: it waits for the run's end.
-                                if (m_execs == 1 && m_standby_taken && next_standby_python()) {
-                                  m_standby_taken();
-                                }
-                              },
-                              &m_spares, python_command});
+    auto outcome =
+        ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel, standby);
     {
       const std::lock_guard lock(m_mutex);
       --m_execs;
