@@ -465,7 +465,10 @@ def main():
         end_marker = serve(environment)
         # The run's stderr ends here too: ferry takes the channel back for its next run. A stop
         # that comes between runs ends this process, as it would end the standby sh.
-        write_all(2, end_marker + b" stay\n")
+        try:
+            write_all(2, end_marker + b" stay\n")
+        except OSError:
+            os._exit(0)  # nobody reads any more (the connection has gone)
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, WATCHED)
 
 
