@@ -5,6 +5,8 @@ namespace ferry {
 namespace {
 // The login shell's startup noise is kept for diagnosis only, up to this much.
 constexpr std::size_t k_noise_cap = 64 * 1024;
+// Up to this much of a stream's capture grows as it comes; past it, the cap is reserved.
+constexpr std::size_t k_small_output = 1024 * 1024;
 } // namespace
 
 OutputCapture::OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker,
@@ -92,6 +94,12 @@ void OutputCapture::keep(std::string_view job_bytes)
   const std::size_t head_cap = m_cap - m_cap / 2;
   if (m_out.bytes.size() < head_cap) {
     const std::size_t n = std::min(job_bytes.size(), head_cap - m_out.bytes.size());
+    if (m_out.bytes.size() + n > k_small_output && m_out.bytes.capacity() < m_cap) {
+      // A large output: the whole capture's room at once, instead of a string that doubles
+      // up to the head's cap and is then moved into that room (each step a copy, and freed
+      // blocks of megabytes that malloc may keep: the peak RSS varied by 8 MiB between runs).
+      m_out.bytes.reserve(m_cap);
+    }
     m_out.bytes.append(job_bytes.substr(0, n));
     job_bytes.remove_prefix(n);
   }

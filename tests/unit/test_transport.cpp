@@ -230,7 +230,7 @@ TEST_CASE("the launcher's report carries result.json's bytes, framed by their si
   }
 }
 
-TEST_CASE("a whole report ends at its clean line; a staying standby's run ends there", "[launcher]")
+TEST_CASE("a whole report ends at its clean line: there a staying standby's run ends", "[launcher]")
 {
   CHECK(is_whole_launcher_report("0 exit\nresult none\nclean removed\n"));
   CHECK(is_whole_launcher_report("7 exit\nresult file 3\n{}\nclean kept\n"));
