@@ -214,7 +214,6 @@ def output_held_elsewhere():
     # exec) still holds this channel's stdout or stderr: one that left the job's group, which
     # could write into the next run's output. A process killed a moment ago may not have let go
     # yet: looked at twice, 20 ms apart.
-    import time
     try:
         mine = {os.readlink("/proc/self/fd/1"), os.readlink("/proc/self/fd/2")}
         ancestors = set()
