@@ -49,6 +49,12 @@ SPACED_S = 0.3                    # case 1b: the pause before each timed run
 CHECK_TIMEOUT_S = 600
 HYPERFINE_TIMEOUT_S = 3600
 
+# Floors, timed beside the baselines (no target of their own): what no tool that connects
+# anew, or that starts a fresh python per job, can go below on this machine.
+FLOOR_CONNECT = "floor: ssh curve25519 true (connection and session, no job)"
+FLOOR_PYTHON = f"floor: {REPEAT}× python3 job, here, one per core at a time (no SSH)"
+HOST_PYTHON = "/usr/bin/python3"  # the test user's python3 (a login PATH)
+
 TARGETS = {
     # key: (description, limit); ratio targets are "ferry <= limit x baseline"
     "c1_ssh": ("ferry ≤ 0.6× this", 0.6),
@@ -579,9 +585,11 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
         ("ssh ControlMaster python3 -", f"{ssh1_cm} python3 - < {q(plain)}"),
         ("scp + ssh", f"scp -q -F {q(cfg1)} {q(plain)} {alias1}:{remote_tmp} && {ssh1} python3 {remote_tmp}"),
         ("ansible -m script", f"ansible all -i {q(inv1)} -m script -a {q(plain + ' executable=python3')}"),
+        # What the cold target leaves room for: the connection and the session alone, no job.
+        (FLOOR_CONNECT, f"{ssh1_kex} true"),
     ]
     for name, cmd in c1:
-        run_checked(f"case 1: {name}", cmd, env, cwd, expect=EXPECT_TEXT)
+        run_checked(f"case 1: {name}", cmd, env, cwd, expect=None if name == FLOOR_CONNECT else EXPECT_TEXT)
     wait_for_holders(ferry, env, 1)
 
     # --- case 2 ------------------------------------------------------------------------------
@@ -597,6 +605,9 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
         (f"{REPEAT}× ssh python3 -", ssh_loop),
         (f"{REPEAT}× ssh ControlMaster python3 -", ssh_loop.replace(ssh1, ssh1_cm)),
         (f"ansible-playbook loop ×{REPEAT}", f"ansible-playbook -i {q(inv1)} {q(playbook)}"),
+        # What the 20-job target leaves room for: the 20 interpreters alone, on this machine's
+        # cores (the host's: loopback), no SSH at all.
+        (FLOOR_PYTHON, f"seq {REPEAT} | xargs -P {os.cpu_count() or 1} -I @ {q(HOST_PYTHON)} {q(plain)}"),
     ]
     for name, cmd in c2:
         if name == "ferry run (1 job)":
@@ -608,8 +619,9 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
                              f"expected {REPEAT}:\n{proc.stdout[-3000:]}")
         if "ansible" in name and f"ok=1" not in proc.stdout and "changed=1" not in proc.stdout:
             raise BenchError(f"case 2: ansible-playbook recap is not ok:\n{proc.stdout[-3000:]}")
-        if name.startswith(f"{REPEAT}× ssh") and proc.stdout.count(EXPECT_TEXT) != REPEAT:
-            raise BenchError(f"case 2: ssh loop printed {proc.stdout.count(EXPECT_TEXT)} outputs")
+        if (name.startswith(f"{REPEAT}× ssh") or name == FLOOR_PYTHON) \
+                and proc.stdout.count(EXPECT_TEXT) != REPEAT:
+            raise BenchError(f"case 2: {name} printed {proc.stdout.count(EXPECT_TEXT)} outputs")
 
     # --- case 3 ------------------------------------------------------------------------------
     ssh16 = (f"for h in {' '.join(aliases)}; do "
@@ -747,6 +759,22 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
         "",
         f"Targets met: {sum(ok for _, ok, _ in verdicts)}/{len(verdicts)}"
         + "".join(f"\n- {'met' if ok else '**MISSED**'}: {d} — got {got}" for d, ok, got in verdicts),
+        "",
+    ]
+    floor_c = r1[FLOOR_CONNECT]["median_ms"]
+    kex = r1["ssh curve25519 python3 -"]["median_ms"]
+    floor_p = r2[FLOOR_PYTHON]["median_ms"]
+    master20 = r2[f"{REPEAT}× ssh ControlMaster python3 -"]["median_ms"]
+    lines += [
+        "Floors (timed in the same invocations; no target of their own):",
+        f"- cold single job: a bare connection and session (`ssh curve25519 true`) takes "
+        f"{floor_c:.1f} ms = {floor_c / kex:.3f}× the curve25519 ssh job; the target asks "
+        f"≤ {TARGETS['c1_kex'][1]}× for a connection and the job; ferry took "
+        f"{r1['ferry run']['median_ms'] - floor_c:+.1f} ms beyond the bare connection",
+        f"- {REPEAT} jobs on one host: the {REPEAT} python interpreters alone, here, one per core "
+        f"at a time, take {floor_p:.1f} ms = {floor_p / master20:.3f}× the {REPEAT} ControlMaster "
+        f"calls; the target asks ≤ {TARGETS['c2_master'][1]}×; ferry's held run took "
+        f"{r2[c2[2][0]]['median_ms'] - floor_p:+.1f} ms beyond them",
         "",
     ]
     if RETRIES:
