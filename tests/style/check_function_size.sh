@@ -25,10 +25,10 @@ config='{Checks: "-*,readability-function-size,readability-function-cognitive-co
 # lines and complexity 10: the same 238 warnings; 62 s instead of 200 s on 2 cores).
 db=$(mktemp -d)
 trap 'rm -rf "$db"' EXIT
-python3 - "$build/compile_commands.json" "$db" "$(pwd)" <<'EOF_PY'
+python3 - "$build/compile_commands.json" "$db" <<'EOF_PY'
 import glob, json, os, re, sys
 entries = json.load(open(sys.argv[1]))
-db, root = sys.argv[2], sys.argv[3]
+db = sys.argv[2]
 src = {os.path.abspath(f) for f in glob.glob("src/**/*.cpp", recursive=True)}
 covered, units, out = set(), [], []
 for e in entries:
