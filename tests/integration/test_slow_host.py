@@ -360,6 +360,14 @@ class SlowHost(unittest.TestCase):
         statuses = {r["run_id"]: r["status"] for r in logged.records}
         self.assertEqual(statuses.get(rec["run_id"]), "ok", logged)
 
+    def test_the_first_run_starts_on_a_channel_opened_while_it_was_staged(self):
+        # The session's first run: its channel was opened, and its `/bin/sh -s` started, while
+        # the SFTP steps made its run directory. The exec is then the launcher's line and the
+        # job's output: 1 round trip, not 2 (channel open, exec request) plus the output's.
+        rec = self.results["echo"].record
+        self.assertEqual(rec["status"], "ok", rec)
+        self.assertLess(rec["timings"]["exec"], 1.5 * RTT_S, rec["timings"])
+
     def test_a_later_run_uses_the_held_connection(self):
         res = self.results["echo_held"]
         self.assertEqual(res.code, 0, res)

@@ -306,7 +306,10 @@ public:
   explicit Standby(ssh_session session) : channel(session, watch) {}
   channel_detail::ExitWatch watch; // before the channel, whose callbacks point at it
   channel_detail::ExecChannel channel;
-  bool python = false; // its command is the python standby (src/remote/standby.py)
+  bool python = false;  // its command is the python standby (src/remote/standby.py)
+  std::string command;  // what it runs: `/bin/sh -s`, or the python standby's command
+  bool open = false;    // the server confirmed the channel (its exec request comes next)
+  bool started = false; // the server accepted the exec request
 };
 
 void StandbyFree::operator()(Standby* standby) const
@@ -319,40 +322,66 @@ bool is_python(const StandbyChannel& standby)
   return standby && standby->python;
 }
 
+StandbyChannel begin_standby(ssh_session session, const std::string& python_command)
+{
+  static const std::string sh_command = *shell_neutral_command({"/bin/sh", "-s"});
+  StandbyChannel standby(new Standby(session));
+  standby->python = !python_command.empty();
+  standby->command = standby->python ? python_command : sh_command;
+  return advance_standby(session, *standby) == StandbyState::failed ? nullptr : std::move(standby);
+}
+
+StandbyState advance_standby(ssh_session session, Standby& standby)
+{
+  while (!standby.started) {
+    ssh_set_blocking(session, 0);
+    const int rc = standby.open
+                       ? ssh_channel_request_exec(standby.channel.get(), standby.command.c_str())
+                       : standby.channel.open_step();
+    ssh_set_blocking(session, 1);
+    if (rc == SSH_AGAIN) {
+      return StandbyState::pending;
+    }
+    if (rc != SSH_OK) {
+      return StandbyState::failed;
+    }
+    if (standby.open) {
+      standby.started = true;
+    } else {
+      standby.open = true;
+    }
+  }
+  return StandbyState::ready;
+}
+
+StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
+                              StandbyChannel standby, std::chrono::steady_clock::duration limit)
+{
+  const auto until = Clock::now() + limit;
+  const int fd = ssh_get_fd(session);
+  // The lock released while the server answers: the session's runs and SFTP steps go on
+  // meanwhile.
+  while (standby) {
+    const StandbyState state = advance_standby(session, *standby);
+    if (state == StandbyState::ready) {
+      return standby;
+    }
+    if (state == StandbyState::failed || Clock::now() > until || !ssh_is_connected(session)) {
+      return nullptr;
+    }
+    lock.unlock();
+    pollfd socket{fd, POLLIN, 0};
+    (void)::poll(&socket, 1, 20);
+    lock.lock();
+  }
+  return nullptr;
+}
+
 StandbyChannel open_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
                             std::chrono::steady_clock::duration limit,
                             const std::string& python_command)
 {
-  StandbyChannel standby(new Standby(session));
-  const auto until = Clock::now() + limit;
-  const int fd = ssh_get_fd(session);
-  // Non-blocking, the lock released while the server answers: the session's runs and SFTP
-  // steps go on meanwhile.
-  const auto step = [&](const auto& call) {
-    while (true) {
-      ssh_set_blocking(session, 0);
-      const int rc = call();
-      ssh_set_blocking(session, 1);
-      if (rc != SSH_AGAIN) {
-        return rc == SSH_OK;
-      }
-      if (Clock::now() > until || !ssh_is_connected(session)) {
-        return false;
-      }
-      lock.unlock();
-      pollfd socket{fd, POLLIN, 0};
-      (void)::poll(&socket, 1, 20);
-      lock.lock();
-    }
-  };
-  static const std::string sh_command = *shell_neutral_command({"/bin/sh", "-s"});
-  standby->python = !python_command.empty();
-  const std::string& command = standby->python ? python_command : sh_command;
-  if (!step([&] { return standby->channel.open_step(); }) ||
-      !step([&] { return ssh_channel_request_exec(standby->channel.get(), command.c_str()); })) {
-    return nullptr;
-  }
-  return standby;
+  return finish_standby(session, lock, begin_standby(session, python_command), limit);
 }
 
 namespace {

@@ -2,6 +2,7 @@
 // Every file operation of an SSH session, over SFTP: the run base and run directories, uploads
 // written in place with O_EXCL, the result's fetch, and the cleanup.
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -49,6 +50,9 @@ public:
   void forget_run_dir(const std::string& path) { m_uploaded.erase(path); }
   // Closes the SFTP channel (the next request opens it again); false when none was open.
   bool suspend();
+  // Called before each SFTP request while the SFTP channel is open (the session's lock held):
+  // the session takes a standby it is opening one step further meanwhile.
+  void on_step(std::function<void()> step) { m_on_step = std::move(step); }
 
 private:
   [[nodiscard]] Expected<void> start();
@@ -98,6 +102,7 @@ private:
   std::map<std::string, JobCacheSeen> m_cache_seen;
   std::chrono::steady_clock::time_point m_cache_listed_at{};
   bool m_cache_off = false;
+  std::function<void()> m_on_step; // on_step
 };
 
 } // namespace ferry::ssh

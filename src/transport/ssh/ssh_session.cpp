@@ -145,6 +145,13 @@ public:
   }
   void prepare_exec() override;
   void prepare_idle() override;
+  // The session's first run: its channel is opened as soon as the SFTP channel is open, while
+  // the SFTP steps that stage the run go on (a direct run; a holder opens its standbys itself).
+  void prepare_run(const Job& /*job*/, int /*timeout_s*/) override
+  {
+    const std::lock_guard lock(m_mutex);
+    m_early_wanted = !std::exchange(m_early_asked, true);
+  }
   void on_standby_taken(std::function<void()> callback) override
   {
     const std::lock_guard lock(m_mutex);
@@ -176,6 +183,7 @@ private:
     if (!m_files) {
       m_files.emplace(m_session.get(), m_target.spec, m_where.user, m_target.remote_base,
                       watchdog(), m_stop);
+      m_files->on_step([this] { step_early_standby(); });
     }
     return *m_files;
   }
@@ -193,6 +201,9 @@ private:
     return *m_watchdog;
   }
   bool free_a_channel(std::unique_lock<std::mutex>& lock, bool& refused, int& refusals);
+  void step_early_standby();
+  void settle_early_standby(std::unique_lock<std::mutex>& lock,
+                            std::chrono::steady_clock::duration limit);
   ssh::StandbyUse standby_use();
   std::string connect_failure_hint() const
   {
@@ -224,6 +235,12 @@ private:
   // The next run's channel, opened ahead (prepare_exec); not counted in m_execs. Last: it ends
   // first, while the connection is still up.
   ssh::StandbyChannel m_standby;
+  // The first run's standby while the SFTP steps that stage it open it (prepare_run): begun
+  // once the SFTP channel is open (so that on a host with MaxSessions 1 SFTP keeps its slot),
+  // taken a step further at each SFTP request, and waited for by the run's exec.
+  ssh::StandbyChannel m_early;
+  bool m_early_wanted = false; // prepare_run asked for it; it is begun at the next SFTP step
+  bool m_early_asked = false;  // only for the session's first run
   // Python standbys that stayed after runs side by side, for the next ones; closed once the
   // holder has been idle a moment (prepare_idle), or when a run needs their slot.
   std::vector<ssh::StandbyChannel> m_spares;
@@ -247,7 +264,7 @@ void SshSession::prepare_exec()
 {
   std::unique_lock lock(m_mutex);
   // Only with room for it and one more channel: a standby never keeps a run waiting.
-  if (m_standby || !m_session || !ssh_is_connected(m_session.get()) ||
+  if (m_standby || m_early || !m_session || !ssh_is_connected(m_session.get()) ||
       m_channel_limit - m_execs < 2) {
     return;
   }
@@ -289,6 +306,46 @@ void SshSession::prepare_idle()
   if (m_standby && !ssh::is_python(m_standby) && next_standby_python()) {
     m_standby.reset(); // a sh standby: the next prepare_exec opens a python one
   }
+}
+
+// Called holding the lock before each SFTP request (SftpFiles::on_step), never waiting.
+void SshSession::step_early_standby()
+{
+  if (std::exchange(m_early_wanted, false) && !m_standby && m_execs == 0 && m_channel_limit > 1) {
+    m_early = ssh::begin_standby(m_session.get());
+  }
+  if (!m_early) {
+    return;
+  }
+  switch (ssh::advance_standby(m_session.get(), *m_early)) {
+  case ssh::StandbyState::pending:
+    return;
+  case ssh::StandbyState::ready:
+    if (!m_standby) {
+      m_standby = std::move(m_early);
+    }
+    break;
+  case ssh::StandbyState::failed:
+    break;
+  }
+  m_early.reset();
+}
+
+// Called holding the lock by a run's exec: the early standby still being opened is waited for
+// (the lock released meanwhile), so that the run takes it rather than opening another channel.
+void SshSession::settle_early_standby(std::unique_lock<std::mutex>& lock,
+                                      std::chrono::steady_clock::duration limit)
+{
+  if (!m_early) {
+    return;
+  }
+  m_standby_opening = true;
+  auto standby = ssh::finish_standby(m_session.get(), lock, std::move(m_early), limit);
+  m_standby_opening = false;
+  if (standby && !m_standby) {
+    m_standby = std::move(standby);
+  }
+  m_changed.notify_all();
 }
 
 // Called holding the lock when the server refuses a run's channel. A channel of this session
@@ -351,8 +408,9 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
   int refusals = 0;
   ssh::CallWatchdog* dog = nullptr;
   {
-    const std::lock_guard lock(m_mutex);
+    std::unique_lock lock(m_mutex);
     dog = &watchdog();
+    settle_early_standby(lock, dog->limits().call);
   }
   bounded.start_limit = dog->limits().call; // the login shell runs before the launcher
   while (true) {
