@@ -150,7 +150,9 @@ public:
   void prepare_run(const Job& /*job*/, int /*timeout_s*/) override
   {
     const std::lock_guard lock(m_mutex);
-    m_early_wanted = !std::exchange(m_early_asked, true);
+    if (!std::exchange(m_early_asked, true)) {
+      m_early_wanted = true;
+    }
   }
   void on_standby_taken(std::function<void()> callback) override
   {
