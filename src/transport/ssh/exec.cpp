@@ -355,7 +355,8 @@ StandbyState advance_standby(ssh_session session, Standby& standby)
 }
 
 StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
-                              StandbyChannel standby, std::chrono::steady_clock::duration limit)
+                              StandbyChannel standby, std::chrono::steady_clock::duration limit,
+                              const StopToken* stop)
 {
   const auto until = Clock::now() + limit;
   const int fd = ssh_get_fd(session);
@@ -366,7 +367,8 @@ StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>&
     if (state == StandbyState::ready) {
       return standby;
     }
-    if (state == StandbyState::failed || Clock::now() > until || !ssh_is_connected(session)) {
+    if (state == StandbyState::failed || Clock::now() > until || !ssh_is_connected(session) ||
+        (stop != nullptr && stop->stop_requested())) {
       return nullptr;
     }
     lock.unlock();

@@ -57,10 +57,10 @@ struct StandbyUse {
 // A standby opened step by step, never waiting: begin_standby sends the channel's open (null
 // when that fails at once), advance_standby takes it one step further each time it is called
 // (the exec request once the server confirmed the channel) and says where it stands, and
-// finish_standby waits for the rest as open_standby does (null when it fails or `limit`
-// passes). A direct run's session opens its first run's standby this way while its SFTP steps
-// go on (the SFTP calls take in the server's answers). Its owner keeps a pending standby until
-// it is ready or failed, or the session ends: a freed one's confirmation would name a channel
+// finish_standby waits for the rest as open_standby does (null when it fails, `limit` passes or
+// `stop` is asked for). A direct run's session opens its first run's standby this way while its
+// SFTP steps go on (the SFTP calls take in the server's answers). Its owner keeps a pending standby
+// until it is ready or failed, or the session ends: a freed one's confirmation would name a channel
 // libssh no longer knows.
 enum class StandbyState { pending, ready, failed };
 [[nodiscard]] StandbyChannel begin_standby(ssh_session session,
@@ -68,7 +68,8 @@ enum class StandbyState { pending, ready, failed };
 [[nodiscard]] StandbyState advance_standby(ssh_session session, Standby& standby);
 [[nodiscard]] StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
                                             StandbyChannel standby,
-                                            std::chrono::steady_clock::duration limit);
+                                            std::chrono::steady_clock::duration limit,
+                                            const StopToken* stop = nullptr);
 
 // Opens a standby channel, holding `lock` only while it calls libssh (not while the server
 // answers); nullptr when the server refuses it, or it fails, or `limit` passes. Its command is

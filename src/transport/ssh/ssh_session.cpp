@@ -205,7 +205,7 @@ private:
   bool free_a_channel(std::unique_lock<std::mutex>& lock, bool& refused, int& refusals);
   void step_early_standby();
   void settle_early_standby(std::unique_lock<std::mutex>& lock,
-                            std::chrono::steady_clock::duration limit);
+                            std::chrono::steady_clock::duration limit, const StopToken& stop);
   ssh::StandbyUse standby_use();
   std::string connect_failure_hint() const
   {
@@ -336,13 +336,14 @@ void SshSession::step_early_standby()
 // Called holding the lock by a run's exec: the early standby still being opened is waited for
 // (the lock released meanwhile), so that the run takes it rather than opening another channel.
 void SshSession::settle_early_standby(std::unique_lock<std::mutex>& lock,
-                                      std::chrono::steady_clock::duration limit)
+                                      std::chrono::steady_clock::duration limit,
+                                      const StopToken& stop)
 {
   if (!m_early) {
     return;
   }
   m_standby_opening = true;
-  auto standby = ssh::finish_standby(m_session.get(), lock, std::move(m_early), limit);
+  auto standby = ssh::finish_standby(m_session.get(), lock, std::move(m_early), limit, &stop);
   m_standby_opening = false;
   if (standby && !m_standby) {
     m_standby = std::move(standby);
@@ -412,7 +413,7 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
   {
     std::unique_lock lock(m_mutex);
     dog = &watchdog();
-    settle_early_standby(lock, dog->limits().call);
+    settle_early_standby(lock, dog->limits().call, request.stop);
   }
   bounded.start_limit = dog->limits().call; // the login shell runs before the launcher
   while (true) {
