@@ -7,7 +7,9 @@
 # (the login environment's PATH, HOME, USER, LANG, TERM and LC_*), stdin from /dev/null and
 # SIGINT and SIGQUIT ignored, as an asynchronous command of sh gets them. BOOT waits on its
 # descriptor 3. This process waits on stdin for the run's line, the one a standby sh gets:
-# `exec /bin/sh RUN_DIR/launch.sh`.
+# `exec /bin/sh RUN_DIR/launch.sh`; or, for a run whose files ferry left to it,
+# `stage RUN_DIR LAUNCH JOB ENTRY SIZE` and launch.sh's SIZE bytes: it makes the run directory,
+# the job's link to its job cache ENTRY and launch.sh itself, then goes on as for that line.
 #
 # launch.sh carries a `# ferry-standby 1 ...` line when its job may run here: interpreter
 # `python3` and no declared environment. Then this process does what launch.sh does, in the same
@@ -255,6 +257,10 @@ def read_spec(launch):
             head = f.read(16384)
     except OSError:
         return None
+    return spec_of(head)
+
+
+def spec_of(head):
     for line in head.split(b"\n")[:8]:
         if line.startswith(SPEC_PREFIX):
             try:
@@ -271,6 +277,63 @@ def read_spec(launch):
                 spec[number] = int(spec[number])
             return spec
     return None
+
+
+def read_exact(size):
+    # The next `size` bytes of stdin (after the line); None when it ends first.
+    data = PENDING[0]
+    while len(data) < size:
+        chunk = os.read(0, max(65536, size - len(data)))
+        if not chunk:
+            return None
+        data += chunk
+    PENDING[0] = data[size:]
+    return data[:size]
+
+
+def plain_name(name):
+    return name not in (b"", b".", b"..") and b"/" not in name
+
+
+def stage(words, interpreter):
+    # `stage RUN_DIR LAUNCH JOB ENTRY SIZE`, then SIZE bytes: launch.sh. Makes the run directory
+    # (0700), the job's link to its job cache entry and launch.sh (0600, O_EXCL), as ferry's SFTP
+    # steps would have, and returns launch.sh's path. A run that cannot be staged ends as a
+    # launcher that cannot change into its directory does: its sentinels, the reason, 125.
+    run_dir, launch_name, job_file, entry, size = words
+    if (not size.isdigit() or not run_dir.startswith(b"/") or not plain_name(launch_name)
+            or not plain_name(job_file)):
+        interpreter.dismiss()
+        write_all(2, b"ferry-standby: not a stage line\n")
+        os._exit(125)
+    payload = read_exact(int(size))
+    if payload is None:
+        interpreter.dismiss()
+        os._exit(0)
+    launch = run_dir + b"/" + launch_name
+    made = False
+    try:
+        os.mkdir(run_dir, 0o700)
+        made = True
+        os.chmod(run_dir, 0o700)
+        os.symlink(entry, run_dir + b"/" + job_file)
+        fd = os.open(launch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            write_all(fd, payload)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        interpreter.dismiss()
+        if made:
+            remove_tree(os.fsdecode(run_dir))
+        spec = spec_of(payload[:16384])
+        if spec is not None:
+            write_all(1, spec["sentinel"] + b"\n")
+            write_all(2, spec["sentinel"] + b"\n")
+        write_all(2, ("ferry-standby: cannot stage the run in %s: %s\n"
+                      % (os.fsdecode(run_dir), e.strerror)).encode())
+        os._exit(125)
+    return os.fsdecode(launch)
 
 
 def as_sh_would(launch, environment, interpreter):
@@ -481,11 +544,14 @@ def serve(environment):
         interpreter.dismiss()
         os._exit(0)
     words = line.split(b" ")
-    if len(words) != 3 or words[:2] != [b"exec", b"/bin/sh"]:
+    if len(words) == 6 and words[0] == b"stage":
+        launch = stage(words[1:], interpreter)
+    elif len(words) == 3 and words[:2] == [b"exec", b"/bin/sh"]:
+        launch = os.fsdecode(words[2])
+    else:
         interpreter.dismiss()
         write_all(2, b"ferry-standby: not a launcher line\n")
         os._exit(125)
-    launch = os.fsdecode(words[2])
     # Blocked from here: a stop that comes while the run starts is taken once the job runs.
     _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED)
     spec = read_spec(launch)

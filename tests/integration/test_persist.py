@@ -500,6 +500,67 @@ class Persistence(unittest.TestCase):
         self.assertNotEqual(rec["stdout"], f"{ready[0]}\n")
         self.assertRegex(rec["stdout"], r"^[0-9]+\n$")
 
+    def sftp_server(self) -> int:
+        """The held session's SFTP server: sshd's `USER@internal-sftp` process."""
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read().rstrip(b"\0") == f"sshd: {self.user}@internal-sftp".encode():
+                        found.append(int(entry))
+            except (OSError, ValueError):
+                continue
+        self.assertEqual(len(found), 1, self.srv.describe_processes(self.user))
+        return found[0]
+
+    def test_a_held_python_run_is_staged_by_its_python_standby(self):
+        # With a python standby waiting, a python job's run takes no SFTP step: the standby makes
+        # its run directory, the job's link into the job cache and launch.sh, and the launcher's
+        # work removes them. Shown with the session's SFTP server stopped: the run ends ok. A sh
+        # job's run has its files made over SFTP, as ever: it waits until the server goes on.
+        self.python_standby()
+        sftp = self.sftp_server()
+        os.kill(sftp, signal.SIGSTOP)
+        try:
+            res = self.ferry("run", self.job, "--json", timeout=30)
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual(res.record["status"], "ok", res.record)
+            self.assertEqual(res.record["stdout"], "hi\n")
+            self.assertIn("pid", res.record["result"])
+            sh_job = write_job(self.tmp, "sh_staged", "echo from sh\n", interpreter="sh")
+            argv = [ferry_bin(), "run", sh_job, "--host", self.srv.alias("bash"),
+                    "--ssh-config", self.srv.ssh_config, "--json"]
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env={**os.environ, **self.env})
+            time.sleep(2)
+            self.assertIsNone(proc.poll(), "a sh job's run did not wait for SFTP")
+        finally:
+            os.kill(sftp, signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertEqual(json.loads(out)["stdout"], "from sh\n")
+        base = os.path.join(pwd.getpwnam(self.user).pw_dir, ".cache", "ferry", "runs")
+        self.assertEqual([n for n in os.listdir(base) if not n.startswith("ferry-job-")], [],
+                         "a run directory was left behind")
+
+    def test_a_python_standby_that_goes_once_it_was_given_the_files_gives_way_too(self):
+        # The run's files are handed to a python standby that is stopped, which then dies
+        # without reading them: they are made over SFTP and the run goes to a new channel.
+        standby = self.python_standby()
+        os.kill(standby, signal.SIGSTOP)
+        argv = [ferry_bin(), "run", self.launcher_pid_job, "--host", self.srv.alias("bash"),
+                "--ssh-config", self.srv.ssh_config, "--json"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={**os.environ, **self.env})
+        time.sleep(1.5)
+        os.kill(standby, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 0, err)
+        rec = json.loads(out)
+        self.assertEqual(rec["status"], "ok", rec)
+        self.assertNotEqual(rec["stdout"], f"{standby}\n")
+        self.assertRegex(rec["stdout"], r"^[0-9]+\n$")
+
     def test_runs_side_by_side_leave_python_standbys_for_the_next_ones(self):
         # Four python jobs at -j 4 through a holder with a python standby: one run takes it, the
         # other three open python standbys of their own (each run's launcher is its standby),

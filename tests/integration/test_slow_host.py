@@ -36,6 +36,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import pwd
 import re
 import shutil
 import struct
@@ -280,6 +281,7 @@ class SlowHost(unittest.TestCase):
             err.seek(0)
             cls.results[name] = Result(subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read()))
         cls.run_through_holder(ferry, echo)
+        cls.run_staged_by_standby(ferry, echo)
         cls.report_costs()
 
     @classmethod
@@ -301,11 +303,46 @@ class SlowHost(unittest.TestCase):
         cls.results["echo_held"] = Result(proc)
 
     @classmethod
+    def python_standbys(cls, user: str) -> list[int]:
+        """The user's python standbys (`python3 -I -S ENTRY ferry-standby`) on the host."""
+        uid = pwd.getpwnam(user).pw_uid
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                if os.stat(f"/proc/{entry}").st_uid != uid:
+                    continue
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except (OSError, ValueError):
+                continue
+            if argv[:3] == [b"python3", b"-I", b"-S"] and argv[4:5] == [b"ferry-standby"]:
+                found.append(int(entry))
+        return found
+
+    @classmethod
+    def run_staged_by_standby(cls, ferry, echo):
+        """The echo run a third time, once the holder, idle, has its python standby waiting:
+        the standby stages the run (docs/persistence.md, "Staged by the python standby")."""
+        deadline = time.monotonic() + RUN_LIMIT_S
+        while not cls.python_standbys(cls.users["echo"]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        # Its process is there half a round trip before the holder hears that its channel is.
+        time.sleep(RTT_S)
+        argv = cls.link.client_argv(ferry, "run", echo, "-p", "text=staged", "-p", "items=y", "-p", "blob=2",
+                                    "--host", cls.users["echo"], "--ssh-config", cls.srv.ssh_config,
+                                    "--json", "-v")
+        started = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, env={**os.environ, **cls.env},
+                              timeout=RUN_LIMIT_S)
+        cls.wall["echo_staged"] = time.monotonic() - started
+        cls.results["echo_staged"] = Result(proc)
+
+    @classmethod
     def report_costs(cls):
         """What one run costs over the link, in seconds and round trips (for the record)."""
         lines = [f"slow link: TCP connect {cls.connect_s:.2f} s, SSH banner after {cls.banner_s:.2f} s "
                  f"(round trip {RTT_S:.0f} s)"]
-        for name in ("echo", "fits", "overrun", "echo_held"):
+        for name in ("echo", "fits", "overrun", "echo_held", "echo_staged"):
             try:
                 rec = cls.results[name].record
             except Exception:  # the tests below report a missing or bad record
@@ -381,6 +418,19 @@ class SlowHost(unittest.TestCase):
         self.assertLess(rec["timings"]["connect"], 0.5 * RTT_S, rec["timings"])
         first = self.results["echo"].record
         self.assertLess(rec["duration_s"], first["duration_s"] - 7 * RTT_S, (rec["timings"], first["timings"]))
+        self.assertEqual(self.srv.run_dirs(self.users["echo"]), [])
+
+    def test_a_held_run_staged_by_its_python_standby_takes_one_round_trip(self):
+        # Once the holder has its python standby waiting, a python job's run is its line to the
+        # standby, which makes the run's files itself, and the report back: 1 round trip, where
+        # the run directory, the job's link and launch.sh took 5 more over SFTP.
+        res = self.results["echo_staged"]
+        self.assertEqual(res.code, 0, res)
+        self.assertIn(b"using the connection held by process", res.stderr)
+        rec = res.record
+        self.assertEqual(rec["status"], "ok", res)
+        self.assertEqual(rec["result"]["params"], {"text": "staged", "items": ["y"], "blob": 2})
+        self.assertLess(rec["duration_s"], 1.5 * RTT_S, rec["timings"])
         self.assertEqual(self.srv.run_dirs(self.users["echo"]), [])
 
     # --- timeouts count from the job's start, not from the connect ------------------------------

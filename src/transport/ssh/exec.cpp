@@ -390,12 +390,14 @@ namespace {
 
 // Runs the launcher on a standby channel; nullopt when the channel has gone meanwhile (or never
 // showed the launcher's first line: its shell had gone), and a new channel should run it.
-// *stayed: a python standby stays for the next run (its channel is still open).
+// *stayed: a python standby stays for the next run (its channel is still open). `stage` (a
+// python standby only): the line that has it make the run's files, sent instead (*handed set).
 std::optional<ExecOutcome> run_on_standby(ssh_session session, Standby& standby,
                                           const std::string& command, const ExecRequest& request,
                                           CallWatchdog& watchdog,
                                           std::unique_lock<std::mutex>& lock,
-                                          bool* python_standby_failed, bool& stayed)
+                                          bool* python_standby_failed, bool& stayed,
+                                          const std::string* stage, bool* handed)
 {
   const ssh_channel channel = standby.channel.get();
   (void)ssh_channel_poll(channel, 0); // takes in a close or an exit that came meanwhile
@@ -405,7 +407,10 @@ std::optional<ExecOutcome> run_on_standby(ssh_session session, Standby& standby,
   }
 
   // Neutral tokens only: the line means the same to any sh.
-  const std::string line = "exec " + command + "\n";
+  const std::string line = stage != nullptr ? *stage : "exec " + command + "\n";
+  if (stage != nullptr) {
+    *handed = true;
+  }
   {
     const auto armed = watchdog.arm("start the launcher", &request.stop);
     if (ssh_channel_write(channel, line.data(), static_cast<uint32_t>(line.size())) !=
@@ -429,6 +434,23 @@ std::optional<ExecOutcome> run_on_standby(ssh_session session, Standby& standby,
   }
   return outcome;
 }
+
+// A run's files still to be made (StandbyUse::settle): made once, over SFTP, unless a python
+// standby was given them (`handed`: then only if that standby did not run it).
+struct Settle {
+  std::function<Expected<void>(bool)> files;
+  bool handed = false;
+  [[nodiscard]] bool pending() const { return static_cast<bool>(files); }
+  Expected<void> operator()()
+  {
+    if (!files) {
+      return {};
+    }
+    auto make = std::exchange(files, nullptr);
+    const bool after_standby = std::exchange(handed, false);
+    return make(after_standby);
+  }
+};
 
 // A python standby that stayed after its run: the standby if there is none, else a spare while
 // there is room. Holding the lock.
@@ -480,19 +502,62 @@ Expected<void> start_channel(ssh_session session, std::string_view label,
   return {};
 }
 
-// run_on_standby, and the standby kept when it stays for the next run.
-std::optional<ExecOutcome> run_and_keep(ssh_session session, StandbyChannel standby,
-                                        const std::string& command, const ExecRequest& request,
-                                        CallWatchdog& watchdog, std::unique_lock<std::mutex>& lock,
-                                        const StandbyUse& use)
+// run_on_standby, and the standby kept when it stays for the next run. A run still to be staged
+// is staged by a python standby, else over SFTP first.
+Expected<std::optional<ExecOutcome>>
+run_and_keep(ssh_session session, StandbyChannel standby, const std::string& command,
+             const ExecRequest& request, CallWatchdog& watchdog, std::unique_lock<std::mutex>& lock,
+             const StandbyUse& use, Settle& settle)
 {
+  const bool stages = settle.pending() && standby->python;
+  if (!stages) {
+    FERRY_TRY(settle());
+  }
   bool stayed = false;
-  auto outcome = run_on_standby(session, *standby, command, request, watchdog, lock,
-                                use.python_failed, stayed);
+  auto outcome =
+      run_on_standby(session, *standby, command, request, watchdog, lock, use.python_failed, stayed,
+                     stages ? &use.stage : nullptr, &settle.handed);
   if (stayed) {
     keep_standby(use, std::move(standby));
   }
   return outcome;
+}
+
+// The run on a standby: the one the session has, else (a python3 job's run, none free) a python
+// standby of its own. nullopt: none, or it could not run there; the run goes to a channel of its
+// own.
+Expected<std::optional<ExecOutcome>>
+run_on_a_standby(ssh_session session, std::string_view label, const std::string& command,
+                 const ExecRequest& request, CallWatchdog& watchdog,
+                 std::unique_lock<std::mutex>& lock, const FreeAChannel& free_a_channel,
+                 const StandbyUse& standby, Settle& settle)
+{
+  const bool may_use = standby.standby != nullptr && is_launcher(request.argv);
+  // Freed while the lock is held, as every channel.
+  if (StandbyChannel taken = may_use ? take_standby(standby) : nullptr) {
+    // A python standby usually stays for the next run: no other opens meanwhile.
+    if (standby.taken && !taken->python) {
+      standby.taken();
+    }
+    return run_and_keep(session, std::move(taken), command, request, watchdog, lock, standby,
+                        settle);
+  }
+  if (!may_use || !request.python_standby || standby.python_command.empty() ||
+      (standby.python_failed != nullptr && *standby.python_failed)) {
+    return std::optional<ExecOutcome>();
+  }
+  // No standby free (runs side by side): this run's channel is a python standby of its own,
+  // which may stay for a later run.
+  StandbyChannel fresh;
+  const auto try_open = [&] {
+    fresh.reset(new Standby(session));
+    fresh->python = true;
+    return fresh->channel.open();
+  };
+  FERRY_TRY(start_channel(
+      session, label, try_open, [&] { return fresh->channel.get(); }, standby.python_command,
+      request, watchdog, lock, free_a_channel));
+  return run_and_keep(session, std::move(fresh), command, request, watchdog, lock, standby, settle);
 }
 
 } // namespace
@@ -503,35 +568,20 @@ Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const Ex
 {
   FERRY_TRY_ASSIGN(const auto command, shell_neutral_command(request.argv));
   std::unique_lock lock(mutex);
-  const bool may_use = standby.standby != nullptr && is_launcher(request.argv);
-  // Freed while the lock is held, as every channel.
-  if (StandbyChannel taken = may_use ? take_standby(standby) : nullptr) {
-    // A python standby usually stays for the next run: no other opens meanwhile.
-    if (standby.taken && !taken->python) {
-      standby.taken();
-    }
-    if (auto outcome =
-            run_and_keep(session, std::move(taken), command, request, watchdog, lock, standby)) {
-      return std::move(*outcome);
-    }
-  } else if (may_use && request.python_standby && !standby.python_command.empty() &&
-             (standby.python_failed == nullptr || !*standby.python_failed)) {
-    // No standby free (runs side by side): this run's channel is a python standby of its own,
-    // which may stay for a later run.
-    StandbyChannel fresh;
-    const auto try_open = [&] {
-      fresh.reset(new Standby(session));
-      fresh->python = true;
-      return fresh->channel.open();
-    };
-    FERRY_TRY(start_channel(
-        session, label, try_open, [&] { return fresh->channel.get(); }, standby.python_command,
-        request, watchdog, lock, free_a_channel));
-    if (auto outcome =
-            run_and_keep(session, std::move(fresh), command, request, watchdog, lock, standby)) {
-      return std::move(*outcome);
-    }
-    // It could not start here: the run goes to a channel of its own.
+  Settle settle{standby.settle};
+  auto on_standby = run_on_a_standby(session, label, command, request, watchdog, lock,
+                                     free_a_channel, standby, settle);
+  if (standby.staged_by_standby != nullptr) {
+    *standby.staged_by_standby = settle.handed;
+  }
+  FERRY_TRY(on_standby);
+  if (*on_standby) {
+    return std::move(**on_standby);
+  }
+  // It could not start there: the run goes to a channel of its own, its files made first.
+  FERRY_TRY(settle());
+  if (standby.staged_by_standby != nullptr) {
+    *standby.staged_by_standby = false;
   }
   ExitWatch watch;
   // Declared after the lock: the channel is freed (a libssh call) while the lock is held.

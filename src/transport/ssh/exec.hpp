@@ -40,6 +40,10 @@ using StandbyChannel = std::unique_ptr<Standby, StandbyFree>;
 // python3 job's run (ExecRequest::python_standby) that finds none opens its channel with that
 // command and runs there as on a python standby. A python standby that stays after its run
 // becomes the standby, or a spare (at most k_max_spare_standbys).
+// A run with `stage` (the line and launch.sh's bytes: src/remote/standby.py) has no files on the
+// host yet: a python standby it runs on makes them itself (*staged_by_standby is set once the
+// line has gone to one). Before the run goes anywhere else, `settle` (called holding the lock)
+// makes them over SFTP; its argument says whether a standby was given the line first.
 using FreeAChannel = std::function<bool(std::unique_lock<std::mutex>&)>;
 inline constexpr std::size_t k_max_spare_standbys = 8;
 struct StandbyUse {
@@ -48,6 +52,9 @@ struct StandbyUse {
   std::function<void()> taken;   // called (holding the lock) once the run has taken it
   std::vector<StandbyChannel>* spares = nullptr;
   std::string python_command;
+  std::string stage;
+  std::function<Expected<void>(bool)> settle;
+  bool* staged_by_standby = nullptr;
 };
 [[nodiscard]] Expected<ExecOutcome> exec(ssh_session session, std::string_view label,
                                          const ExecRequest& request, CallWatchdog& watchdog,

@@ -245,6 +245,25 @@ Expected<void> SftpFiles::prepare_base()
   return {};
 }
 
+std::string SftpFiles::new_run_dir_name() const
+{
+  return fmt::format("{}/ferry-{}-{}", m_base, utc_compact(std::chrono::system_clock::now()),
+                     random_hex(16));
+}
+
+Expected<void> SftpFiles::make_run_dir(const std::string& dir)
+{
+  FERRY_TRY(start());
+  const auto armed = arm("create the run directory");
+  if (sftp_mkdir(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
+    return fail(ErrorKind::failed, "{}", error("create the run directory", dir));
+  }
+  if (m_chmod_run_dirs.value_or(true) && sftp_chmod(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
+    return fail(ErrorKind::failed, "{}", error("set mode 0700 on", dir));
+  }
+  return {};
+}
+
 Expected<std::string> SftpFiles::create_run_dir()
 {
   FERRY_TRY(prepare_base());
@@ -252,8 +271,7 @@ Expected<std::string> SftpFiles::create_run_dir()
   // 1): start it again before the mkdir.
   FERRY_TRY(start());
   const auto armed = arm("create the run directory");
-  const std::string dir = fmt::format(
-      "{}/ferry-{}-{}", m_base, utc_compact(std::chrono::system_clock::now()), random_hex(16));
+  const std::string dir = new_run_dir_name();
   if (sftp_mkdir(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
     return fail(ErrorKind::failed, "{}", error("create the run directory", dir));
   }

@@ -38,6 +38,25 @@ public:
   // HostSession::put_job_file: a link to the job cache's entry (sftp_job_cache.cpp).
   [[nodiscard]] Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
                                             const std::string& sha256);
+  // For a run a held session's python standby stages itself (docs/persistence.md, "Staged by
+  // the python standby"). Whether a run directory may be named without being made: the base is
+  // known and the session made its first (so the sweep and the umask check are done).
+  [[nodiscard]] bool names_run_dirs() const
+  {
+    return !m_base.empty() && m_chmod_run_dirs.has_value() && !m_suspended;
+  }
+  [[nodiscard]] std::string new_run_dir_name() const;
+  // Makes a run directory named by new_run_dir_name (0700, as create_run_dir makes one).
+  [[nodiscard]] Expected<void> make_run_dir(const std::string& dir);
+  // The job cache's entry that put_job_file would link `path` to, when the cache holds it;
+  // nullopt when put_job_file would upload.
+  [[nodiscard]] std::optional<std::string>
+  cached_job_entry(const std::string& path, std::string_view bytes, const std::string& sha256);
+  // Files made on the host by others, removed by name at the cleanup as put_file's are.
+  void note_put(const std::string& path)
+  {
+    m_uploaded[path.substr(0, path.rfind('/'))].push_back(path);
+  }
   // A script of ferry's own in the job cache (as a job's bytes are kept): its entry's path.
   [[nodiscard]] Expected<std::string> cache_script(std::string_view file_name,
                                                    std::string_view bytes);

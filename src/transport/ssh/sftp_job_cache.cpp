@@ -55,6 +55,18 @@ Expected<bool> SftpFiles::put_job_file(const std::string& path, std::string_view
                            Error{ErrorKind::failed, error("link the cached job at", path)});
 }
 
+std::optional<std::string> SftpFiles::cached_job_entry(const std::string& path,
+                                                       std::string_view bytes,
+                                                       const std::string& sha256)
+{
+  const std::string name = job_cache_name(sha256, path.substr(path.rfind('/') + 1));
+  if (m_base.empty() || m_cache_off || name.empty() || sha256_hex(bytes) != sha256 ||
+      !job_cache_has(name, bytes.size())) {
+    return std::nullopt;
+  }
+  return m_base + "/" + name;
+}
+
 Expected<std::string> SftpFiles::cache_script(std::string_view file_name, std::string_view bytes)
 {
   FERRY_TRY(prepare_base());

@@ -4,6 +4,7 @@
 // and auth (who we are), sftp_files, exec.
 #include <condition_variable>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -77,16 +78,43 @@ public:
   bool concurrent_runs() const override { return true; }
   Expected<std::string> create_run_dir() override
   {
-    return with_sftp([this] { return files().create_run_dir(); });
+    return with_sftp([this]() -> Expected<std::string> {
+      if (defers_staging()) {
+        std::string dir = files().new_run_dir_name();
+        m_deferred[dir];
+        return dir;
+      }
+      return files().create_run_dir();
+    });
   }
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
   {
-    return with_sftp([&] { return files().put_file(path, bytes); });
+    return with_sftp([&]() -> Expected<void> {
+      const std::string dir = parent_of(path);
+      if (const auto it = m_deferred.find(dir); it != m_deferred.end() && it->second.job &&
+                                                !it->second.launch &&
+                                                path == dir + "/" + k_launcher_file) {
+        it->second.launch = std::string(bytes);
+        return {};
+      }
+      FERRY_TRY(settle_deferred(path));
+      return files().put_file(path, bytes);
+    });
   }
   Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
                               const std::string& sha256) override
   {
-    return with_sftp([&] { return files().put_job_file(path, bytes, sha256); });
+    return with_sftp([&]() -> Expected<bool> {
+      if (const auto it = m_deferred.find(parent_of(path));
+          it != m_deferred.end() && !it->second.job && !it->second.launch) {
+        if (auto entry = files().cached_job_entry(path, bytes, sha256)) {
+          it->second.job = DeferredJob{path, std::string(bytes), sha256, std::move(*entry)};
+          return true;
+        }
+      }
+      FERRY_TRY(settle_deferred(path));
+      return files().put_job_file(path, bytes, sha256);
+    });
   }
   void bind_stop(const StopToken& stop) override
   {
@@ -96,31 +124,52 @@ public:
   Expected<ExecOutcome> exec(const ExecRequest& request) override;
   Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override
   {
-    return with_sftp([&] { return files().fetch_file(path, cap); });
+    return with_sftp([&]() -> Expected<FetchedFile> {
+      FERRY_TRY(settle_deferred(path));
+      return files().fetch_file(path, cap);
+    });
   }
   Expected<bool> file_exists(const std::string& path) override
   {
-    return with_sftp([&] { return files().file_exists(path); });
+    return with_sftp([&]() -> Expected<bool> {
+      FERRY_TRY(settle_deferred(path));
+      return files().file_exists(path);
+    });
   }
   Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override
   {
-    return with_sftp([&] { return files().fetch_stream(path, sink); });
+    return with_sftp([&]() -> Expected<FetchedFile> {
+      FERRY_TRY(settle_deferred(path));
+      return files().fetch_stream(path, sink);
+    });
   }
   Expected<void> make_dir(const std::string& path) override
   {
-    return with_sftp([&] { return files().make_dir(path); });
+    return with_sftp([&]() -> Expected<void> {
+      FERRY_TRY(settle_deferred(path));
+      return files().make_dir(path);
+    });
   }
   Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path) override
   {
-    return with_sftp([&] { return files().list_dir(path); });
+    return with_sftp([&]() -> Expected<std::optional<std::vector<DirEntry>>> {
+      FERRY_TRY(settle_deferred(path));
+      return files().list_dir(path);
+    });
   }
   Expected<void> remove_run_dir(const std::string& path) override
   {
-    return with_sftp([&] { return files().remove_run_dir(path); });
+    return with_sftp([&]() -> Expected<void> {
+      if (m_deferred.erase(path) > 0) {
+        return {}; // never made on the host
+      }
+      return files().remove_run_dir(path);
+    });
   }
   void forget_run_dir(const std::string& path) override
   {
     const std::lock_guard lock(m_mutex);
+    m_deferred.erase(path);
     if (m_files) {
       m_files->forget_run_dir(path);
     }
@@ -169,6 +218,34 @@ private:
     m_changed.wait(lock, [this] { return m_channel_limit > 1 || m_execs == 0; });
     return step();
   }
+  // A run directory whose files a python standby is to make (docs/persistence.md, "Staged by
+  // the python standby"): named by create_run_dir, filled by put_job_file and put_file, handed
+  // to the standby by exec; made over SFTP (settle_deferred) when anything else needs it.
+  struct DeferredJob {
+    std::string path;
+    std::string bytes;
+    std::string sha256;
+    std::string entry; // its job cache entry
+  };
+  struct Deferred {
+    std::optional<DeferredJob> job;
+    std::optional<std::string> launch; // launch.sh's bytes
+  };
+  static std::string parent_of(const std::string& path) { return path.substr(0, path.rfind('/')); }
+  // Holding the lock: whether the next run's files may wait for its standby.
+  [[nodiscard]] bool defers_staging()
+  {
+    return !m_python_command.empty() && !m_no_python_standby && m_channel_limit > 2 &&
+           m_deferred.size() < k_max_deferred && m_files && m_files->names_run_dirs();
+  }
+  // Holding the lock: makes, over SFTP, the deferred run directory `path` is in (or is), as
+  // create_run_dir, put_job_file and put_file would have. `after_standby`: a standby that was
+  // given them may have made part of it before it went.
+  Expected<void> settle_deferred(const std::string& path, bool after_standby = false);
+  // The `stage` line and launch.sh's bytes for a run whose files a python standby may make
+  // (`dir` set to its run directory); empty when there is none.
+  std::string stage_line(const ExecRequest& request, std::string& dir);
+  void staged_by_the_standby(const std::string& dir);
   Expected<void> connect_once();
   Expected<void> open_connection();
   Unexpected<Error> connection_failed(const ssh::Stepped& step);
@@ -243,6 +320,8 @@ private:
   ssh::StandbyChannel m_early;
   bool m_early_wanted = false; // prepare_run asked for it; it is begun at the next SFTP step
   bool m_early_asked = false;  // only for the session's first run
+  std::map<std::string, Deferred> m_deferred; // by run directory
+  static constexpr std::size_t k_max_deferred = 64;
   // Python standbys that stayed after runs side by side, for the next ones; closed once the
   // holder has been idle a moment (prepare_idle), or when a run needs their slot.
   std::vector<ssh::StandbyChannel> m_spares;
@@ -286,7 +365,8 @@ void SshSession::prepare_exec()
 void SshSession::prepare_idle()
 {
   const std::lock_guard lock(m_mutex);
-  m_spares.clear(); // what stayed for runs side by side goes once nobody runs
+  m_spares.clear();   // what stayed for runs side by side goes once nobody runs
+  m_deferred.clear(); // runs whose client went before their exec
   if (m_no_python_standby || !m_session || !ssh_is_connected(m_session.get())) {
     return;
   }
@@ -305,6 +385,13 @@ void SshSession::prepare_idle()
     return;
   }
   m_python_command = "python3 -I -S " + *entry + " ferry-standby";
+  if (!m_files->names_run_dirs()) {
+    // The session's first run directory checks the server's umask and sweeps the base: made
+    // here, while nobody waits, so that the next run's can be left to its standby.
+    if (auto dir = files().create_run_dir()) {
+      (void)files().remove_run_dir(*dir);
+    }
+  }
   if (m_standby && !ssh::is_python(m_standby) && next_standby_python()) {
     m_standby.reset(); // a sh standby: the next prepare_exec opens a python one
   }
@@ -393,7 +480,8 @@ bool SshSession::free_a_channel(std::unique_lock<std::mutex>& lock, bool& refuse
 // What a run may use of the standbys, holding the lock.
 ssh::StandbyUse SshSession::standby_use()
 {
-  return {&m_standby, &m_no_python_standby,
+  return {&m_standby,
+          &m_no_python_standby,
           [this] {
             // Only when this run is the session's one exec: among runs side by side the
             // standby would take a slot one of them needs. A sh standby starts in a moment: it
@@ -402,12 +490,80 @@ ssh::StandbyUse SshSession::standby_use()
               m_standby_taken();
             }
           },
-          &m_spares, m_no_python_standby ? std::string() : m_python_command};
+          &m_spares,
+          m_no_python_standby ? std::string() : m_python_command,
+          {},
+          {},
+          nullptr};
+}
+
+Expected<void> SshSession::settle_deferred(const std::string& path, bool after_standby)
+{
+  auto it = m_deferred.find(path);
+  if (it == m_deferred.end()) {
+    it = m_deferred.find(parent_of(path));
+  }
+  if (it == m_deferred.end()) {
+    return {};
+  }
+  const std::string dir = it->first;
+  const Deferred deferred = std::move(it->second);
+  m_deferred.erase(it);
+  if (after_standby) {
+    (void)files().remove_run_dir(dir); // what the standby made before it went, if anything
+  }
+  FERRY_TRY(files().make_run_dir(dir));
+  if (deferred.job) {
+    FERRY_TRY(files().put_job_file(deferred.job->path, deferred.job->bytes, deferred.job->sha256));
+  }
+  if (deferred.launch) {
+    FERRY_TRY(files().put_file(dir + "/" + k_launcher_file, *deferred.launch));
+  }
+  return {};
+}
+
+std::string SshSession::stage_line(const ExecRequest& request, std::string& dir)
+{
+  if (request.argv.size() != 2 || request.argv[0] != "/bin/sh" || !request.python_standby) {
+    return {};
+  }
+  const std::lock_guard lock(m_mutex);
+  const std::string run_dir = parent_of(request.argv[1]);
+  const auto it = m_deferred.find(run_dir);
+  if (it == m_deferred.end() || !it->second.job || !it->second.launch ||
+      request.argv[1] != run_dir + "/" + k_launcher_file) {
+    return {};
+  }
+  const Deferred& deferred = it->second;
+  dir = run_dir;
+  return fmt::format("stage {} {} {} {} {}\n", run_dir, k_launcher_file,
+                     deferred.job->path.substr(run_dir.size() + 1), deferred.job->entry,
+                     deferred.launch->size()) +
+         *deferred.launch;
+}
+
+// Holding the lock: the run's files were made on the host by its standby; removed by name, as
+// uploads are, if ferry cleans up after all.
+void SshSession::staged_by_the_standby(const std::string& dir)
+{
+  if (const auto it = m_deferred.find(dir); it != m_deferred.end()) {
+    files().note_put(it->second.job->path);
+    files().note_put(dir + "/" + k_launcher_file);
+    m_deferred.erase(it);
+  }
 }
 
 Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
 {
   ExecRequest bounded = request;
+  // A run whose files wait for a python standby: the line that hands them to it.
+  std::string staged_dir;
+  const std::string stage = stage_line(request, staged_dir);
+  if (staged_dir.empty()) {
+    FERRY_TRY(with_sftp([&] {
+      return settle_deferred(request.argv.size() == 2 ? request.argv[1] : std::string());
+    }));
+  }
   int refusals = 0;
   ssh::CallWatchdog* dog = nullptr;
   {
@@ -427,10 +583,18 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       return this->free_a_channel(lock, refused, refusals);
     };
     ssh::StandbyUse standby;
+    bool staged_by_standby = false;
     {
       const std::lock_guard lock(m_mutex);
       m_last_run_python = request.python_standby;
       standby = standby_use();
+      if (!staged_dir.empty() && m_deferred.contains(staged_dir)) {
+        standby.stage = stage;
+        standby.settle = [this, &staged_dir](bool after_standby) {
+          return settle_deferred(staged_dir, after_standby);
+        };
+        standby.staged_by_standby = &staged_by_standby;
+      }
     }
     auto outcome =
         ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel, standby);
@@ -438,6 +602,9 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       const std::lock_guard lock(m_mutex);
       --m_execs;
       m_last_exec_end = Clock::now();
+      if (staged_by_standby) {
+        staged_by_the_standby(staged_dir);
+      }
     }
     m_changed.notify_all();
     if (outcome || !refused || request.stop.stop_requested() || dog->fired()) {
