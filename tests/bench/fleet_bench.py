@@ -392,6 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=None, help="hyperfine warmup runs (default 2)")
     ap.add_argument("--out", default=None, help="also write the markdown report to this file")
     args = ap.parse_args(argv)
+    if args.out is not None and (os.path.isdir(args.out)
+                                 or not os.path.isdir(os.path.dirname(os.path.abspath(args.out)))):
+        ap.error(f"--out {args.out}: give a file path in an existing directory (the markdown "
+                 f"report is written there at the end)")
 
     runs = args.runs if args.runs is not None else (3 if args.quick else 10)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
