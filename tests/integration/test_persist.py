@@ -545,10 +545,16 @@ class Persistence(unittest.TestCase):
 
     def test_a_python_standby_that_goes_once_it_was_given_the_files_gives_way_too(self):
         # The run's files are handed to a python standby that is stopped, which then dies
-        # without reading them: they are made over SFTP and the run goes to a new channel.
-        standby = self.python_standby()
+        # without reading them: they are made over SFTP and the run goes to a new channel. (The
+        # job ran once before: only a job the host's job cache holds is left to the standby.)
+        self.python_standby()
+        res = self.ferry("run", self.launcher_pid_job)
+        self.assertEqual(res.code, 0, res)
+        ready = wait_until(lambda: self.standbys(self.user, ("python",)), 20)
+        self.assertEqual(len(ready or []), 1, self.srv.describe_processes(self.user))
+        standby = ready[0]
         os.kill(standby, signal.SIGSTOP)
-        argv = [ferry_bin(), "run", self.launcher_pid_job, "--host", self.srv.alias("bash"),
+        argv = [ferry_bin(), "-v", "run", self.launcher_pid_job, "--host", self.srv.alias("bash"),
                 "--ssh-config", self.srv.ssh_config, "--json"]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env={**os.environ, **self.env})
@@ -556,6 +562,7 @@ class Persistence(unittest.TestCase):
         os.kill(standby, signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
         self.assertEqual(proc.returncode, 0, err)
+        self.assertIn(b"upload (the job from the host's cache)", err)
         rec = json.loads(out)
         self.assertEqual(rec["status"], "ok", rec)
         self.assertNotEqual(rec["stdout"], f"{standby}\n")
