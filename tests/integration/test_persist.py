@@ -74,6 +74,14 @@ def peak_rss_kib(pid: int) -> int:
         return int(next(line for line in f if line.startswith("VmHWM:")).split()[1])
 
 
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -312,7 +320,9 @@ class Persistence(unittest.TestCase):
                     else None)
             if kind in kinds and alive(pid):
                 found.append(pid)
-        return found
+        # A python standby's child between its fork and its exec (the interpreter it starts
+        # ahead) still shows the standby's command line for a moment: not a standby.
+        return [pid for pid in found if parent_of(pid) not in found]
 
     def python_standby(self) -> int:
         """A holder for self.user whose standby is a python one (it becomes one once the holder
