@@ -42,10 +42,17 @@ public:
   // nobody waits. The next launcher run takes it.
   virtual void prepare_exec() {}
   // Puts the python standby's script in the host's job cache (or finds it there) so that later
-  // standbys are python standbys (docs/persistence.md); a holder calls it when it has been idle
-  // a while, as the SFTP steps may take round trips a run would wait for (then again only
-  // every few minutes). A sh standby opened before is closed, for prepare_exec to open a python
-  // one; python standbys that stayed after runs side by side are closed, but the standby.
+  // standbys are python standbys (docs/persistence.md), then makes (and removes) the session's
+  // first run directory, so that a run's files can be left to its python standby. It may take
+  // round trips: a holder calls it as it starts, and through prepare_idle; it gives the
+  // session's lock up between its steps, so that a run that comes meanwhile waits for one step
+  // at most. After the first time it looks at the script's place again only every few minutes.
+  // A sh standby opened before stays, for the next run.
+  virtual void prepare_python_standby() {}
+  // When the holder has been idle a while: python standbys that stayed after runs side by side
+  // are closed (but the standby), runs whose client went before their exec forgotten, and
+  // prepare_python_standby is called; a sh standby is then closed, for prepare_exec to open a
+  // python one.
   virtual void prepare_idle() {}
   // Called (holding the session's lock: it must only take note) when a run takes the standby,
   // so that the holder opens the next one while this run's job runs.

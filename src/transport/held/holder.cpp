@@ -80,7 +80,9 @@ public:
   void serve()
   {
     std::thread preparer([this] { prepare_loop(); });
-    want_standby();
+    // At once, not only once idle: runs that follow one another closely (a script's loop) may
+    // never leave the holder idle, and would all go without a python standby.
+    want(m_start_wanted);
     auto idle_since = Clock::now();
     std::optional<Clock::time_point> idle_work_at; // when prepare_idle was last asked for
     while (!m_exit && !interrupt_requested()) {
@@ -179,16 +181,22 @@ private:
   {
     std::unique_lock lock(m_prepare_mutex);
     while (!m_exit) {
-      m_prepare.wait(lock, [this] { return m_exit || m_standby_wanted || m_idle_wanted; });
+      m_prepare.wait(
+          lock, [this] { return m_exit || m_standby_wanted || m_idle_wanted || m_start_wanted; });
       if (m_exit) {
         return;
       }
-      const bool idle = m_idle_wanted;
+      const bool idle = std::exchange(m_idle_wanted, false);
+      const bool start = std::exchange(m_start_wanted, false);
       m_standby_wanted = false;
-      m_idle_wanted = false;
       lock.unlock();
       if (idle) {
         m_session.prepare_idle();
+      } else if (start) {
+        // A sh standby first, for a run that comes meanwhile; it stays for that run, and the
+        // standby after it is a python one.
+        m_session.prepare_exec();
+        m_session.prepare_python_standby();
       }
       m_session.prepare_exec(); // nothing to do when a standby is there
       lock.lock();
@@ -365,6 +373,7 @@ private:
   std::condition_variable m_prepare;
   bool m_standby_wanted = false;
   bool m_idle_wanted = false;
+  bool m_start_wanted = false; // prepare_python_standby, once, as the holder starts
 };
 
 // Listens on a fresh name, then renames it over the socket's: a stale socket of a dead holder

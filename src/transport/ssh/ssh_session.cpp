@@ -2,6 +2,7 @@
 // whose command is only `/bin/sh RUN_DIR/launch.sh`. Each concern has a file of its own in this
 // folder: config and options (where to go), proxy, host_key (whom to trust), identities, agent
 // and auth (who we are), sftp_files, exec.
+#include <atomic>
 #include <condition_variable>
 #include <limits>
 #include <map>
@@ -34,6 +35,9 @@ constexpr std::chrono::seconds k_slot_reaping{2};
 constexpr int k_max_refusals = 50;
 // How often an idle holder looks again at the python standby's script in the job cache.
 constexpr std::chrono::minutes k_script_check_every{10};
+// The holder's own SFTP steps wait for the runs' (SshSession::let_runs_go_first).
+constexpr std::chrono::milliseconds k_runs_quiet{20};
+constexpr std::chrono::seconds k_runs_first_at_most{10};
 
 bool is_transient_connect_error(std::string_view message)
 {
@@ -177,7 +181,13 @@ public:
   std::string options_identity() const override;
   bool alive() override
   {
-    const std::lock_guard lock(m_mutex);
+    // A session another thread is using now (a run's or the holder's SFTP steps, which may
+    // take round trips) is taken to be up: that thread finds out if it is not. A holder's hello
+    // must not wait for it.
+    const std::unique_lock lock(m_mutex, std::try_to_lock);
+    if (!lock) {
+      return true;
+    }
     if (!m_session || !ssh_is_connected(m_session.get())) {
       return false;
     }
@@ -187,13 +197,19 @@ public:
     ssh_set_blocking(m_session.get(), 1);
     return ssh_is_connected(m_session.get()) != 0;
   }
+  // The key the server offered at connect, checked again: no libssh call on the session, so it
+  // does not wait for a run's or the holder's SFTP steps (a holder's hello must answer soon).
   Expected<void> recheck_host_key() override
   {
-    const std::lock_guard lock(m_mutex);
-    return check_host_key();
+    const std::lock_guard lock(m_key_mutex);
+    if (!m_offered_key) {
+      return fail(ErrorKind::unreachable, "{}: not connected", m_target.spec);
+    }
+    return verify_offered_key();
   }
   void prepare_exec() override;
   void prepare_idle() override;
+  void prepare_python_standby() override;
   // The session's first run: its channel is opened as soon as the SFTP channel is open, while
   // the SFTP steps that stage the run go on (a direct run; a holder opens its standbys itself).
   void prepare_run(const Job& /*job*/, int /*timeout_s*/) override
@@ -214,10 +230,21 @@ private:
   // no exec holds it.
   template <typename Step> auto with_sftp(Step step) -> decltype(step())
   {
+    ++m_runs_at_sftp;
     std::unique_lock lock(m_mutex);
+    const Defer done([this] { // before the lock goes
+      --m_runs_at_sftp;
+      m_last_run_sftp = Clock::now();
+      m_changed.notify_all();
+    });
     m_changed.wait(lock, [this] { return m_channel_limit > 1 || m_execs == 0; });
     return step();
   }
+  // Holding the lock: the holder's own SFTP steps (prepare_python_standby) wait while runs
+  // make their files or run their jobs (an exec needs the lock for the job's output), and until
+  // none has for a moment (a run's next step follows its last within milliseconds), at most
+  // a while.
+  void let_runs_go_first(std::unique_lock<std::mutex>& lock);
   // A run directory whose files a python standby is to make (docs/persistence.md, "Staged by
   // the python standby"): named by create_run_dir, filled by put_job_file and put_file, handed
   // to the standby by exec; made over SFTP (settle_deferred) when anything else needs it.
@@ -250,6 +277,7 @@ private:
   Expected<void> open_connection();
   Unexpected<Error> connection_failed(const ssh::Stepped& step);
   Expected<void> check_host_key();
+  Expected<void> verify_offered_key(); // holding m_key_mutex
   void tell_story();
   void debug(std::string_view line) const
   {
@@ -301,12 +329,18 @@ private:
   std::optional<ssh::SftpFiles> m_files;
   ssh::Resolved m_where;
   std::string m_host_key_sha256;
+  std::mutex m_key_mutex; // around m_offered_key (recheck_host_key does not take m_mutex)
+  std::optional<ssh::ServerKey> m_offered_key;
   bool m_resolved = false;
   bool m_told = false;     // the config's story and warnings: once, not once per attempt
   bool m_no_retry = false; // a proxy that failed says why; trying again would not help
   std::mutex m_mutex;      // held around every libssh call once runs share the session
   std::condition_variable m_changed;
   int m_execs = 0; // exec channels open now
+  // Runs' SFTP steps waiting for the lock or under way, and when the last of them ended
+  // (let_runs_go_first).
+  std::atomic<int> m_runs_at_sftp{0};
+  Clock::time_point m_last_run_sftp;
   // How many exec channels the host takes at once: learnt from a refused channel (the server's
   // MaxSessions, less the SFTP channel); 1 also means SFTP must wait for the exec.
   int m_channel_limit = std::numeric_limits<int>::max();
@@ -364,36 +398,76 @@ void SshSession::prepare_exec()
 
 void SshSession::prepare_idle()
 {
+  {
+    const std::lock_guard lock(m_mutex);
+    m_spares.clear();   // what stayed for runs side by side goes once nobody runs
+    m_deferred.clear(); // runs whose client went before their exec
+  }
+  prepare_python_standby();
   const std::lock_guard lock(m_mutex);
-  m_spares.clear();   // what stayed for runs side by side goes once nobody runs
-  m_deferred.clear(); // runs whose client went before their exec
-  if (m_no_python_standby || !m_session || !ssh_is_connected(m_session.get())) {
-    return;
-  }
-  // The script's place in the job cache is looked at again every few minutes (the cache is
-  // pruned by other runs' sweeps), not at every idle moment: a look is an SFTP round trip.
-  const auto now = Clock::now();
-  if (!m_python_command.empty() && now - m_script_checked < k_script_check_every) {
-    return;
-  }
-  m_script_checked = now;
-  auto entry = files().cache_script(k_standby_script, remote_script(k_standby_script));
-  if (!entry || !is_shell_neutral_token(*entry)) {
-    m_no_python_standby = true;
-    m_python_command.clear();
-    debug("no python standby: its script cannot be kept in the job cache");
-    return;
-  }
-  m_python_command = "python3 -I -S " + *entry + " ferry-standby";
-  if (!m_files->names_run_dirs()) {
-    // The session's first run directory checks the server's umask and sweeps the base: made
-    // here, while nobody waits, so that the next run's can be left to its standby.
-    if (auto dir = files().create_run_dir()) {
-      (void)files().remove_run_dir(*dir);
-    }
-  }
   if (m_standby && !ssh::is_python(m_standby) && next_standby_python()) {
     m_standby.reset(); // a sh standby: the next prepare_exec opens a python one
+  }
+}
+
+void SshSession::let_runs_go_first(std::unique_lock<std::mutex>& lock)
+{
+  const auto until = Clock::now() + k_runs_first_at_most;
+  while (Clock::now() < until) {
+    if (m_runs_at_sftp > 0 || m_execs > 0) {
+      m_changed.wait_until(lock, until, [this] { return m_runs_at_sftp == 0 && m_execs == 0; });
+      continue;
+    }
+    const auto quiet = std::max(m_last_run_sftp, m_last_exec_end) + k_runs_quiet;
+    if (Clock::now() >= quiet) {
+      return;
+    }
+    m_changed.wait_until(lock, quiet);
+  }
+}
+
+// Each step takes the lock for itself, after the runs' own steps: a run that comes meanwhile
+// waits for one step at most.
+void SshSession::prepare_python_standby()
+{
+  {
+    std::unique_lock lock(m_mutex);
+    let_runs_go_first(lock);
+    if (m_no_python_standby || !m_session || !ssh_is_connected(m_session.get())) {
+      return;
+    }
+    // The script's place in the job cache is looked at again every few minutes (the cache is
+    // pruned by other runs' sweeps), not at every idle moment: a look is an SFTP round trip.
+    const auto now = Clock::now();
+    if (!m_python_command.empty() && now - m_script_checked < k_script_check_every) {
+      return;
+    }
+    m_script_checked = now;
+    auto entry = files().cache_script(k_standby_script, remote_script(k_standby_script));
+    if (!entry || !is_shell_neutral_token(*entry)) {
+      m_no_python_standby = true;
+      m_python_command.clear();
+      debug("no python standby: its script cannot be kept in the job cache");
+      return;
+    }
+    m_python_command = "python3 -I -S " + *entry + " ferry-standby";
+  }
+  // The session's first run directory checks the server's umask and sweeps the base: made
+  // here, while nobody waits, so that the next run's can be left to its standby.
+  std::optional<std::string> made;
+  {
+    std::unique_lock lock(m_mutex);
+    let_runs_go_first(lock);
+    if (m_session && ssh_is_connected(m_session.get()) && !m_files->names_run_dirs()) {
+      if (auto dir = files().create_run_dir()) {
+        made = std::move(*dir);
+      }
+    }
+  }
+  std::unique_lock lock(m_mutex);
+  let_runs_go_first(lock);
+  if (made && m_session && ssh_is_connected(m_session.get())) {
+    (void)files().remove_run_dir(*made);
   }
 }
 
@@ -726,8 +800,16 @@ Expected<void> SshSession::open_connection()
 
 Expected<void> SshSession::check_host_key()
 {
-  FERRY_TRY_ASSIGN(const auto offered, ssh::server_key(m_session.get(), m_target.spec));
+  FERRY_TRY_ASSIGN(auto offered, ssh::server_key(m_session.get(), m_target.spec));
+  const std::lock_guard lock(m_key_mutex);
   m_host_key_sha256 = offered.fingerprint;
+  m_offered_key = std::move(offered);
+  return verify_offered_key();
+}
+
+Expected<void> SshSession::verify_offered_key()
+{
+  const auto& offered = *m_offered_key;
   FERRY_TRY_ASSIGN(const auto verdict, ssh::verify_host_key(offered, m_where, m_target.spec));
   debug(fmt::format("host key {} {} {} {}", ssh_key_type_to_char(ssh_key_type(offered.key.get())),
                     offered.fingerprint, verdict.recorded ? "recorded in" : "found in",
