@@ -113,9 +113,10 @@ public:
       m_exit = true;
     }
     m_prepare.notify_one();
-    preparer.join();
-    // Runs under way when told to go end as on an interrupt: their jobs are stopped.
+    // Runs under way when told to go end as on an interrupt: their jobs are stopped. Before the
+    // preparer is waited for: its SFTP steps wait for the runs' (let_runs_go_first).
     request_interrupt();
+    preparer.join();
     for (auto until = Clock::now() + 15s; m_clients > 0 && Clock::now() < until;) {
       std::this_thread::sleep_for(20ms);
     }

@@ -458,7 +458,7 @@ void SshSession::prepare_python_standby()
   {
     std::unique_lock lock(m_mutex);
     let_runs_go_first(lock);
-    if (m_session && ssh_is_connected(m_session.get()) && !m_files->names_run_dirs()) {
+    if (m_session && ssh_is_connected(m_session.get()) && m_files && !m_files->names_run_dirs()) {
       if (auto dir = files().create_run_dir()) {
         made = std::move(*dir);
       }
