@@ -502,9 +502,12 @@ class SshServer:
 
     @staticmethod
     def processes_of(user: str) -> list[int]:
-        """pids of every process whose real, effective, saved or fs uid is that user's."""
+        """pids of every live process whose real, effective, saved or fs uid is that user's. A
+        zombie (state Z) is not counted: it is dead and holds nothing, and this machine's PID 1
+        reaps orphans late, longer still under load."""
         uid = pwd.getpwnam(_as_user(user)).pw_uid
-        return sorted(pid for pid, info in _proc_table().items() if uid in info["uids"])
+        return sorted(pid for pid, info in _proc_table().items()
+                      if uid in info["uids"] and info["state"] != "Z")
 
     @staticmethod
     def describe_processes(user: str) -> str:

@@ -223,7 +223,7 @@ class HostileJobsOverSsh(SshTestCase):
         self.assertEqual(proc.returncode, 130)
         log = run_ferry("log", "--json", "--limit", "1", env=self.env)
         self.assertEqual(log.records[0]["status"], "interrupted")
-        self.assertEqual(self.srv.wait_no_processes(user, 10), [])
+        self.assertEqual(self.srv.wait_no_processes(user, 10), [], self.srv.describe_processes(user))
         self.assertNoRunDirs("bash")
 
     def assertNoRunDirs(self, shell: str):

@@ -260,7 +260,8 @@ class ExternalSftp(SshRunBase):
         rec = self.assertRun(self.ferry("run", job, "--timeout", "1", "--json", shell="tcsh"),
                              status="timeout", code=1)
         self.assertEqual(rec["exit_code"], 124)
-        self.assertEqual(self.srv.wait_no_processes(self.srv.user("tcsh"), timeout_s=5), [])
+        user = self.srv.user("tcsh")
+        self.assertEqual(self.srv.wait_no_processes(user, timeout_s=5), [], self.srv.describe_processes(user))
         self.assertNoRunDirs("tcsh")
 
 
