@@ -523,12 +523,20 @@ class Persistence(unittest.TestCase):
         self.assertEqual(len(found), 1, self.srv.describe_processes(self.user))
         return found[0]
 
-    def test_a_held_python_run_is_staged_by_its_python_standby(self):
-        # With a python standby waiting, a python job's run takes no SFTP step: the standby makes
-        # its run directory, the job's link into the job cache and launch.sh, and the launcher's
-        # work removes them. Shown with the session's SFTP server stopped: the run ends ok. A sh
-        # job's run has its files made over SFTP, as ever: it waits until the server goes on.
+    def test_a_held_run_is_staged_by_its_python_standby(self):
+        # With a python standby waiting, a run takes no SFTP step: the standby makes its run
+        # directory, the job's link into the job cache and launch.sh, and the launcher's work
+        # removes them. Shown with the session's SFTP server stopped: a python job's run ends
+        # ok, and so does, on the standby that stayed after it, a sh job's (that standby then
+        # execs `/bin/sh launch.sh`: the launcher's pid is the standby's). A job the host's job
+        # cache lacks is uploaded over SFTP, as ever: its run waits until the server goes on.
+        sh_job = write_job(self.tmp, "sh_staged", "cut -d' ' -f1 .ferry-launcher\n", interpreter="sh")
         self.python_standby()
+        # Through the holder, whose session then knows the job's place in the host's job cache.
+        cached = self.ferry("-v", "run", sh_job, "--json")
+        self.assertEqual(cached.code, 0, cached)
+        self.assertIn(b"using the connection held", cached.stderr)
+        standby = self.python_standby()
         sftp = self.sftp_server()
         os.kill(sftp, signal.SIGSTOP)
         try:
@@ -537,13 +545,19 @@ class Persistence(unittest.TestCase):
             self.assertEqual(res.record["status"], "ok", res.record)
             self.assertEqual(res.record["stdout"], "hi\n")
             self.assertIn("pid", res.record["result"])
-            sh_job = write_job(self.tmp, "sh_staged", "echo from sh\n", interpreter="sh")
-            argv = [ferry_bin(), "run", sh_job, "--host", self.srv.alias("bash"),
+            self.assertEqual(self.standbys(self.user, ("python",)), [standby],
+                             "the python standby did not stay for the next run")
+            res = self.ferry("run", sh_job, "--json", timeout=30)
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual(res.record["status"], "ok", res.record)
+            self.assertEqual(res.record["stdout"], f"{standby}\n", self.srv.describe_processes(self.user))
+            new_job = write_job(self.tmp, "sh_uploaded", "echo from sh\n", interpreter="sh")
+            argv = [ferry_bin(), "run", new_job, "--host", self.srv.alias("bash"),
                     "--ssh-config", self.srv.ssh_config, "--json"]
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     env={**os.environ, **self.env})
             time.sleep(2)
-            self.assertIsNone(proc.poll(), "a sh job's run did not wait for SFTP")
+            self.assertIsNone(proc.poll(), "the run of a job the cache lacks did not wait for SFTP")
         finally:
             os.kill(sftp, signal.SIGCONT)
         out, err = proc.communicate(timeout=60)

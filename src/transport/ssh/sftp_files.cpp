@@ -251,11 +251,22 @@ std::string SftpFiles::new_run_dir_name() const
                      random_hex(16));
 }
 
+bool SftpFiles::mkdir_0700(const std::string& dir)
+{
+  const auto started = std::chrono::steady_clock::now();
+  if (sftp_mkdir(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
+    return false;
+  }
+  const auto took = std::chrono::steady_clock::now() - started;
+  m_round_trip = m_round_trip ? std::min(*m_round_trip, took) : took;
+  return true;
+}
+
 Expected<void> SftpFiles::make_run_dir(const std::string& dir)
 {
   FERRY_TRY(start());
   const auto armed = arm("create the run directory");
-  if (sftp_mkdir(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
+  if (!mkdir_0700(dir)) {
     return fail(ErrorKind::failed, "{}", error("create the run directory", dir));
   }
   if (m_chmod_run_dirs.value_or(true) && sftp_chmod(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
@@ -272,7 +283,7 @@ Expected<std::string> SftpFiles::create_run_dir()
   FERRY_TRY(start());
   const auto armed = arm("create the run directory");
   const std::string dir = new_run_dir_name();
-  if (sftp_mkdir(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
+  if (!mkdir_0700(dir)) {
     return fail(ErrorKind::failed, "{}", error("create the run directory", dir));
   }
   // sftp-server applies its umask, which can only take bits away from 0700: the session's first

@@ -38,6 +38,11 @@ constexpr std::chrono::minutes k_script_check_every{10};
 // The holder's own SFTP steps wait for the runs' (SshSession::let_runs_go_first).
 constexpr std::chrono::milliseconds k_runs_quiet{20};
 constexpr std::chrono::seconds k_runs_first_at_most{10};
+// A round trip from which a sh job's run is better staged by a python standby too: the SFTP
+// steps it saves (5 round trips, 100 ms and up) outweigh the interpreter the standby started
+// ahead for nothing (tens of ms of the host's CPU, while nobody waits). Well above what a busy
+// loopback or LAN takes, since the round trip is timed as it comes (SftpFiles::round_trip).
+constexpr std::chrono::milliseconds k_slow_link{20};
 
 bool is_transient_connect_error(std::string_view message)
 {
@@ -366,12 +371,18 @@ private:
   bool m_no_python_standby = false;
   std::function<void()> m_standby_taken; // on_standby_taken
   bool m_standby_opening = false;        // prepare_exec is opening one (it holds a slot)
-  // The last run could use a python standby (ExecRequest::python_standby): the next standby is
-  // one only then, and while one can be had here. Holding the lock.
+  // The last run could use a python standby (ExecRequest::python_standby), or the link is slow:
+  // the next standby is one only then, and while one can be had here. Holding the lock.
   bool m_last_run_python = true;
   [[nodiscard]] bool next_standby_python() const
   {
-    return m_last_run_python && !m_no_python_standby && !m_python_command.empty();
+    return (m_last_run_python || slow_link()) && !m_no_python_standby && !m_python_command.empty();
+  }
+  // A sh job's run is staged by a python standby too (k_slow_link). Holding the lock.
+  [[nodiscard]] bool slow_link() const
+  {
+    const auto round_trip = m_files ? m_files->round_trip() : std::nullopt;
+    return round_trip && *round_trip >= k_slow_link;
   }
 };
 
@@ -598,7 +609,7 @@ Expected<void> SshSession::settle_deferred(const std::string& path, bool after_s
 
 std::string SshSession::stage_line(const ExecRequest& request, std::string& dir)
 {
-  if (request.argv.size() != 2 || request.argv[0] != "/bin/sh" || !request.python_standby) {
+  if (request.argv.size() != 2 || request.argv[0] != "/bin/sh") {
     return {};
   }
   const std::lock_guard lock(m_mutex);
