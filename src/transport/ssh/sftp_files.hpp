@@ -129,6 +129,8 @@ private:
   // session uploads its jobs as any file.
   std::map<std::string, JobCacheSeen> m_cache_seen;
   std::chrono::steady_clock::time_point m_cache_listed_at{};
+  std::string m_cache_missing; // the name a look last found missing, and when
+  std::chrono::steady_clock::time_point m_cache_missing_at{};
   bool m_cache_off = false;
   std::function<void()> m_on_step; // on_step
 };

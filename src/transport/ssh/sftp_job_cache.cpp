@@ -15,6 +15,9 @@ using Clock = std::chrono::steady_clock;
 // How long a session trusts what it listed, checked or made without looking again: well inside
 // the two days in which no cleanup removes an entry a run touched.
 constexpr std::chrono::minutes k_trusted_for{10};
+// How long a name a look found missing is taken to be: the run that looked (cached_job_entry)
+// goes on to upload the job at once (put_job_file), without a second look.
+constexpr std::chrono::seconds k_missing_for{5};
 
 long long epoch_now()
 {
@@ -110,10 +113,15 @@ bool SftpFiles::job_cache_has(const std::string& name, std::size_t size)
     seen = known->second;
   } else if (known == m_cache_seen.end() && now - m_cache_listed_at < k_trusted_for) {
     return false; // not in the sweep's listing: missing
+  } else if (known == m_cache_seen.end() && name == m_cache_missing &&
+             now - m_cache_missing_at < k_missing_for) {
+    return false; // a look a moment ago found it missing
   } else {
     const auto armed = arm("look up the job cache entry " + entry);
     const Attributes attributes(sftp_lstat(sftp, entry.c_str()));
     if (!attributes) {
+      m_cache_missing = name;
+      m_cache_missing_at = now;
       return false;
     }
     seen = {attributes->type == SSH_FILEXFER_TYPE_REGULAR &&
