@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "ferry/fd.hpp"
@@ -37,7 +38,7 @@ constexpr int k_max_refusals = 50;
 constexpr std::chrono::minutes k_script_check_every{10};
 // The holder's own SFTP steps wait for the runs' (SshSession::let_runs_go_first).
 constexpr std::chrono::milliseconds k_runs_quiet{20};
-constexpr std::chrono::seconds k_runs_first_at_most{10};
+constexpr std::chrono::seconds k_runs_first_at_most{30};
 // A round trip from which a sh job's run is better staged by a python standby too: the SFTP
 // steps it saves (5 round trips, 100 ms and up) outweigh the interpreter the standby started
 // ahead for nothing (tens of ms of the host's CPU, while nobody waits). Well above what a busy
@@ -91,9 +92,14 @@ public:
       if (defers_staging()) {
         std::string dir = files().new_run_dir_name();
         m_deferred[dir];
+        m_staging.insert(dir);
         return dir;
       }
-      return files().create_run_dir();
+      auto dir = files().create_run_dir();
+      if (dir) {
+        m_staging.insert(*dir);
+      }
+      return dir;
     });
   }
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
@@ -169,6 +175,7 @@ public:
   Expected<void> remove_run_dir(const std::string& path) override
   {
     return with_sftp([&]() -> Expected<void> {
+      m_staging.erase(path);
       if (m_deferred.erase(path) > 0) {
         return {}; // never made on the host
       }
@@ -179,6 +186,7 @@ public:
   {
     const std::lock_guard lock(m_mutex);
     m_deferred.erase(path);
+    m_staging.erase(path);
     if (m_files) {
       m_files->forget_run_dir(path);
     }
@@ -246,9 +254,9 @@ private:
     return step();
   }
   // Holding the lock: the holder's own SFTP steps (prepare_python_standby) wait while runs
-  // make their files or run their jobs (an exec needs the lock for the job's output), and until
-  // none has for a moment (a run's next step follows its last within milliseconds), at most
-  // a while.
+  // make their files or run their jobs (an exec needs the lock for the job's output), from a
+  // run's directory to its job's end (its client may take a while between two steps), and
+  // until none has for a moment, at most a while.
   void let_runs_go_first(std::unique_lock<std::mutex>& lock);
   // A run directory whose files a python standby is to make (docs/persistence.md, "Staged by
   // the python standby"): named by create_run_dir, filled by put_job_file and put_file, handed
@@ -346,6 +354,9 @@ private:
   // (let_runs_go_first).
   std::atomic<int> m_runs_at_sftp{0};
   Clock::time_point m_last_run_sftp;
+  // Run directories named (create_run_dir) whose exec has not started: their runs are between
+  // steps, and their client may take a moment before the next (let_runs_go_first).
+  std::set<std::string> m_staging;
   // How many exec channels the host takes at once: learnt from a refused channel (the server's
   // MaxSessions, less the SFTP channel); 1 also means SFTP must wait for the exec.
   int m_channel_limit = std::numeric_limits<int>::max();
@@ -413,6 +424,7 @@ void SshSession::prepare_idle()
     const std::lock_guard lock(m_mutex);
     m_spares.clear();   // what stayed for runs side by side goes once nobody runs
     m_deferred.clear(); // runs whose client went before their exec
+    m_staging.clear();
   }
   prepare_python_standby();
   const std::lock_guard lock(m_mutex);
@@ -425,8 +437,9 @@ void SshSession::let_runs_go_first(std::unique_lock<std::mutex>& lock)
 {
   const auto until = Clock::now() + k_runs_first_at_most;
   while (Clock::now() < until) {
-    if (m_runs_at_sftp > 0 || m_execs > 0) {
-      m_changed.wait_until(lock, until, [this] { return m_runs_at_sftp == 0 && m_execs == 0; });
+    if (m_runs_at_sftp > 0 || m_execs > 0 || !m_staging.empty()) {
+      m_changed.wait_until(
+          lock, until, [this] { return m_runs_at_sftp == 0 && m_execs == 0 && m_staging.empty(); });
       continue;
     }
     const auto quiet = std::max(m_last_run_sftp, m_last_exec_end) + k_runs_quiet;
@@ -662,6 +675,9 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       std::unique_lock lock(m_mutex);
       m_changed.wait(lock, [this] { return m_execs < m_channel_limit; });
       ++m_execs;
+      if (request.argv.size() == 2) {
+        m_staging.erase(parent_of(request.argv[1]));
+      }
     }
     bool refused = false;
     const auto free_a_channel = [this, &refused, &refusals](std::unique_lock<std::mutex>& lock) {
