@@ -271,9 +271,19 @@ class SlowHost(unittest.TestCase):
         cls.results: dict[str, Result] = {}
         cls.busy: list[socket.socket] = []
         cls.wall: dict[str, float] = {}
+        cls.run_side_by_side(ferry, {name: (cls.users[name], args) for name, args in plans.items()})
+        quick = write_job(cls.tmp, "quick", QUICK_JOB, interpreter="sh")
+        cls.run_through_holder(ferry, echo, quick)
+        cls.run_staged_by_standby(ferry, echo, quick)
+        cls.report_costs()
+
+    @classmethod
+    def run_side_by_side(cls, ferry, runs: dict[str, tuple[str, list[str]]]):
+        """Runs NAME: (user, ferry run arguments) at once, each its own ferry, its output in
+        files; its result and its wall time (until it ended) under NAME."""
         procs = {}
-        for name, args in plans.items():
-            argv = cls.link.client_argv(ferry, "run", *args, "--host", cls.users[name],
+        for name, (user, args) in runs.items():
+            argv = cls.link.client_argv(ferry, "run", *args, "--host", user,
                                         "--ssh-config", cls.srv.ssh_config, "--json", "-v")
             out = open(os.path.join(cls.tmp, name + ".out"), "w+b")
             err = open(os.path.join(cls.tmp, name + ".err"), "w+b")
@@ -283,42 +293,17 @@ class SlowHost(unittest.TestCase):
                                     env={**os.environ, **cls.env})
             cls.addClassCleanup(lambda p=proc: p.poll() is None and (p.kill(), p.wait()))
             procs[name] = (proc, out, err, time.monotonic())
-        while len(cls.wall) < len(procs):
+        while any(name not in cls.wall for name in procs):
             for name, (proc, _, _, started) in procs.items():
                 if name not in cls.wall and proc.poll() is not None:
                     cls.wall[name] = time.monotonic() - started
                 elif name not in cls.wall and time.monotonic() - started > RUN_LIMIT_S:
                     raise AssertionError(f"ferry ({name}) still runs after {RUN_LIMIT_S} s over the slow link")
             time.sleep(0.1)
-        for name, (proc, out, err, started) in procs.items():
+        for name, (proc, out, err, _) in procs.items():
             out.seek(0)
             err.seek(0)
             cls.results[name] = Result(subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read()))
-        quick = write_job(cls.tmp, "quick", QUICK_JOB, interpreter="sh")
-        cls.run_through_holder(ferry, echo, quick)
-        cls.run_staged_by_standby(ferry, echo, quick)
-        cls.report_costs()
-
-    @classmethod
-    def run_side_by_side(cls, ferry, runs: dict[str, tuple[str, list[str]]]):
-        """Runs NAME: (user, ferry run arguments) at once, each its own ferry; results and
-        walls under NAME."""
-        procs = {}
-        for name, (user, args) in runs.items():
-            argv = cls.link.client_argv(ferry, "run", *args, "--host", user,
-                                        "--ssh-config", cls.srv.ssh_config, "--json", "-v")
-            procs[name] = (subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                            stdin=subprocess.DEVNULL, env={**os.environ, **cls.env}),
-                           time.monotonic())
-        for name, (proc, started) in procs.items():
-            try:
-                out, err = proc.communicate(timeout=max(1, RUN_LIMIT_S - (time.monotonic() - started)))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise AssertionError(f"ferry ({name}) still runs after {RUN_LIMIT_S} s over the slow link")
-            cls.wall[name] = time.monotonic() - started
-            cls.results[name] = Result(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
 
     @classmethod
     def run_through_holder(cls, ferry, echo, quick):
