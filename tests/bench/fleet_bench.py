@@ -53,6 +53,8 @@ HYPERFINE_TIMEOUT_S = 3600
 # anew, or that starts a fresh python per job, can go below on this machine.
 FLOOR_CONNECT = "floor: ssh curve25519 true (connection and session, no job)"
 FLOOR_PYTHON = f"floor: {REPEAT}× python3 job, here, one per core at a time (no SSH)"
+PARALLEL_SSH = f"{FAN_OUT}× ssh at once (xargs -P {FAN_OUT})"
+FLOOR_FLEET = f"floor: {FAN_OUT}× ssh curve25519 true at once (connections and sessions, no job)"
 HOST_PYTHON = "/usr/bin/python3"  # the test user's python3 (a login PATH)
 
 TARGETS = {
@@ -636,12 +638,20 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
         (f"ferry run -j {FAN_OUT} (held sessions)",
          f"{F} run gpu_probe --hosts-file {q(hosts16)} -j {FAN_OUT} --ssh-config {q(cfg16)} --no-archive {keep}"),
         (f"{FAN_OUT} sequential ssh", ssh16),
+        # What fleets use instead of a loop (pssh, pdsh, xargs -P): every host's ssh at once.
+        # No target of its own; the is against the sequential loop.
+        (PARALLEL_SSH, f"printf '%s\\n' {' '.join(aliases)} | xargs -P {FAN_OUT} -I @ "
+                       f"sh -c 'ssh -F \"$1\" \"$2\" sh -s < \"$3\"' sh {q(cfg16)} @ {q(gpu_probe_sh)}"),
         (f"ansible -f {FAN_OUT} -m script",
          f"ansible all -i {q(inv16)} -f {FAN_OUT} -m script -a {q(gpu_probe_sh + ' executable=sh')}"),
+        # What the cold fan-out leaves room for: the 16 connections and sessions alone, all at
+        # once, with the key exchange ferry's libssh negotiates (curve25519), no job.
+        (FLOOR_FLEET, f"printf '%s\\n' {' '.join(aliases)} | xargs -P {FAN_OUT} -I @ "
+                      f"ssh -F {q(cfg16)} -o KexAlgorithms=curve25519-sha256 @ true"),
     ]
     for name, cmd in c3:
         proc = run_checked(f"case 3: {name}", cmd, env, cwd)
-        if name.startswith("ferry"):
+        if name.startswith("ferry") or name == FLOOR_FLEET:
             continue
         hits = proc.stdout.count('"gpus"') if "ansible" not in name else \
             sum(proc.stdout.count(s) for s in ("CHANGED", "SUCCESS"))
@@ -769,6 +779,8 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
     kex = r1["ssh curve25519 python3 -"]["median_ms"]
     floor_p = r2[FLOOR_PYTHON]["median_ms"]
     master20 = r2[f"{REPEAT}× ssh ControlMaster python3 -"]["median_ms"]
+    floor_f = r3[FLOOR_FLEET]["median_ms"]
+    seq16 = r3[f"{FAN_OUT} sequential ssh"]["median_ms"]
     lines += [
         "Floors (timed in the same invocations; no target of their own):",
         f"- cold single job: a bare connection and session (`ssh curve25519 true`) takes "
@@ -779,6 +791,10 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
         f"at a time, take {floor_p:.1f} ms = {floor_p / master20:.3f}× the {REPEAT} ControlMaster "
         f"calls; the target asks ≤ {TARGETS['c2_master'][1]}×; ferry's held run took "
         f"{r2[c2[2][0]]['median_ms'] - floor_p:+.1f} ms beyond them",
+        f"- {FAN_OUT} hosts, cold: the {FAN_OUT} bare connections and sessions at once "
+        f"(`ssh curve25519 true`) take {floor_f:.1f} ms = {floor_f / seq16:.3f}× the {FAN_OUT} "
+        f"sequential ssh; the target asks ≤ {TARGETS['c3_ssh'][1]}×; ferry's cold run took "
+        f"{r3[c3[0][0]]['median_ms'] - floor_f:+.1f} ms beyond them",
         "",
     ]
     if RETRIES:
