@@ -3,7 +3,7 @@
 
 ferry's python standby starts each job's interpreter fresh (docs/persistence.md, "The python
 standby"). A forking server would instead keep one warm interpreter and fork it per job. This
-times both for a copy of fleet_bench.py's job (JOB_PY: imports json and os, prints a line),
+times both for fleet_bench.py's job (JOB_PY: imports json and os, prints a line),
 N jobs one after another, in one hyperfine invocation of two small pythons:
 
   fresh: spawns `python3 JOB` N times and waits for each;
@@ -22,19 +22,10 @@ import shutil
 import subprocess
 import tempfile
 
-PYTHON = "/usr/bin/python3"
-JOB = '''\
-import json
-import os
+import sys
 
-n = 1216348
-text = f"{n:,.0f} tokens"
-print(text)
-result = os.environ.get("FERRY_RESULT")
-if result:
-    with open(result, "w") as f:
-        json.dump({"tokens": n, "text": text}, f)
-'''
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fleet_bench import HOST_PYTHON as PYTHON, JOB_PY as JOB  # noqa: E402  (the same job)
 
 
 # The two timed commands. Each runs as `python3 SCRIPT JOB COUNT` and loads no module beyond
