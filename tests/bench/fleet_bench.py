@@ -632,6 +632,7 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
     # --- case 3 ------------------------------------------------------------------------------
     ssh16 = (f"for h in {' '.join(aliases)}; do "
              f"ssh -F {q(cfg16)} $h sh -s < {q(gpu_probe_sh)} || exit 1; done")
+    at_once = f"printf '%s\\n' {' '.join(aliases)} | xargs -P {FAN_OUT} -I @ "   # one per host
     c3 = [
         (f"ferry run -j {FAN_OUT}",
          f"{F} run gpu_probe --hosts-file {q(hosts16)} -j {FAN_OUT} --ssh-config {q(cfg16)} --no-archive --persist 0"),
@@ -640,13 +641,13 @@ def _bench(args, ferry, gpu_probe_sh, runs, warmup, profile_repeats, rss_repeats
         (f"{FAN_OUT} sequential ssh", ssh16),
         # What fleets use instead of a loop (pssh, pdsh, xargs -P): every host's ssh at once.
         # No target of its own; the is against the sequential loop.
-        (PARALLEL_SSH, f"printf '%s\\n' {' '.join(aliases)} | xargs -P {FAN_OUT} -I @ "
+        (PARALLEL_SSH, at_once +
                        f"sh -c 'ssh -F \"$1\" \"$2\" sh -s < \"$3\"' sh {q(cfg16)} @ {q(gpu_probe_sh)}"),
         (f"ansible -f {FAN_OUT} -m script",
          f"ansible all -i {q(inv16)} -f {FAN_OUT} -m script -a {q(gpu_probe_sh + ' executable=sh')}"),
         # What the cold fan-out leaves room for: the 16 connections and sessions alone, all at
         # once, with the key exchange ferry's libssh negotiates (curve25519), no job.
-        (FLOOR_FLEET, f"printf '%s\\n' {' '.join(aliases)} | xargs -P {FAN_OUT} -I @ "
+        (FLOOR_FLEET, at_once +
                       f"ssh -F {q(cfg16)} -o KexAlgorithms=curve25519-sha256 @ true"),
     ]
     for name, cmd in c3:

@@ -20,9 +20,8 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
-
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fleet_bench import HOST_PYTHON as PYTHON, JOB_PY as JOB  # noqa: E402  (the same job)
