@@ -44,6 +44,7 @@ import contextlib
 import fcntl
 import os
 import pwd
+import random
 import re
 import shutil
 import signal
@@ -283,10 +284,37 @@ def _read_shadow_field(user: str) -> str | None:
     return None
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def _free_port(listen: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((listen, 0))
-        return s.getsockname()[1]
+    """A port nobody listens on, drawn at random from outside the kernel's ephemeral range.
+    A port from bind(0) is an ephemeral one: between this check and the daemon's own bind, any
+    outgoing connection on the machine (the daemon's own, a parallel test's) may take it as its
+    source port, and the daemon then dies with 'Address already in use'. Outside that range
+    only an explicit bind can take it."""
+    lo, hi = _ephemeral_range()
+    spans = [(a, b) for a, b in ((10000, lo - 1), (hi + 1, 65535)) if b - a >= 1000]
+    if not spans:
+        raise RuntimeError(f"test fixture: no port range outside the ephemeral {lo}-{hi}; "
+                           "narrow net.ipv4.ip_local_port_range")
+    rng = random.SystemRandom()
+    for _ in range(200):
+        a, b = rng.choice(spans)
+        port = rng.randint(a, b)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((listen, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"test fixture: no free port on {listen} outside {lo}-{hi} after 200 tries")
 
 
 def _answers_ssh(listen: str, port: int, timeout_s: float = 1.0) -> bool:

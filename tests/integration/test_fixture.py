@@ -2,11 +2,13 @@
 sshd_fixture.py). Missing prerequisites fail these tests; they never skip."""
 
 import os
+import socket
 import subprocess
 import time
 import unittest
 
-from sshd_fixture import SHELLS, SshServer, missing_prerequisites, require_root_and_tools
+from sshd_fixture import (SHELLS, SshServer, _ephemeral_range, _free_port, missing_prerequisites,
+                          require_root_and_tools)
 
 SSH_TIMEOUT_S = 30
 
@@ -35,6 +37,18 @@ class Prerequisites(unittest.TestCase):
             require_root_and_tools(euid=1000, which=lambda t: "/usr/bin/" + t, exists=lambda p: True)
         self.assertIn("setup.sh", str(cm.exception))
         self.assertIn("root", str(cm.exception))
+
+
+class FreePorts(unittest.TestCase):
+    def test_a_daemon_port_is_free_and_outside_the_ephemeral_range(self):
+        # A port inside the ephemeral range can be taken as some outgoing connection's source
+        # port before the daemon binds it (slurmctld once died so: 'Address already in use').
+        lo, hi = _ephemeral_range()
+        for _ in range(50):
+            port = _free_port("127.0.0.1")
+            self.assertFalse(lo <= port <= hi, f"port {port} is inside the ephemeral range {lo}-{hi}")
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", port))
 
 
 class _EveryShell:
