@@ -16,7 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ferry_harness import run_ferry, write_job  # noqa: E402
-from sshd_fixture import SshServer  # noqa: E402
+from sshd_fixture import SshServer, _free_port  # noqa: E402
 
 HOSTS = 16
 SHELL = "bash"
@@ -96,10 +96,7 @@ class Fleet(unittest.TestCase):
 
     def test_one_host_down_does_not_stop_the_others(self):
         # A port nobody listens on (refused) and a listener that never speaks SSH (silent).
-        refused = socket.socket()
-        refused.bind(("127.0.0.1", 0))
-        refused_port = refused.getsockname()[1]
-        refused.close()
+        refused_port = _free_port("127.0.0.1")  # outside the ephemeral range: no bind(0) takes it
         silent = socket.socket()
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)

@@ -25,7 +25,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ferry_harness import ferry_bin  # noqa: E402
-from sshd_fixture import NetNamespace, SshServer, require_root_and_tools  # noqa: E402
+from sshd_fixture import NetNamespace, SshServer, _free_port, require_root_and_tools  # noqa: E402
 
 KEY_ROOT = os.path.join(os.environ.get("FERRY_TEST_ROOT", "/var/lib/ferry-test"), "keys")
 PASSPHRASE = "parity-" + os.urandom(6).hex()
@@ -492,10 +492,8 @@ class Parity(unittest.TestCase):
 
     @staticmethod
     def dead_port() -> int:
-        import socket
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return sock.getsockname()[1]
+        # Outside the ephemeral range: no outgoing connection or bind(0) listener takes it.
+        return _free_port("127.0.0.1")
 
 
 if __name__ == "__main__":
