@@ -124,6 +124,9 @@ struct ExecRequest {
   // The launcher's job may run on a held session's python standby (runs_on_python_standby):
   // a holder keeps its next standby the kind its last run could use.
   bool python_standby = false;
+  // No run follows on this session (a direct connection's last planned run): a python standby
+  // that runs it ends after it rather than staying for a next one.
+  bool last = false;
   StopToken stop;       // stopped: the job is stopped as on an interrupt
   OutputSink on_output; // optional: the job's output as it arrives
   NoteSink on_note;     // optional: the target's notes about the run
@@ -190,9 +193,16 @@ public:
   // Whether several runs may use this session at once, from as many threads (each its own
   // channel); false: one run at a time.
   [[nodiscard]] virtual bool concurrent_runs() const { return false; }
-  // The job the next run stages, and its timeout: a scheduler reads the job's own options (its
-  // `[slurm]` table) from it. Called before create_run_dir.
-  virtual void prepare_run(const Job& /*job*/, int /*timeout_s*/) {}
+  // The job the next run stages, its timeout, and whether its launcher may run on a python
+  // standby (runs_on_python_standby): a scheduler reads the job's own options (its `[slurm]`
+  // table) from it; an SSH session's first run opens its channel ahead of its exec (a python
+  // standby for such a job, when the host's job cache holds the standby's script). Called
+  // before create_run_dir.
+  virtual void prepare_run(const Job& /*job*/, int /*timeout_s*/, bool /*python_standby*/) {}
+  // How many runs this session will be given in all (a fan-out's jobs for the host), before the
+  // first: its last run's python standby then ends with it rather than staying for another.
+  // Not called: unknown, and a python standby stays.
+  virtual void expect_runs(std::size_t /*runs*/) {}
   // Whether the launcher may remove the run directory itself once it has reported; false when
   // the target still reads files there after the launcher's end (a scheduler's output file).
   [[nodiscard]] virtual bool launcher_cleans_up() const { return true; }

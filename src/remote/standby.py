@@ -1,8 +1,9 @@
 # ferry's python standby (src/remote/standby.py; docs/persistence.md, "The python standby")
 #
-# A held session's next run, started ahead while nobody waits. The holder opens a channel whose
-# command is `python3 -I -S ENTRY ferry-standby` (ENTRY: this file in the job cache of the run
-# base). This process then starts, ahead too, the next job's own interpreter (`python3 -c ...`
+# A held session's next run, started ahead while nobody waits; or a direct connection's first
+# python3 job's run, started while its files go up, once the job cache is seen to hold this
+# file. The session opens a channel whose command is `python3 -I -S ENTRY ferry-standby`
+# (ENTRY: this file in the job cache of the run base). This process then starts, ahead too, the next job's own interpreter (`python3 -c ...`
 # running BOOT, below), in a session of its own, with the environment a job gets from launch.sh
 # (the login environment's PATH, HOME, USER, LANG, TERM and LC_*), stdin from /dev/null and
 # SIGINT and SIGQUIT ignored, as an asynchronous command of sh gets them. BOOT waits on its
@@ -23,9 +24,10 @@
 #
 # After a python job's report this process stays for the next run on the same channel: it ends
 # the run's stderr with `END_MARKER stay`, starts the next interpreter ahead and reads the next
-# line. It ends with the job's code instead after a stop, or when a process other than itself
+# line. It ends with the job's code instead after a stop, when a process other than itself
 # and its ancestors still holds its stdout or stderr (one that left the job's group could write
-# into the next run's output).
+# into the next run's output), or when the run's line ended in ` last` (a direct connection's
+# last run: nothing follows on this channel).
 #
 # Only modules that are built in or frozen are imported (-I -S: nothing of the user's or the
 # run's can stand in for them). Python changes its own environment at start (PEP 538 sets
@@ -544,6 +546,12 @@ def serve(environment):
         interpreter.dismiss()
         os._exit(0)
     words = line.split(b" ")
+    # A line that ends in `last`: no run follows on this channel (a direct connection's last
+    # run); this process ends with the job's code rather than starting an interpreter for
+    # nothing.
+    last = len(words) in (4, 7) and words[-1] == b"last"
+    if last:
+        words = words[:-1]
     if len(words) == 6 and words[0] == b"stage":
         launch = stage(words[1:], interpreter)
     elif len(words) == 3 and words[:2] == [b"exec", b"/bin/sh"]:
@@ -568,6 +576,8 @@ def serve(environment):
     else:
         run.stop()
     run.finish(code, cause)
+    if last:
+        os._exit(code)
     return spec["end_marker"]
 
 

@@ -65,6 +65,9 @@ private:
                          ? Expected<void>(fail(ErrorKind::failed, "interrupted before connecting"))
                          : session.connect();
     const double connect_s = seconds_since(start);
+    if (connected) {
+      session.expect_runs(m_runs.size());
+    }
     log_step(m_options, session.label(), "session", connected ? "connect" : "connect (failed)",
              connect_s);
     // A host's runs share its session, on as many channels at once as -j allows (the session

@@ -535,7 +535,10 @@ void conclude_failure(const Run& run, const Error& error)
 void run_phases(Run& run)
 {
   run.session.bind_stop(run.options.stop);
-  run.session.prepare_run(run.job, run.timeout_s);
+  LauncherSpec kind;
+  kind.interpreter = run.setup.interpreter;
+  kind.env = run.setup.env;
+  run.session.prepare_run(run.job, run.timeout_s, runs_on_python_standby(kind));
   if (run.options.stop.stop_requested()) {
     return conclude(run.record, RunStatus::interrupted, "interrupted before the job started");
   }

@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+from contextlib import contextmanager
 
 from ferry_harness import SANITIZED, ferry_bin, memory_env, run_ferry, write_job
 from sshd_fixture import SshServer, require_root_and_tools
@@ -332,11 +333,128 @@ class Persistence(unittest.TestCase):
         self.assertEqual(len(ready or []), 1, self.srv.describe_processes(self.user))
         return ready[0]
 
+    def standby_script(self) -> str:
+        """The python standby's script in self.user's job cache: its path."""
+        base = os.path.join(self.srv.home(self.user), ".cache", "ferry", "runs")
+        for name in sorted(os.listdir(base)):
+            if name.startswith("ferry-job-") and name.endswith(".py"):
+                with open(os.path.join(base, name), "rb") as f:
+                    if f.read(64).startswith(b"# ferry's python standby"):
+                        return os.path.join(base, name)
+        self.fail(f"no python standby script in {base}: {os.listdir(base)}")
+
+    @contextmanager
+    def without_standby_script(self):
+        """The job cache without the python standby's script for a while (renamed to a name the
+        cache does not use, then back): a direct run then goes through launch.sh."""
+        script = self.standby_script()
+        aside = os.path.join(os.path.dirname(script), "aside")
+        os.rename(script, aside)
+        try:
+            yield
+        finally:
+            os.rename(aside, script)
+
+    @contextmanager
+    def python3_starts(self):
+        """Every `python3` the test user's login environment starts (the python standby, the
+        interpreters it starts ahead, a launcher's job), logged: its arguments, one line each.
+        A `python3` first on the PATH that ~/.bashrc sets (Debian's bash reads it when sshd runs
+        it) logs, then execs /usr/bin/python3. Yields a function that returns the lines."""
+        home = self.srv.home(self.user)
+        pw = pwd.getpwnam(self.user)
+        wrap = os.path.join(home, "wrap")
+        log = os.path.join(home, "python3-starts")
+        bashrc = os.path.join(home, ".bashrc")
+        saved = open(bashrc, "rb").read() if os.path.exists(bashrc) else None
+        os.mkdir(wrap, 0o755)
+        with open(os.path.join(wrap, "python3"), "w") as f:
+            f.write('#!/bin/sh\nprintf \'%s\\n\' "$*" >> "$HOME/python3-starts"\n'
+                    'exec /usr/bin/python3 "$@"\n')
+        os.chmod(os.path.join(wrap, "python3"), 0o755)
+        with open(bashrc, "w") as f:
+            f.write('PATH="$HOME/wrap:$PATH"\n' + (saved or b"").decode())
+        for path in (wrap, os.path.join(wrap, "python3"), bashrc):
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+
+        def lines():
+            # Complete once the user's processes have ended: a start logs before it execs.
+            self.srv.wait_no_processes(self.user, timeout_s=10)
+            with open(log) if os.path.exists(log) else open(os.devnull) as f:
+                return f.read().splitlines()
+        try:
+            yield lines
+        finally:
+            if saved is None:
+                os.unlink(bashrc)
+            else:
+                with open(bashrc, "wb") as f:
+                    f.write(saved)
+                os.chown(bashrc, pw.pw_uid, pw.pw_gid)
+            shutil.rmtree(wrap)
+            if os.path.exists(log):
+                os.unlink(log)
+
+    def test_a_direct_run_of_a_python_job_takes_a_python_standby_that_ends_with_its_last_run(self):
+        # Once a holder has put the python standby's script in the host's job cache, a direct
+        # connection's first run of a python3 job, when more runs follow on the session, opens
+        # its channel with the standby's command;
+        # a later run of the same invocation runs on the standby that stayed, and the last run's
+        # standby ends with it (` last`), starting no interpreter for nothing. A sh job's run, or
+        # any run while the cache lacks the script, goes through launch.sh as before.
+        job = write_job(self.tmp, "parent", """
+            import json, os
+            parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
+            print(json.dumps({"ppid": os.getppid(), "parent": [p.decode() for p in parent if p]}))
+            """)
+        sh_job = write_job(self.tmp, "sh_parent", "tr '\\0' ' ' < /proc/$PPID/cmdline; echo\n",
+                           interpreter="sh")
+        self.python_standby()
+        run_ferry("disconnect", "--all", env=self.env)
+        self.assertEqual(self.srv.wait_no_processes(self.user, timeout_s=10), [],
+                         self.srv.describe_processes(self.user))
+        with self.python3_starts() as starts:
+            res = self.ferry("run", job, job, "-j", "1", "--persist", "0", "--json")
+            self.assertEqual(res.code, 0, res)
+            records = res.records
+            self.assertEqual([r["status"] for r in records], ["ok", "ok"], records)
+            seen = [json.loads(r["stdout"]) for r in records]
+            for s in seen:
+                # (/usr/bin/python3: the logging python3 below execs it)
+                self.assertEqual(s["parent"][:3], ["/usr/bin/python3", "-I", "-S"], s)
+                self.assertEqual(s["parent"][-1], "ferry-standby", s)
+            self.assertEqual(seen[0]["ppid"], seen[1]["ppid"], "the second run did not run on the standby that stayed")
+            logged = starts()
+            self.assertEqual(len([l for l in logged if l.endswith(" ferry-standby")]), 1, logged)
+            self.assertEqual(len([l for l in logged if l.startswith("-c exec(")]), 2,
+                             f"one interpreter ahead per run, none after the last: {logged}")
+            self.assertEqual(len(logged), 3, logged)
+            self.assertEqual(self.srv.run_dirs(self.user), [])
+            # A sh job: launch.sh, no python started.
+            res = self.ferry("run", sh_job, "--persist", "0", "--json")
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual(res.record["stdout"].split()[0], "/bin/sh", res.record)
+            self.assertEqual(starts(), logged)
+            # A session's only run: launch.sh, as before (the standby gains nothing there).
+            res = self.ferry("run", job, "--persist", "0", "--json")
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual(json.loads(res.record["stdout"])["parent"][0], "/bin/sh", res.record)
+            # The cache without the script: launch.sh runs the jobs.
+            with self.without_standby_script():
+                res = self.ferry("run", job, job, "-j", "1", "--persist", "0", "--json")
+            self.assertEqual(res.code, 0, res)
+            for r in res.records:
+                self.assertEqual(json.loads(r["stdout"])["parent"][0], "/bin/sh", r)
+            self.assertFalse([l for l in starts()[3:] if "ferry-standby" in l or l.startswith("-c ")],
+                             starts())
+        self.assertEqual(self.srv.run_dirs(self.user), [])
+
     def test_a_python_job_on_the_python_standby_sees_what_a_fresh_python_sees(self):
         # The interpreter the python standby started ahead becomes the job: everything a job
         # can see of its start is as with launch.sh's `setsid env -i ... python3 RUN/JOB`
-        # (the direct run, --persist 0), but its parent. The standby stays for the next run,
-        # also after a job that failed: the last run is its fifth, and sees the same.
+        # (the direct run, --persist 0, with the standby's script out of the job cache), but its
+        # parent. The standby stays for the next run, also after a job that failed: the last run
+        # is its fifth, and sees the same.
         k = '[params.k]\ntype = "string"\n'
         jobs = {"introspect": (write_job(self.tmp, "introspect", INTROSPECT, params=k), 0),
                 "raises": (write_job(self.tmp, "raises", RAISES, params=k), 1),
@@ -351,7 +469,8 @@ class Persistence(unittest.TestCase):
                 self.assertEqual(standby, first, "the python standby did not stay for the next run")
                 held = self.ferry("-v", "run", job, "-p", "k=v", "--json")
                 self.assertIn(b"using the connection held", held.stderr)
-                direct = self.ferry("run", job, "-p", "k=v", "--json", "--persist", "0")
+                with self.without_standby_script():
+                    direct = self.ferry("run", job, "-p", "k=v", "--json", "--persist", "0")
                 self.assertEqual((held.code, direct.code), (0 if code == 0 else 1,) * 2, (held, direct))
                 h, d = held.record, direct.record
                 self.assertEqual((h["exit_code"], d["exit_code"]), (code, code), (h, d))

@@ -365,7 +365,12 @@ public:
   std::string label() const override { return m_target.spec; }
   Expected<void> connect() override;
   bool concurrent_runs() const override { return active().concurrent_runs(); }
-  void prepare_run(const Job& job, int timeout_s) override { active().prepare_run(job, timeout_s); }
+  void prepare_run(const Job& job, int timeout_s, bool python_standby) override
+  {
+    active().prepare_run(job, timeout_s, python_standby);
+  }
+  // Only a direct connection's standbys end with its last run; a holder keeps its own.
+  void expect_runs(std::size_t runs) override { active().expect_runs(runs); }
   bool launcher_cleans_up() const override { return active().launcher_cleans_up(); }
   void bind_stop(const StopToken& stop) override { active().bind_stop(stop); }
   Expected<std::string> create_run_dir() override { return active().create_run_dir(); }

@@ -111,7 +111,7 @@ public:
     m_stop = stop;
     m_login->bind_stop(stop);
   }
-  void prepare_run(const Job& job, int timeout_s) override;
+  void prepare_run(const Job& job, int timeout_s, bool python_standby) override;
   // The submit script forwards the launcher's output file from the run directory after the
   // launcher has ended: the directory stays until ferry removes it.
   bool launcher_cleans_up() const override { return false; }
@@ -238,7 +238,7 @@ Expected<void> SlurmSession::connect()
   return connected;
 }
 
-void SlurmSession::prepare_run(const Job& job, int timeout_s)
+void SlurmSession::prepare_run(const Job& job, int timeout_s, bool /*python_standby*/)
 {
   withdraw("its run could not be staged");
   ++m_round;

@@ -322,18 +322,37 @@ bool is_python(const StandbyChannel& standby)
   return standby && standby->python;
 }
 
-StandbyChannel begin_standby(ssh_session session, const std::string& python_command)
+void decide_standby(Standby& standby, const std::string& python_command)
 {
   static const std::string sh_command = *shell_neutral_command({"/bin/sh", "-s"});
+  standby.python = !python_command.empty();
+  standby.command = standby.python ? python_command : sh_command;
+}
+
+bool undecided(const Standby& standby)
+{
+  return standby.command.empty();
+}
+
+StandbyChannel begin_standby(ssh_session session, const std::string& python_command)
+{
   StandbyChannel standby(new Standby(session));
-  standby->python = !python_command.empty();
-  standby->command = standby->python ? python_command : sh_command;
+  decide_standby(*standby, python_command);
+  return advance_standby(session, *standby) == StandbyState::failed ? nullptr : std::move(standby);
+}
+
+StandbyChannel begin_undecided_standby(ssh_session session)
+{
+  StandbyChannel standby(new Standby(session));
   return advance_standby(session, *standby) == StandbyState::failed ? nullptr : std::move(standby);
 }
 
 StandbyState advance_standby(ssh_session session, Standby& standby)
 {
   while (!standby.started) {
+    if (standby.open && standby.command.empty()) {
+      return StandbyState::pending; // open, its command not decided yet
+    }
     ssh_set_blocking(session, 0);
     const int rc = standby.open
                        ? ssh_channel_request_exec(standby.channel.get(), standby.command.c_str())
@@ -360,6 +379,9 @@ StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>&
 {
   const auto until = Clock::now() + limit;
   const int fd = ssh_get_fd(session);
+  if (standby && undecided(*standby)) {
+    decide_standby(*standby, {}); // nobody decided: a sh standby, as ever
+  }
   // The lock released while the server answers: the session's runs and SFTP steps go on
   // meanwhile.
   while (standby) {
@@ -407,7 +429,10 @@ std::optional<ExecOutcome> run_on_standby(ssh_session session, Standby& standby,
   }
 
   // Neutral tokens only: the line means the same to any sh.
-  const std::string line = stage != nullptr ? *stage : "exec " + command + "\n";
+  // ` last` tells a python standby that no run follows on this channel: it ends after this one.
+  const std::string line =
+      stage != nullptr ? *stage
+                       : "exec " + command + (standby.python && request.last ? " last" : "") + "\n";
   if (stage != nullptr) {
     *handed = true;
   }

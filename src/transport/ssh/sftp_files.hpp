@@ -66,6 +66,10 @@ public:
   // A script of ferry's own in the job cache (as a job's bytes are kept): its entry's path.
   [[nodiscard]] Expected<std::string> cache_script(std::string_view file_name,
                                                    std::string_view bytes);
+  // The same script's entry when the job cache holds it already (checked as a job's entry is);
+  // nullopt when it would have to be uploaded. Never uploads.
+  [[nodiscard]] std::optional<std::string> cached_script(std::string_view file_name,
+                                                         std::string_view bytes);
   [[nodiscard]] Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap);
   [[nodiscard]] Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink);
   [[nodiscard]] Expected<void> make_dir(const std::string& path);

@@ -84,6 +84,16 @@ Expected<std::string> SftpFiles::cache_script(std::string_view file_name, std::s
   return m_base + "/" + name;
 }
 
+std::optional<std::string> SftpFiles::cached_script(std::string_view file_name,
+                                                    std::string_view bytes)
+{
+  const std::string name = job_cache_name(sha256_hex(bytes), file_name);
+  if (m_base.empty() || m_cache_off || name.empty() || !job_cache_has(name, bytes.size())) {
+    return std::nullopt;
+  }
+  return m_base + "/" + name;
+}
+
 // The job goes up as any other file, and so do the session's later jobs; unless the connection
 // is gone (the watchdog fired), when `why` is the run's error.
 Expected<bool> SftpFiles::job_cache_give_up(const std::string& path, std::string_view bytes,

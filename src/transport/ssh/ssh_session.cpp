@@ -98,6 +98,7 @@ public:
       auto dir = files().create_run_dir();
       if (dir) {
         m_staging.insert(*dir);
+        decide_early_standby(); // the sweep's listing told what the job cache holds
       }
       return dir;
     });
@@ -225,12 +226,23 @@ public:
   void prepare_python_standby() override;
   // The session's first run: its channel is opened as soon as the SFTP channel is open, while
   // the SFTP steps that stage the run go on (a direct run; a holder opens its standbys itself).
-  void prepare_run(const Job& /*job*/, int /*timeout_s*/) override
+  // A python3 job's is a python standby when the job cache holds the standby's script and more
+  // runs follow on the session.
+  void prepare_run(const Job& /*job*/, int /*timeout_s*/, bool python_standby) override
   {
     const std::lock_guard lock(m_mutex);
     if (!std::exchange(m_early_asked, true)) {
       m_early_wanted = true;
+      // Not for a session's only run: on its own, the standby's two python starts cost the host
+      // what launch.sh's helpers would (measured: tests/bench/README.md); its gain is the later
+      // runs', on the standbys that stay.
+      m_early_python = python_standby && m_runs_expected != 1;
     }
+  }
+  void expect_runs(std::size_t runs) override
+  {
+    const std::lock_guard lock(m_mutex);
+    m_runs_expected = runs;
   }
   void on_standby_taken(std::function<void()> callback) override
   {
@@ -322,6 +334,7 @@ private:
   }
   bool free_a_channel(std::unique_lock<std::mutex>& lock, bool& refused, int& refusals);
   void step_early_standby();
+  void decide_early_standby();
   void settle_early_standby(std::unique_lock<std::mutex>& lock,
                             std::chrono::steady_clock::duration limit, const StopToken& stop);
   ssh::StandbyUse standby_use();
@@ -370,6 +383,13 @@ private:
   ssh::StandbyChannel m_early;
   bool m_early_wanted = false; // prepare_run asked for it; it is begun at the next SFTP step
   bool m_early_asked = false;  // only for the session's first run
+  // The first run's job may run on a python standby (prepare_run): its channel's command waits
+  // for the sweep's listing of the job cache (decide_early_standby).
+  bool m_early_python = false;
+  // Runs this session will be given (expect_runs; 0: unknown), and execs begun: the last one's
+  // python standby ends with its run (ExecRequest::last).
+  std::size_t m_runs_expected = 0;
+  std::size_t m_runs_started = 0;
   std::map<std::string, Deferred> m_deferred; // by run directory
   static constexpr std::size_t k_max_deferred = 64;
   // Python standbys that stayed after runs side by side, for the next ones; closed once the
@@ -499,7 +519,12 @@ void SshSession::prepare_python_standby()
 void SshSession::step_early_standby()
 {
   if (std::exchange(m_early_wanted, false) && !m_standby && m_execs == 0 && m_channel_limit > 1) {
-    m_early = ssh::begin_standby(m_session.get());
+    // A python3 job's channel opens now; its command once the job cache is known.
+    m_early = m_early_python && m_python_command.empty() && !m_no_python_standby
+                  ? ssh::begin_undecided_standby(m_session.get())
+                  : ssh::begin_standby(m_session.get(), m_early_python && !m_no_python_standby
+                                                            ? m_python_command
+                                                            : std::string());
   }
   if (!m_early) {
     return;
@@ -516,6 +541,30 @@ void SshSession::step_early_standby()
     break;
   }
   m_early.reset();
+}
+
+// Called holding the lock once the session's first run directory is made, and with it the
+// sweep's listing of the base: the first run's channel, opened ahead, runs the python standby
+// when the job cache holds its script (docs/run-protocol.md, "Exec"); it is not uploaded for
+// that. Else `/bin/sh -s`, as for any other job.
+void SshSession::decide_early_standby()
+{
+  if (!m_early || !ssh::undecided(*m_early)) {
+    return;
+  }
+  std::string command;
+  if (m_early_python && !m_no_python_standby) {
+    const auto entry = files().cached_script(k_standby_script, remote_script(k_standby_script));
+    if (entry && is_shell_neutral_token(*entry)) {
+      m_python_command = "python3 -I -S " + *entry + " ferry-standby";
+      command = m_python_command;
+      debug("the first run's channel runs the python standby (its script is in the job cache)");
+    }
+  }
+  if (m_early) { // an SFTP step of the look above may have settled it
+    ssh::decide_standby(*m_early, command);
+  }
+  step_early_standby(); // its exec request goes now
 }
 
 // Called holding the lock by a run's exec: the early standby still being opened is waited for
@@ -634,9 +683,9 @@ std::string SshSession::stage_line(const ExecRequest& request, std::string& dir)
   }
   const Deferred& deferred = it->second;
   dir = run_dir;
-  return fmt::format("stage {} {} {} {} {}\n", run_dir, k_launcher_file,
+  return fmt::format("stage {} {} {} {} {}{}\n", run_dir, k_launcher_file,
                      deferred.job->path.substr(run_dir.size() + 1), deferred.job->entry,
-                     deferred.launch->size()) +
+                     deferred.launch->size(), request.last ? " last" : "") +
          *deferred.launch;
 }
 
@@ -654,9 +703,13 @@ void SshSession::staged_by_the_standby(const std::string& dir)
 Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
 {
   ExecRequest bounded = request;
+  {
+    const std::lock_guard lock(m_mutex);
+    bounded.last = m_runs_expected != 0 && ++m_runs_started >= m_runs_expected;
+  }
   // A run whose files wait for a python standby: the line that hands them to it.
   std::string staged_dir;
-  const std::string stage = stage_line(request, staged_dir);
+  const std::string stage = stage_line(bounded, staged_dir);
   if (staged_dir.empty()) {
     FERRY_TRY(with_sftp([&] {
       return settle_deferred(request.argv.size() == 2 ? request.argv[1] : std::string());
