@@ -79,14 +79,16 @@ else
 fi
 job=$!
 # Sleeps $1 seconds; false when a TERM cut it short. The sleep never outlives a TERM, whenever
-# it comes (before the sleep starts, before its pid is known, or during the wait).
+# it comes (before the sleep starts, before its pid is known, or during the wait). It is killed
+# with KILL: a TERM that reaches the sleep's process between its fork and its exec is caught by
+# the handler it still has from this shell, and lost, and the sleep would stay for its seconds.
 nap() {
   napping=
   cut=0
-  trap 'cut=1; [ -n "$napping" ] && kill "$napping" 2>/dev/null' TERM
+  trap 'cut=1; [ -n "$napping" ] && kill -KILL "$napping" 2>/dev/null' TERM
   sleep "$1" &
   napping=$!
-  [ "$cut" = 1 ] && kill "$napping" 2>/dev/null
+  [ "$cut" = 1 ] && kill -KILL "$napping" 2>/dev/null
   wait "$napping" && [ "$cut" = 0 ]
 }
 (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -91,6 +92,41 @@ class LocalRun(unittest.TestCase):
             time.sleep(0.1)
         self.assertEqual(live_processes_with("987"), [])
         self.assertEqual(self.run_dirs(), [])
+
+    def test_the_watchdogs_sleep_never_outlives_the_run(self):
+        # The launcher's watchdog sleeps until the job's deadline and is stopped, with its sleep,
+        # once the job ends. A TERM that reaches the sleep's process between its fork and its
+        # exec is caught by the shell's handler it still has, and lost (seen once in CI: a
+        # `sleep 60` left on the host): so the sleep is killed with KILL. Here a `sleep` first on
+        # the PATH that ignores TERM stands for one whose TERM was lost.
+        shim = os.path.join(self.tmp, "shim")
+        os.makedirs(shim, exist_ok=True)
+        with open(os.path.join(shim, "sleep"), "w") as f:
+            f.write("#!/bin/sh\ntrap '' TERM\nexec /bin/sleep \"$@\"\n")
+        os.chmod(os.path.join(shim, "sleep"), 0o755)
+        job = write_job(self.tmp, "quick", "print('done')\n", timeout=57)
+
+        def sleeps():
+            found = []
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        if f.read() == b"/bin/sleep\x0057\x00":
+                            found.append(int(pid))
+                except OSError:
+                    pass
+            return found
+        try:
+            rec = self.ferry("run", job, "--json",
+                             env={"PATH": shim + ":" + os.environ.get("PATH", "/usr/bin:/bin")}).record
+            self.assertEqual(rec["status"], "ok", rec)
+            deadline = time.monotonic() + 3
+            while sleeps() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(sleeps(), [], "the watchdog's sleep outlived the run")
+        finally:
+            for pid in sleeps():
+                os.kill(pid, signal.SIGKILL)
 
     def test_failed_job_reports_status_and_stderr(self):
         job = write_job(self.tmp, "fails", "echo partial; echo 'boom: it broke' >&2; exit 3\n", interpreter="sh")
