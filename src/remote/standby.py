@@ -1,16 +1,16 @@
 # ferry's python standby (src/remote/standby.py; docs/persistence.md, "The python standby")
 #
 # A held session's next run, started ahead while nobody waits; or a direct connection's first
-# python3 job's run, started while its files go up, once the job cache is seen to hold this
-# file. The session opens a channel whose command is `python3 -I -S ENTRY ferry-standby`
-# (ENTRY: this file in the job cache of the run base). This process then starts, ahead too, the next job's own interpreter (`python3 -c ...`
-# running BOOT, below), in a session of its own, with the environment a job gets from launch.sh
-# (the login environment's PATH, HOME, USER, LANG, TERM and LC_*), stdin from /dev/null and
-# SIGINT and SIGQUIT ignored, as an asynchronous command of sh gets them. BOOT waits on its
-# descriptor 3. This process waits on stdin for the run's line, the one a standby sh gets:
-# `exec /bin/sh RUN_DIR/launch.sh`; or, for a run whose files ferry left to it,
-# `stage RUN_DIR LAUNCH JOB ENTRY SIZE` and launch.sh's SIZE bytes: it makes the run directory,
-# the job's link to its job cache ENTRY and launch.sh itself, then goes on as for that line.
+# python3 job's run, started while its files go up, once the job cache is seen to hold this file.
+# The session opens a channel whose command is `python3 -I -S ENTRY ferry-standby` (ENTRY: this file
+# in the job cache of the run base). This process then starts, ahead too, the next job's own
+# interpreter (`python3 -c ...` running BOOT, below), in a session of its own, with the environment
+# a job gets from launch.sh (the login environment's PATH, HOME, USER, LANG, TERM and LC_*), stdin
+# from /dev/null and SIGINT and SIGQUIT ignored, as an asynchronous command of sh gets them. BOOT
+# waits on its descriptor 3. This process waits on stdin for the run's line, the one a standby sh
+# gets: `exec /bin/sh RUN_DIR/launch.sh`; or, for a run whose files ferry left to it, `stage RUN_DIR
+# LAUNCH JOB ENTRY SIZE` and launch.sh's SIZE bytes: it makes the run directory, the job's link to
+# its job cache ENTRY and launch.sh itself, then goes on as for that line.
 #
 # launch.sh carries a `# ferry-standby 1 ...` line when its job may run here: interpreter
 # `python3` and no declared environment. Then this process does what launch.sh does, in the same

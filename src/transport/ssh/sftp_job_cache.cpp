@@ -74,13 +74,14 @@ Expected<std::string> SftpFiles::cache_script(std::string_view file_name, std::s
 {
   FERRY_TRY(prepare_base());
   FERRY_TRY(start());
+  if (auto entry = cached_script(file_name, bytes)) {
+    return std::move(*entry);
+  }
   const std::string name = job_cache_name(sha256_hex(bytes), file_name);
   if (m_cache_off || name.empty()) {
     return fail(ErrorKind::failed, "the job cache is off for this session");
   }
-  if (!job_cache_has(name, bytes.size())) {
-    FERRY_TRY(job_cache_add(name, bytes));
-  }
+  FERRY_TRY(job_cache_add(name, bytes));
   return m_base + "/" + name;
 }
 

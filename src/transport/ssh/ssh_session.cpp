@@ -45,6 +45,12 @@ constexpr std::chrono::seconds k_runs_first_at_most{30};
 // loopback or LAN takes, since the round trip is timed as it comes (SftpFiles::round_trip).
 constexpr std::chrono::milliseconds k_slow_link{20};
 
+// The python standby's command: its script ENTRY in the job cache (docs/run-protocol.md, "Exec").
+std::string python_standby_command(const std::string& entry)
+{
+  return "python3 -I -S " + entry + " ferry-standby";
+}
+
 bool is_transient_connect_error(std::string_view message)
 {
   for (std::string_view needle : {"refused", "timed out", "Timeout", "resolve", "unreachable",
@@ -494,7 +500,7 @@ void SshSession::prepare_python_standby()
       debug("no python standby: its script cannot be kept in the job cache");
       return;
     }
-    m_python_command = "python3 -I -S " + *entry + " ferry-standby";
+    m_python_command = python_standby_command(*entry);
   }
   // The session's first run directory checks the server's umask and sweeps the base: made
   // here, while nobody waits, so that the next run's can be left to its standby.
@@ -520,11 +526,10 @@ void SshSession::step_early_standby()
 {
   if (std::exchange(m_early_wanted, false) && !m_standby && m_execs == 0 && m_channel_limit > 1) {
     // A python3 job's channel opens now; its command once the job cache is known.
-    m_early = m_early_python && m_python_command.empty() && !m_no_python_standby
+    const bool python = m_early_python && !m_no_python_standby;
+    m_early = python && m_python_command.empty()
                   ? ssh::begin_undecided_standby(m_session.get())
-                  : ssh::begin_standby(m_session.get(), m_early_python && !m_no_python_standby
-                                                            ? m_python_command
-                                                            : std::string());
+                  : ssh::begin_standby(m_session.get(), python ? m_python_command : std::string());
   }
   if (!m_early) {
     return;
@@ -556,12 +561,12 @@ void SshSession::decide_early_standby()
   if (m_early_python && !m_no_python_standby) {
     const auto entry = files().cached_script(k_standby_script, remote_script(k_standby_script));
     if (entry && is_shell_neutral_token(*entry)) {
-      m_python_command = "python3 -I -S " + *entry + " ferry-standby";
+      m_python_command = python_standby_command(*entry);
       command = m_python_command;
       debug("the first run's channel runs the python standby (its script is in the job cache)");
     }
   }
-  if (m_early) { // an SFTP step of the look above may have settled it
+  if (m_early) { // an SFTP step of the look above may have dropped it (its channel failed)
     ssh::decide_standby(*m_early, command);
   }
   step_early_standby(); // its exec request goes now
