@@ -83,7 +83,9 @@ _TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Runs as `python3 -c REAPER SSHD ARGS...`: becomes a child subreaper, starts sshd, forwards
 # TERM/INT/HUP to it and reaps every child (sshd and the orphans of its sessions) until none
-# is left; exits with sshd's status.
+# is left; exits with sshd's status. sshd starts with SIGPIPE and SIGXFSZ at their defaults, as
+# init starts it (python ignores both, and an ignored signal stays ignored across exec: the
+# login shells and jobs would inherit SIGXFSZ ignored).
 _REAPER = r"""
 import ctypes, os, signal, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -93,6 +95,8 @@ if os.getppid() != int(os.environ.pop("FERRY_FIXTURE_PARENT", os.getppid())):
     sys.exit(1)
 pid = os.fork()
 if pid == 0:
+    for s in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(s, signal.SIG_DFL)
     os.execv(sys.argv[1], sys.argv[1:])
 def forward(sig, _frame):
     try: os.kill(pid, sig)
