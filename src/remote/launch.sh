@@ -27,9 +27,10 @@
 #   variables, then the declared ones (which win); under Slurm also SLURM_* and the GPU
 #   variables the scheduler set. Nothing else is inherited, so a local run and a remote one
 #   see the same set. Values never pass through eval: only names do, and those are checked.
-# - The second line: for a python3 job with no declared environment, `# ferry-standby 1` and
-#   this launcher's fields in hex, for a held session's python standby (src/remote/standby.py),
-#   which runs such a job as this file would, without starting a process; else `#`.
+# - The second line: for a job with no declared environment, `# ferry-standby 2` and this
+#   launcher's fields in hex (the interpreter last), for a python standby
+#   (src/remote/standby.py), which runs such a job as this file would, starting no process but
+#   the job; else `#`.
 trap '' PIPE
 FERRY_RUN_DIR=@run_dir@
 FERRY_PARAMS=@run_dir@/params.json

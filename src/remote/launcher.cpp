@@ -256,31 +256,36 @@ std::string env_lines(const std::map<std::string, std::string>& env)
   return lines.empty() ? ":" : lines.substr(0, lines.size() - 1);
 }
 
-// The `# ferry-standby 1` line (src/remote/standby.py reads it): launch.sh's fields in hex, in
-// the standby's order; `#` for a job the standby does not run (another interpreter, or a
-// declared environment, which would change how python starts).
+// The `# ferry-standby 2` line (src/remote/standby.py reads it): launch.sh's fields in hex, in
+// the standby's order; `#` for a job the standby does not run (a declared environment, which
+// could change how the interpreter starts).
 std::string standby_line(const LauncherSpec& spec)
 {
-  if (!runs_on_python_standby(spec)) {
+  if (!runs_on_standby(spec)) {
     return "#";
   }
-  std::string line = "# ferry-standby 1";
+  std::string line = "# ferry-standby 2";
   for (const std::string& field :
        {spec.run_dir, spec.job_name, spec.job_file, spec.sentinel, spec.end_marker,
         std::to_string(spec.timeout_s), std::to_string(spec.grace_s),
         std::string(k_launcher_timeout_marker), std::to_string(k_launcher_timeout_exit),
         std::string(k_launcher_state_file), std::string(k_launcher_file),
         std::to_string(spec.params.size()), std::to_string(spec.result_frame_limit),
-        std::string(spec.keep_run_dir ? "1" : "0")}) {
+        std::string(spec.keep_run_dir ? "1" : "0"), spec.interpreter}) {
     line += " " + (field.empty() ? std::string("-") : lower_hex(field));
   }
   return line;
 }
 } // namespace
 
+bool runs_on_standby(const LauncherSpec& spec)
+{
+  return spec.env.empty();
+}
+
 bool runs_on_python_standby(const LauncherSpec& spec)
 {
-  return spec.interpreter == "python3" && spec.env.empty();
+  return spec.interpreter == "python3" && runs_on_standby(spec);
 }
 
 std::string make_launcher(const LauncherSpec& spec)

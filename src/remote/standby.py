@@ -12,28 +12,34 @@
 # LAUNCH JOB ENTRY SIZE` and launch.sh's SIZE bytes: it makes the run directory, the job's link to
 # its job cache ENTRY and launch.sh itself, then goes on as for that line.
 #
-# launch.sh carries a `# ferry-standby 1 ...` line when its job may run here: interpreter
-# `python3` and no declared environment. Then this process does what launch.sh does, in the same
-# order and with the same report (docs/run-protocol.md), without starting a process: the
-# sentinels, params.json and the state file (umask 077), the job (the interpreter started ahead
-# is told the run directory and the FERRY_* variables, and becomes `python3 RUN_DIR/JOB`), the
-# deadline, stops by TERM, INT and HUP, the job's group killed at its end, the result section,
-# the run directory removed. Any other line, a launch.sh without that line, or an interpreter that
-# has gone: this process execs `/bin/sh RUN_DIR/launch.sh` as the sh would have, with the
-# environment it was started with and default signal dispositions.
+# launch.sh carries a `# ferry-standby 2 ...` line when its job may run here: no declared
+# environment; its last field is the job's interpreter. Then this process does what launch.sh
+# does, in the same order and with the same report (docs/run-protocol.md), starting no process
+# but the job: the sentinels, params.json and the state file (umask 077), the job, the deadline,
+# stops by TERM, INT and HUP, the job's group killed at its end, the result section, the run
+# directory removed. A python3 job is the interpreter started ahead, told the run directory and
+# the FERRY_* variables: it becomes `python3 RUN_DIR/JOB`. Any other job (or a python3 job whose
+# interpreter started ahead has gone) is started as launch.sh's `setsid env -i ... INTERPRETER
+# RUN_DIR/JOB` starts it, the interpreter looked up in the login PATH. Any other line, a
+# launch.sh without that line, an interpreter not found there, or a login environment with
+# SLURM_JOB_ID set (launch.sh passes the scheduler's variables on): this process execs
+# `/bin/sh RUN_DIR/launch.sh` as the sh would have, with the environment it was started with and
+# default signal dispositions.
 #
-# After a python job's report this process stays for the next run on the same channel: it ends
-# the run's stderr with `END_MARKER stay`, starts the next interpreter ahead and reads the next
-# line. It ends with the job's code instead after a stop, when a process other than itself
-# and its ancestors still holds its stdout or stderr (one that left the job's group could write
-# into the next run's output), or when the run's line ended in ` last` (a direct connection's
-# last run: nothing follows on this channel).
+# After the report of a job it ran, this process stays for the next run on the same channel: it
+# ends the run's stderr with `END_MARKER stay`, starts the next interpreter ahead (after a python3
+# job's run; after any other job's, the next job is taken to be like it: its interpreter is
+# started when its run comes) and reads the next line. It ends with the job's code instead after a
+# stop, when a process other than itself and its ancestors still holds its stdout or stderr (one
+# that left the job's group could write into the next run's output), or when the run's line ended
+# in ` last` (a direct connection's last run: nothing follows on this channel).
 #
 # Only modules that are built in or frozen are imported (-I -S: nothing of the user's or the
 # run's can stand in for them). Python changes its own environment at start (PEP 538 sets
 # LC_CTYPE under the C locale): the environment passed on is the one in /proc/self/environ, as
 # this process got it. Without /proc this process ends at once, and the holder's later standbys
 # are sh's.
+import errno
 import os
 import sys
 import time
@@ -44,10 +50,10 @@ LOGIN_NAMES = [b"PATH", b"HOME", b"USER", b"LANG", b"TERM", b"LC_ALL", b"LC_CTYP
                b"LC_TIME", b"LC_COLLATE", b"LC_MONETARY", b"LC_MESSAGES", b"LC_PAPER",
                b"LC_NAME", b"LC_ADDRESS", b"LC_TELEPHONE", b"LC_MEASUREMENT",
                b"LC_IDENTIFICATION"]
-SPEC_PREFIX = b"# ferry-standby 1 "
+SPEC_PREFIX = b"# ferry-standby 2 "
 SPEC_FIELDS = ("run_dir", "job_name", "job_file", "sentinel", "end_marker", "timeout", "grace",
                "timeout_marker", "timeout_exit", "state_file", "launch_file", "params_size",
-               "frame_limit", "keep")
+               "frame_limit", "keep", "interpreter")
 STOPS = {_signal.SIGTERM: 143, _signal.SIGINT: 130, _signal.SIGHUP: 129}
 WATCHED = {_signal.SIGCHLD, *STOPS}
 
@@ -152,6 +158,56 @@ def job_environment(environment):
     return {name: given[name] for name in LOGIN_NAMES if name in given}
 
 
+def start_program(path, argv, environment):
+    # A job's interpreter, as `setsid env -i ENVIRONMENT ARGV &` in launch.sh starts it: a
+    # session of its own, stdin from /dev/null, SIGINT and SIGQUIT ignored (an asynchronous
+    # command of sh), every other signal at its default and none blocked. A fork and an exec,
+    # not posix_spawn: glibc's leaves its own internal signals ignored in the program it starts.
+    # Its pid; raises OSError when it cannot fork.
+    ignored = (_signal.SIGINT, _signal.SIGQUIT)
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        os.setsid()
+        for s in _signal.valid_signals():
+            if s not in (_signal.SIGKILL, _signal.SIGSTOP):
+                _signal.signal(s, _signal.SIG_IGN if s in ignored else _signal.SIG_DFL)
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
+        null = os.open("/dev/null", os.O_RDONLY)
+        if null != 0:
+            os.dup2(null, 0)
+            os.close(null)
+        os.execve(path, argv, environment)
+    except OSError as e:
+        # What `env` says and exits with when it cannot run the program it was given.
+        code = 127 if e.errno == errno.ENOENT else 126
+        try:
+            write_all(2, ("env: '%s': %s\n" % (os.fsdecode(argv[0]), e.strerror)).encode())
+        finally:
+            os._exit(code)
+    finally:
+        os._exit(126)  # whatever happened, this copy of the standby goes no further
+
+
+def find_program(name, environment):
+    # The file `command -v NAME` names in the login environment's PATH, as launch.sh looks the
+    # interpreter up; None when there is none, or when the name is one this process leaves to
+    # launch.sh (a relative path, an empty PATH entry: both depend on its directory).
+    def runnable(path):
+        return os.path.isfile(path) and os.access(path, os.X_OK)
+    if not name:
+        return None
+    if b"/" in name:
+        return name if name.startswith(b"/") and runnable(name) else None
+    for directory in job_environment(environment).get(b"PATH", b"").split(b":"):
+        if not directory.startswith(b"/"):
+            return None
+        if runnable(directory + b"/" + name):
+            return directory + b"/" + name
+    return None
+
+
 class Interpreter:
     # The job's python, started ahead; waits on its descriptor 3 for the run.
     def __init__(self, environment):
@@ -197,6 +253,18 @@ class Interpreter:
         if self.go is not None:
             os.close(self.go)
             self.go = None
+
+
+class NoInterpreter:
+    # None started ahead: the run before on this channel was not a python3 job's.
+    pid = None
+    go = None
+
+    def alive(self):
+        return False
+
+    def dismiss(self):
+        pass
 
 
 PENDING = [b""]  # what stdin gave past the last line
@@ -352,11 +420,15 @@ def as_sh_would(launch, environment, interpreter):
 
 
 class Run:
-    def __init__(self, spec, launch, interpreter):
+    # `program`: the job's interpreter, started for the run (its path); None: the python
+    # started ahead becomes the job.
+    def __init__(self, spec, launch, interpreter, environment, program):
         self.spec = spec
         self.launch = launch
         self.job = interpreter.pid
         self.interpreter = interpreter
+        self.environment = environment
+        self.program = program
         self.run_dir = os.fsdecode(spec["run_dir"])
         self.result = self.run_dir + "/result.json"
 
@@ -374,6 +446,9 @@ class Run:
                           % (self.run_dir, e.strerror)).encode())
             os._exit(125)
         self.write_params()
+        if self.program is not None:
+            self.start_program(ferry_env)
+            return
         message = [run_dir, run_dir + b"/" + spec["job_file"],
                    b"1" if self.interpreter.lc_ctype_given else b"0"]
         for name, value in ferry_env:
@@ -383,6 +458,18 @@ class Run:
         except OSError:
             pass  # it has gone: its exit status is the job's, as a crash at start would be
         self.interpreter.dismiss()
+
+    def start_program(self, ferry_env):
+        # `setsid env -i LOGIN_NAMES FERRY_* INTERPRETER RUN_DIR/JOB`, from the run directory.
+        environment = job_environment(self.environment)
+        environment.update(ferry_env)
+        argv = [self.spec["interpreter"], self.spec["run_dir"] + b"/" + self.spec["job_file"]]
+        try:
+            self.job = start_program(self.program, argv, environment)
+        except OSError as e:
+            write_all(2, ("ferry-standby: cannot start the job: %s\n" % e.strerror).encode())
+            self.job = None
+            self.failed = 126
 
     def write_params(self):
         spec = self.spec
@@ -427,6 +514,8 @@ class Run:
     def wait(self):
         # (code, cause) once the job ends, the deadline passes or a stop comes.
         deadline = time.monotonic() + self.spec["timeout"]
+        if self.job is None:
+            return self.failed, "exit"
         while True:
             code = self.reaped()
             if code is not None:
@@ -525,8 +614,9 @@ def main():
     environment = original_environment()
     if environment is None:
         os._exit(3)
+    ahead = True
     while True:
-        end_marker = serve(environment)
+        end_marker, ahead = serve(environment, ahead)
         # The run's stderr ends here too: ferry takes the channel back for its next run. A stop
         # that comes between runs ends this process, as it would end the standby sh.
         try:
@@ -536,10 +626,12 @@ def main():
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, WATCHED)
 
 
-def serve(environment):
-    # One run: returns its end marker once it is done and this process may stay for another.
-    interpreter = Interpreter(environment)
-    if interpreter.pid is None:
+def serve(environment, ahead):
+    # One run: returns its end marker once it is done and this process may stay for another, and
+    # whether the run was a python3 job's. Its interpreter was started ahead when `ahead` (the
+    # first run, or one after a python3 job's: the next job is taken to be like the last).
+    interpreter = Interpreter(environment) if ahead else NoInterpreter()
+    if ahead and interpreter.pid is None:
         os._exit(3)
     line = read_line()
     if line is None:
@@ -563,12 +655,25 @@ def serve(environment):
     # Blocked from here: a stop that comes while the run starts is taken once the job runs.
     _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED)
     spec = read_spec(launch)
-    if spec is None or not interpreter.alive():
+    if spec is None or dict(environment).get(b"SLURM_JOB_ID"):
+        # Not a job this process runs (a declared environment), or one that launch.sh would
+        # give the scheduler's variables too.
         as_sh_would(launch, environment, interpreter)
-    run = Run(spec, launch, interpreter)
+    # A python3 job becomes the interpreter started ahead; any other job, or a python3 job with
+    # none alive, is started as launch.sh starts it, once its interpreter is found as launch.sh
+    # finds it (else launch.sh runs, and says it is missing).
+    program = None
+    if spec["interpreter"] != b"python3" or not interpreter.alive():
+        program = find_program(spec["interpreter"], environment)
+        if program is None:
+            as_sh_would(launch, environment, interpreter)
+        interpreter.dismiss()
+    run = Run(spec, launch, interpreter, environment, program)
     run.start()
     code, cause = run.wait()
-    if cause == "exit":
+    if run.job is None:
+        pass
+    elif cause == "exit":
         try:
             os.killpg(run.job, _signal.SIGKILL)  # what the job left in its group
         except OSError:
@@ -578,7 +683,18 @@ def serve(environment):
     run.finish(code, cause)
     if last:
         os._exit(code)
-    return spec["end_marker"]
+    reap_dismissed()
+    return spec["end_marker"], spec["interpreter"] == b"python3"
+
+
+def reap_dismissed():
+    # An interpreter sent away without a run leaves by itself: its exit status is not waited for.
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
 
 
 main()

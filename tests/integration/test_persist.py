@@ -487,6 +487,65 @@ class Persistence(unittest.TestCase):
                     self.assertEqual(seen_held["info"][key], value, key)
                 self.assertEqual(self.srv.run_dirs(self.user), [])
 
+    def test_a_sh_job_on_the_python_standby_starts_as_launch_sh_starts_it(self):
+        # A python standby given a sh job's run starts the job's interpreter itself, as
+        # launch.sh's `setsid env -i ... sh RUN/JOB` does, rather than exec'ing launch.sh:
+        # everything the job can see of its start is as through launch.sh (the direct run,
+        # --persist 0, on a sh standby), but its parent. A job whose interpreter the host lacks
+        # goes through launch.sh, which says so, as on a direct run.
+        body = r"""
+            stat=$(cat /proc/$$/stat); stat=${stat##*) }
+            set -- $stat
+            printf 'pgrp-is-self=%s session-is-self=%s\n' "$([ "$3" = $$ ] && echo y)" "$([ "$4" = $$ ] && echo y)"
+            printf 'umask=%s cwd=%s\n' "$(umask)" "$(pwd)"
+            printf 'stdin=%s\n' "$(readlink /proc/$$/fd/0)"
+            printf 'fds=%s\n' "$(ls /proc/$$/fd | sort -n | tr '\n' ' ')"
+            # Read by the shell itself: a child would see it blocking signals while it waits.
+            while read -r key value; do
+                case $key in SigBlk:|SigIgn:) printf '%s %s\n' "$key" "$value" ;; esac
+            done < /proc/$$/status
+            printf 'params=%s\n' "$(cat "$FERRY_PARAMS")"
+            env | sed 's/^_=.*/_=/'
+            printf 'parent=%s\n' "$(tr '\0' ' ' < /proc/$PPID/cmdline)"
+            printf '{"answer": 42}' > "$FERRY_RESULT"
+            echo to-stderr >&2
+            exit 3
+            """
+        job = write_job(self.tmp, "sh_introspect", body, interpreter="sh",
+                        params='[params.k]\ntype = "string"\n')
+        missing = write_job(self.tmp, "sh_missing", "echo never\n", interpreter="ferry-no-such-shell")
+        self.python_standby()
+        held = self.ferry("-v", "run", job, "-p", "k=v", "--json")
+        self.assertIn(b"using the connection held", held.stderr)
+        direct = self.ferry("run", job, "-p", "k=v", "--json", "--persist", "0")
+        self.assertEqual((held.code, direct.code), (1, 1), (held, direct))
+        h, d = held.record, direct.record
+        self.assertEqual((h["exit_code"], d["exit_code"]), (3, 3), (h, d))
+        self.assertEqual((h["result"], d["result"]), ({"answer": 42},) * 2, (h, d))
+        norm = lambda text: re.sub(r"/\S*/ferry-[0-9TZ]+-[0-9a-f]{32}", "RUN", text)
+        self.assertEqual(norm(h["stderr"]), norm(d["stderr"]))
+        seen_held = norm(h["stdout"]).splitlines()
+        seen_direct = norm(d["stdout"]).splitlines()
+        parent_held, parent_direct = seen_held.pop(), seen_direct.pop()
+        self.assertEqual(parent_direct, "parent=/bin/sh RUN/launch.sh ", d["stdout"])
+        self.assertRegex(parent_held, r"^parent=python3 -I -S \S+ ferry-standby $")
+        self.assertEqual(seen_held, seen_direct)
+        self.assertIn("pgrp-is-self=y session-is-self=y", seen_held)
+        self.assertIn("stdin=/dev/null", seen_held)
+        self.assertEqual(self.srv.run_dirs(self.user), [])
+
+        # The next run of a sh job may find a sh standby: a python job's run first.
+        standby = self.python_standby()
+        held = self.ferry("run", missing, "--json")
+        self.assertTrue(wait_until(lambda: not alive(standby), 5),
+                        "the run did not go to the python standby (it is still waiting)")
+        direct = self.ferry("run", missing, "--json", "--persist", "0")
+        h, d = held.record, direct.record
+        self.assertEqual((h["status"], h["exit_code"]), (d["status"], d["exit_code"]), (h, d))
+        self.assertIn("ferry-no-such-shell not found on this host", h["stderr"], h)
+        self.assertEqual(norm(h["stderr"]), norm(d["stderr"]))
+        self.assertEqual(self.srv.run_dirs(self.user), [])
+
     def test_the_python_standby_stops_a_job_at_its_deadline_with_its_group(self):
         # The deadline lives in the standby: the job and what it started are killed, the run
         # ends `timeout` with launch.sh's code, the run directory is gone.
@@ -564,8 +623,9 @@ class Persistence(unittest.TestCase):
     def test_the_next_run_starts_on_a_channel_opened_ahead(self):
         # Under every login shell: the holder opens the next run's channel while nobody waits
         # (a python standby once it has been idle a moment), and the run's launcher is that
-        # channel's process (the pid in its state file): for a python job the standby itself,
-        # which stays for the next run, for a sh job the /bin/sh it execs.
+        # channel's process (the pid in its state file): the standby itself, which starts the
+        # job (a python job in the interpreter it started ahead, a sh job's sh by itself) and
+        # stays for the next run.
         sh_job = write_job(self.tmp, "launcher_pid_sh", "cut -d' ' -f1 .ferry-launcher\n", interpreter="sh")
         for shell in SshServer.shells:
             with self.subTest(shell=shell):
@@ -586,9 +646,23 @@ class Persistence(unittest.TestCase):
                     self.assertEqual(res.record["status"], "ok", res.record)
                     self.assertEqual(res.record["stdout"], f"{ready[0]}\n", self.srv.describe_processes(user))
                     self.assertEqual(self.srv.run_dirs(user), [])
-                # A new one for the run after: after a sh job's run, a sh standby (a python one
-                # would start an interpreter for nothing).
-                again = wait_until(lambda: [p for p in self.standbys(user, ("sh",)) if p not in seen], 15)
+                # It stayed after the sh job's run too: the next run's standby.
+                self.assertEqual(self.standbys(user, ("python",)), seen[:1],
+                                 self.srv.describe_processes(user))
+                time.sleep(0.5)
+                self.assertEqual(self.standbys(user, ("sh", "python")), seen[:1],
+                                 self.srv.describe_processes(user))
+                # After a sh job's run it starts no interpreter ahead (the next job is taken to
+                # be like the last): none for nothing.
+                self.assertEqual([p for p in self.srv.processes_of(user) if parent_of(p) == seen[0]],
+                                 [], self.srv.describe_processes(user))
+                # After a sh job's run through launch.sh on a channel of its own (the python
+                # standby killed: one that has gone gives way to a new channel), a sh standby:
+                # a python one would start an interpreter for nothing.
+                os.kill(seen[0], signal.SIGKILL)
+                res = run_ferry("run", sh_job, *opts, env=self.env)
+                self.assertEqual(res.code, 0, res)
+                again = wait_until(lambda: self.standbys(user, ("sh",)), 15)
                 self.assertEqual(len(again or []), 1, self.srv.describe_processes(user))
                 run_ferry("disconnect", "--all", env=self.env)
                 # It ends with its holder, and so does the interpreter it started ahead.

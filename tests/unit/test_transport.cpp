@@ -76,8 +76,8 @@ TEST_CASE("the launcher sets the contract's variables and never executes the job
   CHECK(text.find("\n\"$FERRY_RUN_DIR\"/'kv_calc.py'") == std::string::npos);
 }
 
-TEST_CASE("the launcher's second line hands a python3 job without declared environment to the "
-          "python standby, in hex",
+TEST_CASE("the launcher's second line hands a job without declared environment to the python "
+          "standby, in hex, its interpreter last",
           "[launcher]")
 {
   LauncherSpec spec = python_launcher("/r/ferry-1-ab", "j.py", "a b\n'c", "S");
@@ -89,20 +89,25 @@ TEST_CASE("the launcher's second line hands a python3 job without declared envir
     return text.substr(first + 1, text.find('\n', first + 1) - first - 1);
   };
   // Fields in standby.py's order: run_dir, job_name, job_file, sentinel, end_marker, timeout,
-  // grace, timeout_marker, timeout_exit, state_file, launch_file, params_size, frame_limit, keep.
+  // grace, timeout_marker, timeout_exit, state_file, launch_file, params_size, frame_limit, keep,
+  // interpreter.
   CHECK(second_line() ==
-        "# ferry-standby 1 2f722f66657272792d312d6162 6120620a2763 6a2e7079 53 45 "
+        "# ferry-standby 2 2f722f66657272792d312d6162 6120620a2763 6a2e7079 53 45 "
         "3432 33 2e66657272792d74696d656f7574 313234 2e66657272792d6c61756e63686572 "
-        "6c61756e63682e7368 38 38333838363038 30");
+        "6c61756e63682e7368 38 38333838363038 30 707974686f6e33");
+  CHECK(runs_on_python_standby(spec));
   spec.keep_run_dir = true;
-  CHECK(second_line().ends_with(" 31"));
-  spec.env = {{"PYTHONPATH", "/x"}}; // would change how python starts
+  CHECK(second_line().ends_with(" 31 707974686f6e33"));
+  spec.env = {{"PYTHONPATH", "/x"}}; // could change how the interpreter starts
   CHECK(second_line() == "#");
+  CHECK_FALSE(runs_on_standby(spec));
   spec.env.clear();
   spec.interpreter = "/usr/bin/python3";
-  CHECK(second_line() == "#");
+  CHECK(second_line().ends_with(" 31 2f7573722f62696e2f707974686f6e33"));
+  CHECK(runs_on_standby(spec));
+  CHECK_FALSE(runs_on_python_standby(spec));
   spec.interpreter = "sh";
-  CHECK(second_line() == "#");
+  CHECK(second_line().ends_with(" 31 7368"));
 }
 
 TEST_CASE("output before the sentinel is set aside and after it kept up to the cap", "[capture]")

@@ -108,8 +108,11 @@ struct StaleRunCheck {
 // "ferry-YYYYMMDDTHHMMSSZ-<32 hex>": the name of a run directory ferry creates.
 [[nodiscard]] bool is_run_dir_name(std::string_view name);
 
-// Whether a held session's python standby runs this launcher's job itself (interpreter
-// `python3`, no declared environment: launch.sh's second line says so).
+// Whether a python standby runs this launcher's job itself (no declared environment:
+// launch.sh's second line says so), starting its interpreter as launch.sh would.
+[[nodiscard]] bool runs_on_standby(const LauncherSpec& spec);
+// Whether that job is a python3 job, which becomes the interpreter a python standby started
+// ahead (interpreter `python3`).
 [[nodiscard]] bool runs_on_python_standby(const LauncherSpec& spec);
 
 // A script of src/remote/ by file name ("launch.sh"), as embedded at build time.
