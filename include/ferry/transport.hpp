@@ -121,9 +121,13 @@ struct ExecRequest {
   std::chrono::steady_clock::duration grace = std::chrono::seconds(2);
   // The launcher's first line must arrive within this (the login shell runs first).
   std::chrono::steady_clock::duration start_limit = std::chrono::seconds(20);
-  // The launcher's job may run on a held session's python standby (runs_on_python_standby):
-  // a holder keeps its next standby the kind its last run could use.
+  // The launcher's job is a python3 job that becomes the interpreter a python standby started
+  // ahead (runs_on_python_standby): a run with no standby free may open a python standby of its
+  // own.
   bool python_standby = false;
+  // The launcher's job may run on a python standby at all (runs_on_standby: it declares no
+  // environment): a holder's next standby is a python one after such a run, else a sh one.
+  bool runs_on_standby = false;
   // No run follows on this session (a direct connection's last planned run): a python standby
   // that runs it ends after it rather than staying for a next one.
   bool last = false;

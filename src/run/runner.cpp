@@ -230,6 +230,7 @@ Expected<ExecOutcome> execute(const Run& run, const Staged& staged)
   request.on_output = run.options.on_output;
   request.on_note = run.options.on_note;
   request.python_standby = runs_on_python_standby(staged.launcher);
+  request.runs_on_standby = runs_on_standby(staged.launcher);
   auto outcome = run.session.exec(request);
   run.record.timings.exec = seconds_since(start);
   run.step("exec", run.record.timings.exec);

@@ -656,14 +656,22 @@ class Persistence(unittest.TestCase):
                 # be like the last): none for nothing.
                 self.assertEqual([p for p in self.srv.processes_of(user) if parent_of(p) == seen[0]],
                                  [], self.srv.describe_processes(user))
-                # After a sh job's run through launch.sh on a channel of its own (the python
-                # standby killed: one that has gone gives way to a new channel), a sh standby:
-                # a python one would start an interpreter for nothing.
+                # After the run of a job that declares an environment (through launch.sh, on a
+                # channel of its own: the python standby killed, and one that has gone gives way
+                # to a new channel), a sh standby: a python one would start an interpreter for
+                # nothing.
                 os.kill(seen[0], signal.SIGKILL)
-                res = run_ferry("run", sh_job, *opts, env=self.env)
+                res = run_ferry("run", sh_job, *opts, "--env", "DECLARED=1", env=self.env)
                 self.assertEqual(res.code, 0, res)
                 again = wait_until(lambda: self.standbys(user, ("sh",)), 15)
                 self.assertEqual(len(again or []), 1, self.srv.describe_processes(user))
+                # A sh job's run on that one (its launcher the /bin/sh it execs) is followed by a
+                # python standby, which runs a sh job quicker than launch.sh does.
+                res = run_ferry("run", sh_job, *opts, env=self.env)
+                self.assertEqual(res.code, 0, res)
+                self.assertEqual(res.record["stdout"], f"{again[0]}\n", self.srv.describe_processes(user))
+                python = wait_until(lambda: [p for p in self.standbys(user, ("python",)) if p not in seen], 20)
+                self.assertEqual(len(python or []), 1, self.srv.describe_processes(user))
                 run_ferry("disconnect", "--all", env=self.env)
                 # It ends with its holder, and so does the interpreter it started ahead.
                 self.assertEqual(self.srv.wait_no_processes(user, timeout_s=5), [],

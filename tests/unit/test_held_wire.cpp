@@ -103,8 +103,12 @@ TEST_CASE("holder messages: requests, files, listings and errors come back whole
   CHECK(r.grace == request.grace);
   CHECK(r.start_limit == request.start_limit);
   CHECK(r.python_standby);
+  CHECK_FALSE(r.runs_on_standby);
   request.python_standby = false;
-  CHECK_FALSE(held::decode_request(round_trip(held::encode(request))).python_standby);
+  request.runs_on_standby = true;
+  const auto sh = held::decode_request(round_trip(held::encode(request)));
+  CHECK_FALSE(sh.python_standby);
+  CHECK(sh.runs_on_standby);
 
   const auto file = held::decode_file(
       round_trip(held::encode(FetchedFile{FetchedFile::Kind::regular, k_raw, {}})));

@@ -246,7 +246,8 @@ Message encode(const ExecRequest& request)
           {"deadline_ms", ms_of(request.deadline)},
           {"grace_ms", ms_of(request.grace)},
           {"start_limit_ms", ms_of(request.start_limit)},
-          {"python_standby", request.python_standby}};
+          {"python_standby", request.python_standby},
+          {"runs_on_standby", request.runs_on_standby}};
 }
 
 ExecRequest decode_request(const Message& m)
@@ -261,6 +262,7 @@ ExecRequest decode_request(const Message& m)
   request.grace = std::chrono::milliseconds(m.at("grace_ms").get<long long>());
   request.start_limit = std::chrono::milliseconds(m.at("start_limit_ms").get<long long>());
   request.python_standby = m.value("python_standby", false);
+  request.runs_on_standby = m.value("runs_on_standby", request.python_standby);
   return request;
 }
 
