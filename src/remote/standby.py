@@ -255,6 +255,20 @@ class Interpreter:
             self.go = None
 
 
+    def discard(self):
+        # Not needed for this run: ended now and waited for. Sent away by its descriptor 3
+        # alone, it would hold this channel's stdout and stderr until its own start-up is done,
+        # and this process would not stay after a quick run (output_held_elsewhere).
+        self.dismiss()
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, _signal.SIGKILL)  # its own session: never the job's
+                os.waitpid(self.pid, 0)
+            except OSError:
+                pass
+            self.pid = None
+
+
 class NoInterpreter:
     # None started ahead: the run before on this channel was not a python3 job's.
     pid = None
@@ -264,6 +278,9 @@ class NoInterpreter:
         return False
 
     def dismiss(self):
+        pass
+
+    def discard(self):
         pass
 
 
@@ -667,7 +684,7 @@ def serve(environment, ahead):
         program = find_program(spec["interpreter"], environment)
         if program is None:
             as_sh_would(launch, environment, interpreter)
-        interpreter.dismiss()
+        interpreter.discard()
     run = Run(spec, launch, interpreter, environment, program)
     run.start()
     code, cause = run.wait()
@@ -683,18 +700,7 @@ def serve(environment, ahead):
     run.finish(code, cause)
     if last:
         os._exit(code)
-    reap_dismissed()
     return spec["end_marker"], spec["interpreter"] == b"python3"
-
-
-def reap_dismissed():
-    # An interpreter sent away without a run leaves by itself: its exit status is not waited for.
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                return
-        except ChildProcessError:
-            return
 
 
 main()
