@@ -603,11 +603,12 @@ Expected<ExecOutcome> exec(ssh_session session, std::string_view label, const Ex
   if (*on_standby) {
     return std::move(**on_standby);
   }
-  // It could not start there: the run goes to a channel of its own, its files made first.
-  FERRY_TRY(settle());
+  // It could not start there: the run goes to a channel of its own, its files made first
+  // (the standby, if it was given them, did not run it).
   if (standby.staged_by_standby != nullptr) {
     *standby.staged_by_standby = false;
   }
+  FERRY_TRY(settle());
   ExitWatch watch;
   // Declared after the lock: the channel is freed (a libssh call) while the lock is held.
   std::optional<ExecChannel> channel;
