@@ -117,5 +117,8 @@ struct StaleRunCheck {
 
 // A script of src/remote/ by file name ("launch.sh"), as embedded at build time.
 [[nodiscard]] std::string_view remote_script(std::string_view file_name);
+// The python standby as it goes into a host's job cache (k_standby_script): a loader that keeps
+// its compiled code beside it, and src/remote/standby.py.
+[[nodiscard]] std::string_view standby_script();
 
 } // namespace ferry

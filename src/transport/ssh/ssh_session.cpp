@@ -497,7 +497,7 @@ void SshSession::prepare_python_standby()
       return;
     }
     m_script_checked = now;
-    auto entry = files().cache_script(k_standby_script, remote_script(k_standby_script));
+    auto entry = files().cache_script(k_standby_script, standby_script());
     if (!entry || !is_shell_neutral_token(*entry)) {
       m_no_python_standby = true;
       m_python_command.clear();
@@ -563,7 +563,7 @@ void SshSession::decide_early_standby()
   }
   std::string command;
   if (m_early_python && !m_no_python_standby) {
-    const auto entry = files().cached_script(k_standby_script, remote_script(k_standby_script));
+    const auto entry = files().cached_script(k_standby_script, standby_script());
     if (entry && is_shell_neutral_token(*entry)) {
       m_python_command = python_standby_command(*entry);
       command = m_python_command;
