@@ -245,9 +245,9 @@ Expected<void> SftpFiles::prepare_base()
   return {};
 }
 
-std::string SftpFiles::new_run_dir_name() const
+std::string SftpFiles::run_dir_name(const std::string& base)
 {
-  return fmt::format("{}/ferry-{}-{}", m_base, utc_compact(std::chrono::system_clock::now()),
+  return fmt::format("{}/ferry-{}-{}", base, utc_compact(std::chrono::system_clock::now()),
                      random_hex(16));
 }
 
@@ -281,8 +281,27 @@ Expected<std::string> SftpFiles::create_run_dir()
   // The base may be known from an earlier run while SFTP stepped aside for an exec (MaxSessions
   // 1): start it again before the mkdir.
   FERRY_TRY(start());
+  std::string dir = new_run_dir_name();
+  FERRY_TRY(make_new_run_dir(dir));
+  return dir;
+}
+
+Expected<void> SftpFiles::create_named_run_dir(const std::string& dir)
+{
+  FERRY_TRY(prepare_base());
+  if (dir.substr(0, dir.rfind('/')) != m_base) {
+    return fail(ErrorKind::failed,
+                "{}: the run base is {} now, not {} as an earlier run of this machine found it; "
+                "run again",
+                m_label, m_base, dir.substr(0, dir.rfind('/')));
+  }
+  FERRY_TRY(start());
+  return make_new_run_dir(dir);
+}
+
+Expected<void> SftpFiles::make_new_run_dir(const std::string& dir)
+{
   const auto armed = arm("create the run directory");
-  const std::string dir = new_run_dir_name();
   if (!mkdir_0700(dir)) {
     return fail(ErrorKind::failed, "{}", error("create the run directory", dir));
   }
@@ -304,7 +323,7 @@ Expected<std::string> SftpFiles::create_run_dir()
   if (created != 0) {
     sweep_stale(dir, created);
   }
-  return dir;
+  return {};
 }
 
 std::optional<std::string> SftpFiles::read_small(const std::string& path)

@@ -34,6 +34,11 @@ public:
             CallWatchdog& watchdog, const StopToken& stop);
 
   [[nodiscard]] Expected<std::string> create_run_dir();
+  // create_run_dir for a run directory already named (under the base as an earlier session
+  // found it: a run its python standby was to stage, left to SFTP after all).
+  [[nodiscard]] Expected<void> create_named_run_dir(const std::string& dir);
+  // Whether this session has swept the base (its first run directory is made).
+  [[nodiscard]] bool swept() const { return m_chmod_run_dirs.has_value(); }
   [[nodiscard]] Expected<void> put_file(const std::string& path, std::string_view bytes);
   // HostSession::put_job_file: a link to the job cache's entry (sftp_job_cache.cpp).
   [[nodiscard]] Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
@@ -45,7 +50,9 @@ public:
   {
     return !m_base.empty() && m_chmod_run_dirs.has_value() && !m_suspended;
   }
-  [[nodiscard]] std::string new_run_dir_name() const;
+  [[nodiscard]] std::string new_run_dir_name() const { return run_dir_name(m_base); }
+  // A new run directory's name under `base`: `BASE/ferry-YYYYMMDDTHHMMSSZ-HEX`.
+  [[nodiscard]] static std::string run_dir_name(const std::string& base);
   // Makes a run directory named by new_run_dir_name (0700, as create_run_dir makes one).
   [[nodiscard]] Expected<void> make_run_dir(const std::string& dir);
   // The job cache's entry that put_job_file would link `path` to, when the cache holds it;
@@ -86,6 +93,9 @@ public:
 private:
   [[nodiscard]] Expected<void> start();
   [[nodiscard]] Expected<void> prepare_base();
+  // A new run directory (0700), the umask checked and the base swept when it is the session's
+  // first.
+  [[nodiscard]] Expected<void> make_new_run_dir(const std::string& dir);
   [[nodiscard]] Expected<void> check_base_dir(const std::string& dir, bool is_base);
   [[nodiscard]] Expected<void> write_all(sftp_file file, const std::string& path,
                                          std::string_view bytes);
