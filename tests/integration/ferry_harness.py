@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -130,6 +131,14 @@ class SshTestCase(unittest.TestCase):
     def ferry(self, *args, shell="bash", env=None, **kw):
         return run_ferry(*args, "--host", self.srv.alias(shell), "--ssh-config", self.srv.ssh_config,
                          env={**self.env, **(env or {})}, **kw)
+
+    @classmethod
+    def take_user(cls, shell: str = "bash") -> None:
+        """cls.user: the test user of `shell`; cls.base: its default run base; cls.uid, cls.gid."""
+        cls.user = cls.srv.user(shell)
+        cls.base = os.path.join(SshServer.home(cls.user), ".cache", "ferry", "runs")
+        pw = pwd.getpwnam(cls.user)
+        cls.uid, cls.gid = pw.pw_uid, pw.pw_gid
 
 
 def write_job(directory: str, name: str, body: str, interpreter: str = "python3", timeout: int = 60,

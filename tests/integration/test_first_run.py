@@ -7,7 +7,6 @@ import glob
 import hashlib
 import json
 import os
-import pwd
 import tempfile
 import time
 import unittest
@@ -33,10 +32,7 @@ class FirstRunWithoutSftp(SshTestCase):
     def setUpClass(cls):
         require_root_and_tools()
         super().setUpClass()
-        cls.user = cls.srv.user("bash")
-        cls.base = os.path.join(SshServer.home(cls.user), ".cache", "ferry", "runs")
-        pw = pwd.getpwnam(cls.user)
-        cls.uid, cls.gid = pw.pw_uid, pw.pw_gid
+        cls.take_user()
         cls.runtime = os.path.join(cls.tmp, "runtime")
         os.mkdir(cls.runtime, 0o700)
         cls.env = {**cls.env, "XDG_RUNTIME_DIR": cls.runtime, "FERRY_PERSIST": "0"}
@@ -105,6 +101,14 @@ class FirstRunWithoutSftp(SshTestCase):
                          "an upload was left under its temporary name")
         return seen
 
+    def assert_over_sftp(self, mark: str, sessions_before: int) -> None:
+        """A run of a new job marked `mark` goes over SFTP (one more SFTP session) and launch.sh."""
+        res = self.run_job(self.job(mark), "-p", "k=v")
+        self.assertNotIn(STAGED, res.stderr)
+        seen = self.assert_ok(res, mark)
+        self.assertEqual(seen["parent"][0], "/bin/sh", seen)
+        self.assertEqual(self.sftp_sessions(), sessions_before + 1)
+
     def test_the_standby_makes_the_files_and_the_job_cache_entry(self):
         job = self.job("new to the host")
         self.assertFalse(os.path.exists(self.entry(job)))
@@ -157,11 +161,7 @@ class FirstRunWithoutSftp(SshTestCase):
             with open(self.note_file) as f:
                 self.assertEqual(f.read(), "no\n")
             # The note says so for an hour: the next run goes over SFTP without trying.
-            res = self.run_job(self.job("script gone"), "-p", "k=v")
-            self.assertNotIn(STAGED, res.stderr)
-            self.assertNotIn(NOT_STARTED, res.stderr)
-            self.assert_ok(res, "script gone")
-            self.assertEqual(self.sftp_sessions(), before + 2)
+            self.assert_over_sftp("script still gone", before + 1)
         finally:
             os.rename(aside, self.script)
 
@@ -169,11 +169,7 @@ class FirstRunWithoutSftp(SshTestCase):
         then = time.time() - HOUR - 60
         os.utime(self.note_file, (then, then))
         before = self.sftp_sessions()
-        res = self.run_job(self.job("stale"), "-p", "k=v")
-        self.assertNotIn(STAGED, res.stderr)
-        seen = self.assert_ok(res, "stale")
-        self.assertEqual(seen["parent"][0], "/bin/sh", seen)
-        self.assertEqual(self.sftp_sessions(), before + 1)
+        self.assert_over_sftp("stale", before)
         self.assertGreater(os.stat(self.note_file).st_mtime, time.time() - 60, "the sweep wrote no note")
         with open(self.note_file) as f:
             self.assertEqual(f.read(), self.script + "\n")

@@ -4,7 +4,6 @@ later run directories; an entry that is not as ferry left it is replaced, never 
 cleanup removes what the rules name and nothing else."""
 import hashlib
 import os
-import pwd
 import tempfile
 import time
 import unittest
@@ -27,10 +26,8 @@ class JobCache(SshTestCase):
     def setUpClass(cls):
         require_root_and_tools()
         super().setUpClass()
-        cls.user = cls.srv.user("bash")
-        cls.cache = os.path.join(SshServer.home(cls.user), ".cache", "ferry", "runs")
-        pw = pwd.getpwnam(cls.user)
-        cls.uid, cls.gid = pw.pw_uid, pw.pw_gid
+        cls.take_user()
+        cls.cache = cls.base
 
     def job(self, marker: str, name: str = "cached") -> str:
         """A job of its own for each test (its own sha256, so its own entry)."""

@@ -456,12 +456,16 @@ class SlowHost(unittest.TestCase):
         self.assertEqual(rec["status"], "ok", rec)
         self.assertLess(rec["timings"]["exec"], 1.5 * RTT_S, rec["timings"])
 
-    def test_a_later_run_uses_the_held_connection(self):
-        res = self.results["echo_held"]
+    def ok_record(self, name: str, said: bytes = b"using the connection held by process") -> dict:
+        """The record of the run `name`, which ended ok and said `said` under -v."""
+        res = self.results[name]
         self.assertEqual(res.code, 0, res)
-        self.assertIn(b"using the connection held by process", res.stderr)
-        rec = res.record
-        self.assertEqual(rec["status"], "ok", res)
+        self.assertIn(said, res.stderr)
+        self.assertEqual(res.record["status"], "ok", res)
+        return res.record
+
+    def test_a_later_run_uses_the_held_connection(self):
+        rec = self.ok_record("echo_held")
         self.assertEqual(rec["result"]["params"], {"text": "again", "items": ["x"], "blob": 1})
         self.assertEqual(rec["target"]["host_key_sha256"], self.srv.host_key_sha256)
         # No connect over the link (the first run's took 7 round trips), and the whole run
@@ -478,11 +482,7 @@ class SlowHost(unittest.TestCase):
         # Once the holder has its python standby waiting, a python job's run is its line to the
         # standby, which makes the run's files itself, and the report back: 1 round trip, where
         # the run directory, the job's link and launch.sh took 5 more over SFTP.
-        res = self.results["echo_staged"]
-        self.assertEqual(res.code, 0, res)
-        self.assertIn(b"using the connection held by process", res.stderr)
-        rec = res.record
-        self.assertEqual(rec["status"], "ok", res)
+        rec = self.ok_record("echo_staged")
         self.assertEqual(rec["result"]["params"], {"text": "staged", "items": ["y"], "blob": 2})
         self.assertLess(rec["duration_s"], 1.5 * RTT_S, rec["timings"])
         self.assertEqual(self.srv.run_dirs(self.users["echo"]), [])
@@ -503,11 +503,7 @@ class SlowHost(unittest.TestCase):
         self.assertEqual(first.record["stdout"], "quick\n", first.record)
         self.assertLess(self.standby_after["fits"], STANDBY_LIMIT_S,
                         "no python standby after a sh job's run over a slow link")
-        res = self.results["quick_staged"]
-        self.assertEqual(res.code, 0, res)
-        self.assertIn(b"using the connection held by process", res.stderr)
-        rec = res.record
-        self.assertEqual(rec["status"], "ok", res)
+        rec = self.ok_record("quick_staged")
         self.assertEqual(rec["stdout"], "quick\n")
         self.assertLess(rec["duration_s"], 1.5 * RTT_S, rec["timings"])
         self.assertEqual(self.srv.run_dirs(self.users["fits"]), [])
@@ -519,11 +515,7 @@ class SlowHost(unittest.TestCase):
         # of what it sent just before), the exec request (sshd opens the channel's window only
         # once the command runs) and the line with the report: 4 round trips, where a run staged
         # over SFTP takes 19 (its run directory 14, its files 4, its exec 1).
-        res = self.results["echo_direct"]
-        self.assertEqual(res.code, 0, res)
-        self.assertIn(b"the run is staged by a python standby, without SFTP", res.stderr)
-        rec = res.record
-        self.assertEqual(rec["status"], "ok", res)
+        rec = self.ok_record("echo_direct", b"the run is staged by a python standby, without SFTP")
         self.assertEqual(rec["result"]["params"], {"text": "direct", "items": ["z"], "blob": 3})
         before, after = self.sftp_sessions
         self.assertGreater(before, 0, "sshd's log shows no SFTP session at all: the count tells nothing")
