@@ -310,6 +310,21 @@ class SlurmCluster:
         self.stop()
 
     def start(self) -> "SlurmCluster":
+        """Starts the cluster. The daemons' ports are drawn free, then bound by the daemons a
+        moment later: a test of another fixture side by side may bind one meanwhile (its daemon
+        then exits with 'Address already in use'). The whole cluster then starts again on new
+        ports, at most 3 times."""
+        for attempt in range(3):
+            try:
+                return self._start_once()
+            except SlurmFixtureError as e:
+                if "Address already in use" not in str(e) or attempt == 2:
+                    raise
+                print(f"slurm fixture: a port was taken meanwhile; starting again ({e})"[:400],
+                      file=sys.stderr)
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> "SlurmCluster":
         require_prerequisites(self.accounting)
         if self.dir:
             raise SlurmFixtureError("slurm fixture: start() called twice")
