@@ -180,11 +180,11 @@ Expected<ExitCode> list(Context& ctx, const JobsCommand& cmd)
   }
   FERRY_TRY_ASSIGN(const auto job, find_job(cmd.job, path));
   const bool hides = hides_builtin(job);
-  auto json = job_json(job);
+  auto document = job_json(job);
   if (hides) {
-    json["shadows"] = std::string(k_builtin_prefix) + job.name;
+    document["shadows"] = std::string(k_builtin_prefix) + job.name;
   }
-  ctx.reporter().document(job_page(job, hides), json);
+  ctx.reporter().document(job_page(job, hides), document);
   return ExitCode::ok;
 }
 

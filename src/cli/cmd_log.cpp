@@ -42,7 +42,7 @@ std::string duration_display(double seconds)
 
 // One line per run. The terminal's table reads small columns only (params, results and outputs
 // stay on disk); JSON Lines shows each run's whole record.
-Expected<Table> log_table(Archive& archive, const LogFilter& filter, bool json)
+Expected<Table> log_table(Archive& archive, const LogFilter& filter, bool as_json)
 {
   Table table;
   table.header = {"RUN", "STARTED", "JOB", "HOST", "STATUS", "TIME", "RESULT"};
@@ -52,7 +52,7 @@ Expected<Table> log_table(Archive& archive, const LogFilter& filter, bool json)
                           duration_display(run.duration_s),
                           terminal_safe(result_digest(run, result_line, 60))});
   };
-  if (json) {
+  if (as_json) {
     FERRY_TRY_ASSIGN(const auto runs, archive.log(filter));
     for (const auto& run : runs) {
       add_row(run, run.result.is_null() ? "" : to_json_line(run.result));
@@ -102,7 +102,7 @@ std::string stats_text(const Archive& archive, const ArchiveStats& stats)
 }
 
 // `log --stats`: the whole archive, whatever the filters say.
-Expected<ExitCode> run_stats(Context& ctx, bool json)
+Expected<ExitCode> run_stats(Context& ctx, bool as_json)
 {
   FERRY_TRY_ASSIGN(auto archive, Archive::open_read_only(ctx.archive_path()));
   FERRY_TRY_ASSIGN(const auto stats, archive.stats());
@@ -127,7 +127,7 @@ Expected<ExitCode> run_stats(Context& ctx, bool json)
                                                        {"oldest", stats.oldest},
                                                        {"newest", stats.newest},
                                                        {"largest", largest}});
-  if (!json && !table.rows.empty()) {
+  if (!as_json && !table.rows.empty()) {
     ctx.reporter().table(table);
   }
   return ExitCode::ok;

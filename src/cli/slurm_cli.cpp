@@ -78,15 +78,15 @@ nlohmann::json option_json(const toml::node& option)
   if (const auto* number = option.as_integer()) {
     return number->get();
   }
-  nlohmann::json json;
+  nlohmann::json value;
   if (const auto* list = option.as_array()) {
-    json = nlohmann::json::array();
+    value = nlohmann::json::array();
     for (const auto& item : *list) {
-      json.push_back(item.is_string() ? nlohmann::json(*item.value<std::string>())
-                                      : nlohmann::json());
+      value.push_back(item.is_string() ? nlohmann::json(*item.value<std::string>())
+                                       : nlohmann::json());
     }
   }
-  return json;
+  return value;
 }
 
 Expected<SlurmOptions> config_table(const toml::table& table, const std::string& path)

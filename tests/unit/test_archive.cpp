@@ -786,8 +786,8 @@ TEST_CASE("archive: a run's files and outputs are stored once per sha256 and ver
   {
     auto archive = Archive::open(path);
     REQUIRE(archive);
-    auto loaded =
-        archive->load("20260102T030405Z-00000001", ferry::LoadOptions{.verify_blobs = true});
+    auto loaded = archive->load("20260102T030405Z-00000001",
+                                ferry::LoadOptions{.verify_blobs = true, .narrow = {}});
     REQUIRE(loaded);
     CHECK(loaded->files == with_files("x").files);
     CHECK(loaded->outputs == with_files("x").outputs);
@@ -797,8 +797,8 @@ TEST_CASE("archive: a run's files and outputs are stored once per sha256 and ver
                      ferry::sha256_hex("a,1") + "'");
   auto archive = Archive::open(path);
   REQUIRE(archive);
-  auto refused =
-      archive->load("20260102T030405Z-00000001", ferry::LoadOptions{.verify_blobs = true});
+  auto refused = archive->load("20260102T030405Z-00000001",
+                               ferry::LoadOptions{.verify_blobs = true, .narrow = {}});
   REQUIRE_FALSE(refused);
   CHECK_THAT(refused.error().message, Catch::Contains("does not match its sha256"));
 }

@@ -357,10 +357,10 @@ TEST_CASE("archive: a blob that no longer matches its sha256 is refused when ver
     record(archive, run);
   }
   Archive archive = open_archive(path);
-  REQUIRE(archive.load(run.run_id, LoadOptions{.verify_blobs = true}));
+  REQUIRE(archive.load(run.run_id, LoadOptions{.verify_blobs = true, .narrow = {}}));
 
   sql_exec(path, "UPDATE scripts SET bytes = CAST('#!/bin/sh\necho tampered\n' AS BLOB)");
-  auto tampered = archive.load(run.run_id, LoadOptions{.verify_blobs = true});
+  auto tampered = archive.load(run.run_id, LoadOptions{.verify_blobs = true, .narrow = {}});
   REQUIRE_FALSE(tampered);
   INFO(tampered.error().message);
   CHECK(tampered.error().kind == ErrorKind::failed);
@@ -372,7 +372,7 @@ TEST_CASE("archive: a blob that no longer matches its sha256 is refused when ver
   CHECK(archive.load(run.run_id)->script == "#!/bin/sh\necho tampered\n");
 
   sql_exec(path, "DELETE FROM scripts");
-  auto missing = archive.load(run.run_id, LoadOptions{.verify_blobs = true});
+  auto missing = archive.load(run.run_id, LoadOptions{.verify_blobs = true, .narrow = {}});
   REQUIRE_FALSE(missing);
   CHECK(contains(missing.error().message, "missing"));
 }

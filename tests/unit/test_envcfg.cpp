@@ -185,9 +185,9 @@ TEST_CASE("sweep option: comma lists, JSON lists, combinations")
   REQUIRE(plain);
   CHECK(plain->key == "tp");
   CHECK(plain->values == std::vector<std::string>{"1", "2", "4"});
-  const auto json = parse_sweep(R"(name=["a,b", "c", 3, true])");
-  REQUIRE(json);
-  CHECK(json->values == std::vector<std::string>{"a,b", "c", "3", "true"});
+  const auto listed = parse_sweep(R"(name=["a,b", "c", 3, true])");
+  REQUIRE(listed);
+  CHECK(listed->values == std::vector<std::string>{"a,b", "c", "3", "true"});
   const auto sweeps = parse_sweeps({"a=1,2", "b=x,y,z"}, {"c=1"});
   REQUIRE(sweeps);
   const auto all = sweep_combinations(*sweeps);
