@@ -204,9 +204,11 @@ public:
   // before create_run_dir.
   virtual void prepare_run(const Job& /*job*/, int /*timeout_s*/, bool /*python_standby*/) {}
   // How many runs this session will be given in all (a fan-out's jobs for the host), before the
-  // first: its last run's python standby then ends with it rather than staying for another.
-  // Not called: unknown, and a python standby stays.
-  virtual void expect_runs(std::size_t /*runs*/) {}
+  // first, and how many of them run at once (-j): a python standby that stays after its run
+  // serves the run that starts as its run ends, so the runs with fewer than `at_once` runs after
+  // them end theirs with them rather than starting an interpreter for nothing. Not called:
+  // unknown, and a python standby stays.
+  virtual void expect_runs(std::size_t /*runs*/, std::size_t /*at_once*/) {}
   // Whether the launcher may remove the run directory itself once it has reported; false when
   // the target still reads files there after the launcher's end (a scheduler's output file).
   [[nodiscard]] virtual bool launcher_cleans_up() const { return true; }

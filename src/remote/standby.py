@@ -795,7 +795,9 @@ def serve(environment, ahead):
         os._exit(3)
     line = read_line()
     if line is None:
-        interpreter.dismiss()
+        # The session has ended (or let this channel go): the interpreter started ahead is ended
+        # now, not once its own start-up is done (tens of ms of the host's CPU for nothing).
+        interpreter.discard()
         os._exit(0)
     words = line.split(b" ")
     # A line that ends in `last`: no run follows on this channel (a direct connection's last

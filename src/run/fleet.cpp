@@ -65,15 +65,15 @@ private:
                          ? Expected<void>(fail(ErrorKind::failed, "interrupted before connecting"))
                          : session.connect();
     const double connect_s = seconds_since(start);
-    if (connected) {
-      session.expect_runs(m_runs.size());
-    }
     log_step(m_options, session.label(), "session", connected ? "connect" : "connect (failed)",
              connect_s);
     // A host's runs share its session, on as many channels at once as -j allows (the session
     // learns the server's own limit from a refused channel).
     const std::size_t lanes =
         connected && session.concurrent_runs() ? std::min(m_parallel, m_runs.size()) : 1;
+    if (connected) {
+      session.expect_runs(m_runs.size(), lanes);
+    }
     HostOrder order(session.label(), m_runs.size());
     std::atomic<std::size_t> next{0};
     const auto lane = [&] {

@@ -456,6 +456,64 @@ class Persistence(unittest.TestCase):
                              starts())
         self.assertEqual(self.srv.run_dirs(self.user), [])
 
+    def test_a_direct_fan_out_ends_the_standbys_no_later_run_will_take(self):
+        # Six python3 runs of one direct connection, three at a time: a standby that stays
+        # serves the run that starts as its run ends, three runs later. So the first three
+        # runs' standbys stay and each runs one more job, and the last three runs' standbys end
+        # with their runs (` last`), starting no interpreter ahead for nothing: six
+        # interpreters ahead in all, one per job. (Before, only the session's last run ended its
+        # standby: two more.) The jobs sleep 0.4 s times their place, so that they end in the
+        # order they start.
+        job = write_job(self.tmp, "staggered", """
+            import json, os, time
+            n = json.load(open(os.environ["FERRY_PARAMS"]))["n"]
+            time.sleep(0.4 * n)
+            print(json.dumps({"n": n, "ppid": os.getppid()}))
+            """, params='[params.n]\ntype = "int"\nrequired = true\n')
+        self.python_standby()
+        run_ferry("disconnect", "--all", env=self.env)
+        self.assertEqual(self.srv.wait_no_processes(self.user, timeout_s=10), [],
+                         self.srv.describe_processes(self.user))
+        with self.python3_starts() as starts:
+            res = self.ferry("run", job, "--sweep", "n=1,2,3,4,5,6", "-j", "3", "--persist", "0",
+                             "--json")
+            self.assertEqual(res.code, 0, res)
+            seen = [json.loads(r["stdout"]) for r in res.records]
+            self.assertEqual([s["n"] for s in seen], [1, 2, 3, 4, 5, 6], seen)
+            parents = [s["ppid"] for s in seen]
+            self.assertEqual(parents[3:], parents[:3],
+                             f"runs 4-6 did not run on the standbys runs 1-3 left: {parents}")
+            self.assertEqual(len(set(parents)), 3, parents)
+            logged = starts()
+            self.assertEqual(len([l for l in logged if l.endswith(" ferry-standby")]), 3, logged)
+            self.assertEqual(len([l for l in logged if l.startswith("-c exec(")]), 6,
+                             f"one interpreter ahead per job, none after runs 4-6: {logged}")
+            self.assertEqual(len(logged), 9, logged)
+        self.assertEqual(self.srv.run_dirs(self.user), [])
+
+    def test_the_interpreter_started_ahead_ends_with_its_standby_even_when_stopped(self):
+        # When the connection closes, the python standby reads the end of its stdin and ends
+        # the interpreter it started ahead (KILL), rather than leaving it to finish its start-up
+        # and read the end of its pipe: stopped meanwhile, it would never read it.
+        standby = self.python_standby()
+
+        def ahead() -> list[int]:
+            found = []
+            for pid in self.srv.processes_of(self.user):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        if b"exec(__import__" in f.read() and parent_of(pid) == standby:
+                            found.append(pid)
+                except OSError:
+                    pass
+            return found
+        interpreter = wait_until(ahead, 10)
+        self.assertEqual(len(interpreter or []), 1, self.srv.describe_processes(self.user))
+        os.kill(interpreter[0], signal.SIGSTOP)
+        run_ferry("disconnect", "--all", env=self.env)
+        self.assertEqual(self.srv.wait_no_processes(self.user, timeout_s=10), [],
+                         self.srv.describe_processes(self.user))
+
     def test_a_python_job_on_the_python_standby_sees_what_a_fresh_python_sees(self):
         # The interpreter the python standby started ahead becomes the job: everything a job
         # can see of its start is as with launch.sh's `setsid env -i ... python3 RUN/JOB`

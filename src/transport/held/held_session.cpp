@@ -370,7 +370,10 @@ public:
     active().prepare_run(job, timeout_s, python_standby);
   }
   // Only a direct connection's standbys end with its last run; a holder keeps its own.
-  void expect_runs(std::size_t runs) override { active().expect_runs(runs); }
+  void expect_runs(std::size_t runs, std::size_t at_once) override
+  {
+    active().expect_runs(runs, at_once);
+  }
   bool launcher_cleans_up() const override { return active().launcher_cleans_up(); }
   void bind_stop(const StopToken& stop) override { active().bind_stop(stop); }
   Expected<std::string> create_run_dir() override { return active().create_run_dir(); }

@@ -291,10 +291,11 @@ public:
       m_early_python = python_standby && m_runs_expected != 1;
     }
   }
-  void expect_runs(std::size_t runs) override
+  void expect_runs(std::size_t runs, std::size_t at_once) override
   {
     const std::lock_guard lock(m_mutex);
     m_runs_expected = runs;
+    m_runs_at_once = std::max<std::size_t>(at_once, 1);
   }
   void on_standby_taken(std::function<void()> callback) override
   {
@@ -339,6 +340,18 @@ private:
     std::string standby_entry;
   };
   static std::string parent_of(const std::string& path) { return path.substr(0, path.rfind('/')); }
+  // Holding the lock, as a run's exec begins: whether no later run will take the python standby
+  // it runs on, which then ends with it. Runs start as others end (-j), so a standby that stays
+  // serves the run that starts `m_runs_at_once` runs later, if there is one; one that stays for
+  // nothing would start an interpreter that only the connection's close ends.
+  [[nodiscard]] bool last_on_its_channel()
+  {
+    if (m_runs_expected == 0) {
+      return false; // unknown (a holder's): standbys stay
+    }
+    m_runs_started = std::min(m_runs_started + 1, m_runs_expected);
+    return m_runs_expected - m_runs_started < m_runs_at_once;
+  }
   // Holding the lock: whether the next run's files may wait for its standby.
   [[nodiscard]] bool defers_staging()
   {
@@ -459,9 +472,11 @@ private:
   // The first run's job may run on a python standby (prepare_run): its channel's command waits
   // for the sweep's listing of the job cache (decide_early_standby).
   bool m_early_python = false;
-  // Runs this session will be given (expect_runs; 0: unknown), and execs begun: the last one's
-  // python standby ends with its run (ExecRequest::last).
+  // Runs this session will be given (expect_runs; 0: unknown), how many at once, and execs
+  // begun: the python standbys of the last `m_runs_at_once` end with their runs
+  // (ExecRequest::last; last_on_its_channel).
   std::size_t m_runs_expected = 0;
+  std::size_t m_runs_at_once = 1;
   std::size_t m_runs_started = 0;
   std::map<std::string, Deferred> m_deferred; // by run directory
   static constexpr std::size_t k_max_deferred = 64;
@@ -843,7 +858,7 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
   ExecRequest bounded = request;
   {
     const std::lock_guard lock(m_mutex);
-    bounded.last = m_runs_expected != 0 && ++m_runs_started >= m_runs_expected;
+    bounded.last = last_on_its_channel();
   }
   // A run whose files wait for a python standby: the line that hands them to it.
   std::string staged_dir;
