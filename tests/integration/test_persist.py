@@ -395,6 +395,14 @@ class Persistence(unittest.TestCase):
             if os.path.exists(log):
                 os.unlink(log)
 
+    def assert_python3_starts(self, logged: list, standbys: int, ahead: int, why: str):
+        """The python3 starts that python3_starts logged: `standbys` python standbys, `ahead`
+        interpreters started ahead by them (`-c exec(...)`), and nothing else."""
+        self.assertEqual(len([l for l in logged if l.endswith(" ferry-standby")]), standbys, logged)
+        self.assertEqual(len([l for l in logged if l.startswith("-c exec(")]), ahead,
+                         f"{why}: {logged}")
+        self.assertEqual(len(logged), standbys + ahead, logged)
+
     def test_a_direct_run_of_a_python_job_takes_a_python_standby_that_ends_with_its_last_run(self):
         # Once a holder has put the python standby's script in the host's job cache, a direct
         # connection's first run of a python3 job, when more runs follow on the session, opens
@@ -426,11 +434,8 @@ class Persistence(unittest.TestCase):
                 self.assertEqual(s["parent"][:3], ["/usr/bin/python3", "-I", "-S"], s)
                 self.assertEqual(s["parent"][-1], "ferry-standby", s)
             self.assertEqual(seen[0]["ppid"], seen[1]["ppid"], "the second run did not run on the standby that stayed")
-            logged = starts()
-            self.assertEqual(len([l for l in logged if l.endswith(" ferry-standby")]), 1, logged)
-            self.assertEqual(len([l for l in logged if l.startswith("-c exec(")]), 2,
-                             f"one interpreter ahead per run, none after the last: {logged}")
-            self.assertEqual(len(logged), 3, logged)
+            self.assert_python3_starts(starts(), standbys=1, ahead=2,
+                                       why="one interpreter ahead per run, none after the last")
             self.assertEqual(self.srv.run_dirs(self.user), [])
             # A session's only run, a sh job's: its own standby, which starts only the job.
             res = self.ferry("run", sh_job, "--persist", "0", "--json")
@@ -484,11 +489,8 @@ class Persistence(unittest.TestCase):
             self.assertEqual(parents[3:], parents[:3],
                              f"runs 4-6 did not run on the standbys runs 1-3 left: {parents}")
             self.assertEqual(len(set(parents)), 3, parents)
-            logged = starts()
-            self.assertEqual(len([l for l in logged if l.endswith(" ferry-standby")]), 3, logged)
-            self.assertEqual(len([l for l in logged if l.startswith("-c exec(")]), 6,
-                             f"one interpreter ahead per job, none after runs 4-6: {logged}")
-            self.assertEqual(len(logged), 9, logged)
+            self.assert_python3_starts(starts(), standbys=3, ahead=6,
+                                       why="one interpreter ahead per job, none after runs 4-6")
         self.assertEqual(self.srv.run_dirs(self.user), [])
 
     def test_the_interpreter_started_ahead_ends_with_its_standby_even_when_stopped(self):
