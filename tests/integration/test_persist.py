@@ -919,6 +919,28 @@ class Persistence(unittest.TestCase):
                 peak = max(peak, now)
             self.assertEqual(peak, 2, "two exec channels at once beside SFTP")
 
+    def test_a_host_that_allows_one_channel_serves_every_held_run(self):
+        # MaxSessions 1: SFTP and the job's channel take turns. A standby the holder opened, or a
+        # python standby that stayed after a run, must not keep the slot SFTP needs next: seven
+        # runs in a row (python and sh jobs), then three at once, all through the holder.
+        with SshServer(extra_config="MaxSessions 1", reset_users=False) as srv:
+            opts = ("--host", srv.alias("bash"), "--ssh-config", srv.ssh_config)
+            sh_job = write_job(self.tmp, "one_sh", 'printf \'{"sh": 1}\\n\'\n', interpreter="sh")
+            for i, job in enumerate([self.job, self.job, sh_job, self.job, sh_job, sh_job, self.job]):
+                res = run_ferry("-v", "run", job, *opts, "--json", env=self.env, timeout=120)
+                self.assertEqual(res.code, 0, f"run {i + 1}: {res}")
+                self.assertEqual(res.record["status"], "ok", res.record)
+                if i == 0:
+                    self.assertTrue(wait_until(self.held, 15), "no holder after the first run")
+                else:
+                    self.assertIn(b"using the connection held", res.stderr, f"run {i + 1}")
+            res = run_ferry("run", self.job, sh_job, self.job, *opts, "-j", "3", "--json", env=self.env,
+                            timeout=120)
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r["status"] for r in res.records], ["ok"] * 3, res)
+            run_ferry("disconnect", "--all", env=self.env)
+            self.assertEqual(srv.run_dirs(self.user), [])
+
     def test_socket_directory_and_other_users_are_refused(self):
         held = self.holder()
         sock = [os.path.join(self.holders_dir, n) for n in os.listdir(self.holders_dir) if n.endswith(".sock")][0]

@@ -481,6 +481,9 @@ struct Settle {
 // there is room. Holding the lock.
 void keep_standby(const StandbyUse& use, StandbyChannel standby)
 {
+  if (use.may_keep && !use.may_keep()) {
+    return; // its channel closes: the standby reads the end of its stdin and ends
+  }
   if (!*use.standby) {
     *use.standby = std::move(standby);
   } else if (use.spares != nullptr && use.spares->size() < k_max_spare_standbys) {

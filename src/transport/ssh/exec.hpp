@@ -58,6 +58,9 @@ struct StandbyUse {
   std::string stage;
   std::function<Expected<void>(bool)> settle;
   bool* staged_by_standby = nullptr;
+  // Asked (holding the lock) when a python standby stays after its run: whether it may be kept.
+  // Not on a host that allows one channel at a time: it would hold the slot SFTP needs.
+  std::function<bool()> may_keep;
 };
 [[nodiscard]] Expected<ExecOutcome> exec(ssh_session session, std::string_view label,
                                          const ExecRequest& request, CallWatchdog& watchdog,

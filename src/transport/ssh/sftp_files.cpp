@@ -106,9 +106,12 @@ Expected<void> SftpFiles::start()
   {
     const auto armed = arm("open an SFTP channel");
     m_sftp.reset(sftp_new(m_session));
-    // A host with MaxSessions 1 frees the exec channel's slot only once it has reaped the
-    // command: a refused open right after an exec is tried again, briefly.
-    for (int wait_ms = 20; !m_sftp && wait_ms <= 640 && !m_watchdog.fired() && was_suspended;
+    // A refused open: a standby the session keeps may hold the slot (a host with MaxSessions 1),
+    // and goes. sshd frees a channel's slot only once it has reaped its command, so the open is
+    // tried again, briefly, after an exec or a standby let one go.
+    const bool made_room = !m_sftp && m_make_room && m_make_room();
+    for (int wait_ms = 20;
+         !m_sftp && wait_ms <= 640 && !m_watchdog.fired() && (was_suspended || made_room);
          wait_ms *= 2) {
       std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
       m_sftp.reset(sftp_new(m_session));

@@ -398,6 +398,7 @@ private:
       m_files.emplace(m_session.get(), m_target.spec, m_where.user, m_target.remote_base,
                       watchdog(), m_stop);
       m_files->on_step([this] { step_early_standby(); });
+      m_files->on_refused([this] { return close_a_standby(); });
     }
     return *m_files;
   }
@@ -415,6 +416,9 @@ private:
     return *m_watchdog;
   }
   bool free_a_channel(std::unique_lock<std::mutex>& lock, bool& refused, int& refusals);
+  // Holding the lock: closes a spare, else the standby, whose slot a run or SFTP needs; false
+  // when the session keeps none.
+  bool close_a_standby();
   void step_early_standby();
   void decide_early_standby();
   void settle_early_standby(std::unique_lock<std::mutex>& lock,
@@ -683,16 +687,10 @@ bool SshSession::free_a_channel(std::unique_lock<std::mutex>& lock, bool& refuse
 {
   // A standby still being opened holds a slot too: once it is open, it goes as below.
   m_changed.wait_for(lock, std::chrono::seconds(5), [this] { return !m_standby_opening; });
-  if (!m_spares.empty() || m_standby) {
-    // A spare, else the standby, takes a slot the run needs: it goes first. Its slot is free
-    // once sshd has reaped what ran there (a python standby's two processes take a moment):
-    // until then a refusal is not taken for the server's bound.
-    if (!m_spares.empty()) {
-      m_spares.pop_back();
-    } else {
-      m_standby.reset();
-    }
-    m_last_exec_end = Clock::now();
+  // A spare, else the standby, takes a slot the run needs: it goes first. Its slot is free once
+  // sshd has reaped what ran there (a python standby's two processes take a moment): until then
+  // a refusal is not taken for the server's bound.
+  if (close_a_standby()) {
     return true;
   }
   const bool just_freed = Clock::now() - m_last_exec_end < k_slot_reaping;
@@ -715,6 +713,19 @@ bool SshSession::free_a_channel(std::unique_lock<std::mutex>& lock, bool& refuse
   return just_freed;
 }
 
+bool SshSession::close_a_standby()
+{
+  if (!m_spares.empty()) {
+    m_spares.pop_back();
+  } else if (m_standby) {
+    m_standby.reset();
+  } else {
+    return false;
+  }
+  m_last_exec_end = Clock::now();
+  return true;
+}
+
 // What a run may use of the standbys, holding the lock.
 ssh::StandbyUse SshSession::standby_use()
 {
@@ -732,7 +743,9 @@ ssh::StandbyUse SshSession::standby_use()
           m_no_python_standby ? std::string() : m_python_command,
           {},
           {},
-          nullptr};
+          nullptr,
+          nullptr,
+          [this] { return m_channel_limit > 1; }};
 }
 
 Expected<void> SshSession::settle_deferred(const std::string& path, bool after_standby)
