@@ -12,12 +12,6 @@
 # LAUNCH JOB ENTRY SIZE` and launch.sh's SIZE bytes: it makes the run directory, the job's link to
 # its job cache ENTRY and launch.sh itself, then goes on as for that line.
 #
-# A direct connection's only run, when this machine's note says the job cache held this file at
-# its last sweep, makes no SFTP step at all: its channel runs `python3 -I -S ENTRY once
-# ferry-standby` (nothing started ahead), and its line is `stage-first RUN_DIR LAUNCH JOB ENTRY
-# SIZE JOB_SIZE`, then launch.sh's and the job's bytes: the run base is checked, the job cache's
-# entry made when it lacks the job, and the run staged as above.
-#
 # launch.sh carries a `# ferry-standby 2 ...` line when its job may run here: no declared
 # environment; its last field is the job's interpreter. Then this process does what launch.sh
 # does, in the same order and with the same report (docs/run-protocol.md), starting no process
@@ -448,26 +442,18 @@ def stage(words, interpreter):
     if payload is None:
         interpreter.dismiss()
         os._exit(0)
-    return make_run_files(run_dir, launch_name, job_file, entry, None, payload, interpreter)
+    return make_run_files(run_dir, launch_name, job_file, entry, payload, interpreter)
 
 
-def make_run_files(run_dir, launch_name, job_file, entry, job, payload, interpreter):
-    # The run directory, the job (a link to ENTRY, or JOB's bytes when there is no entry) and
-    # launch.sh (PAYLOAD); launch.sh's path.
-    if not plain_name(launch_name) or not plain_name(job_file):
-        interpreter.dismiss()
-        write_all(2, b"ferry-standby: not a stage line\n")
-        os._exit(125)
+def make_run_files(run_dir, launch_name, job_file, entry, payload, interpreter):
+    # The run directory, the job (a link to ENTRY) and launch.sh (PAYLOAD); launch.sh's path.
     launch = run_dir + b"/" + launch_name
     made = False
     try:
         os.mkdir(run_dir, 0o700)
         made = True
         os.chmod(run_dir, 0o700)
-        if entry is not None:
-            os.symlink(entry, run_dir + b"/" + job_file)
-        else:
-            write_new(run_dir + b"/" + job_file, job)
+        os.symlink(entry, run_dir + b"/" + job_file)
         write_new(launch, payload)
     except OSError as e:
         interpreter.dismiss()
@@ -489,79 +475,6 @@ def write_new(path, data):
         write_all(fd, data)
     finally:
         os.close(fd)
-
-
-def stage_first(words, interpreter):
-    # `stage-first RUN_DIR LAUNCH JOB ENTRY SIZE JOB_SIZE`, then SIZE bytes (launch.sh) and
-    # JOB_SIZE bytes (the job): a direct connection's run that made no SFTP step at all. The run
-    # base (RUN_DIR's parent) is checked as ferry's SFTP steps check it, the job's entry in its
-    # job cache made when missing (as an upload would make it: a temporary name, mode 0400, then
-    # renamed into place), and the run staged as by `stage`. A base that is not a plain directory
-    # of its own ends this process before any line of the run, with 3, as a standby that cannot
-    # start here: ferry then stages the run over SFTP, which says what is wrong.
-    run_dir, launch_name, job_file, entry, size, job_size = words
-    base = dirname(run_dir)
-    if (not size.isdigit() or not job_size.isdigit() or not run_dir.startswith(b"/")
-            or not plain_name(basename(run_dir)) or dirname(entry) != base
-            or not basename(entry).startswith(b"ferry-job-")):
-        interpreter.dismiss()
-        write_all(2, b"ferry-standby: not a stage line\n")
-        os._exit(125)
-    try:
-        mode = os.lstat(base).st_mode
-    except OSError:
-        os._exit(3)
-    if not S_ISDIR(mode) or mode & 0o022:
-        os._exit(3)
-    payload = read_exact(int(size))
-    job = read_exact(int(job_size)) if payload is not None else None
-    if job is None:
-        interpreter.dismiss()
-        os._exit(0)
-    if not cache_entry(entry, job):
-        entry = None  # the job goes into the run directory as a file of its own
-    return make_run_files(run_dir, launch_name, job_file, entry, job, payload, interpreter)
-
-
-def cache_entry(entry, job):
-    # Whether the job cache's ENTRY holds the job: an entry is used only as ferry leaves it (a
-    # regular file, mode 0400, of the job's size), touched once a day so that the cleanup sees
-    # it in use; anything else at its name is removed and the entry made anew.
-    try:
-        st = os.lstat(entry)
-    except OSError:
-        st = None
-    if st is not None:
-        if (S_ISREG(st.st_mode) and S_IMODE(st.st_mode) == 0o400
-                and st.st_size == len(job)):
-            if time.time() - st.st_mtime > 86400:
-                try:
-                    os.utime(entry)
-                except OSError:
-                    pass
-            return True
-        try:
-            os.unlink(entry)  # a directory stays: the rename onto it fails
-        except OSError:
-            pass
-    upload = dirname(entry) + b"/.ferry-job-" + os.urandom(16).hex().encode()
-    try:
-        fd = os.open(upload, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-    except OSError:
-        return False
-    try:
-        try:
-            write_all(fd, job)
-        finally:
-            os.close(fd)
-        os.rename(upload, entry)
-        return True
-    except OSError:
-        try:
-            os.unlink(upload)
-        except OSError:
-            pass
-        return False
 
 
 def as_sh_would(launch, environment, interpreter):
@@ -772,9 +685,7 @@ def main():
     environment = original_environment()
     if environment is None:
         os._exit(3)
-    # `once ferry-standby`: a direct connection's channel for its only run (docs/run-protocol.md,
-    # "Exec"): no interpreter is started ahead for it; the job's own is started when it comes.
-    ahead = sys.argv[1:] != ["once", "ferry-standby"]
+    ahead = True
     while True:
         end_marker, ahead = serve(environment, ahead)
         # The run's stderr ends here too: ferry takes the channel back for its next run. A stop
@@ -804,13 +715,11 @@ def serve(environment, ahead):
     # run); this process ends with the job's code rather than starting an interpreter for
     # nothing.
     last = words[-1] == b"last" and (len(words), words[0]) in (
-        (4, b"exec"), (7, b"stage"), (8, b"stage-first"))
+        (4, b"exec"), (7, b"stage"))
     if last:
         words = words[:-1]
     if len(words) == 6 and words[0] == b"stage":
         launch = stage(words[1:], interpreter)
-    elif len(words) == 7 and words[0] == b"stage-first":
-        launch = stage_first(words[1:], interpreter)
     elif len(words) == 3 and words[:2] == [b"exec", b"/bin/sh"]:
         launch = fsdecode(words[2])
     else:

@@ -275,7 +275,6 @@ class SlowHost(unittest.TestCase):
         quick = write_job(cls.tmp, "quick", QUICK_JOB, interpreter="sh")
         cls.run_through_holder(ferry, echo, quick)
         cls.run_staged_by_standby(ferry, echo, quick)
-        cls.run_direct_with_a_note(ferry, echo)
         cls.report_costs()
 
     @classmethod
@@ -376,24 +375,11 @@ class SlowHost(unittest.TestCase):
             conn.close()
 
     @classmethod
-    def run_direct_with_a_note(cls, ferry, echo):
-        """The echo run once more over a direct connection (--persist 0): its holder noted on
-        this machine that the host's job cache holds the python standby's script, so the run
-        makes no SFTP step (docs/run-protocol.md, "A first run without SFTP"). sshd's log
-        counts the SFTP sessions before and after it."""
-        sftp = f"Starting session: subsystem 'sftp' for {cls.users['echo']} "
-        cls.sftp_sessions = [cls.srv.log_text().count(sftp)]
-        cls.run_side_by_side(ferry, {"echo_direct": (cls.users["echo"], [
-            echo, "-p", "text=direct", "-p", "items=z", "-p", "blob=3", "--persist", "0"])})
-        cls.sftp_sessions.append(cls.srv.log_text().count(sftp))
-
-    @classmethod
     def report_costs(cls):
         """What one run costs over the link, in seconds and round trips (for the record)."""
         lines = [f"slow link: TCP connect {cls.connect_s:.2f} s, SSH banner after {cls.banner_s:.2f} s "
                  f"(round trip {RTT_S:.0f} s)"]
-        for name in ("echo", "fits", "overrun", "echo_held", "echo_staged", "quick_held", "quick_staged",
-                     "echo_direct"):
+        for name in ("echo", "fits", "overrun", "echo_held", "echo_staged", "quick_held", "quick_staged"):
             try:
                 rec = cls.results[name].record
             except Exception:  # the tests below report a missing or bad record
@@ -507,22 +493,6 @@ class SlowHost(unittest.TestCase):
         self.assertEqual(rec["stdout"], "quick\n")
         self.assertLess(rec["duration_s"], 1.5 * RTT_S, rec["timings"])
         self.assertEqual(self.srv.run_dirs(self.users["fits"]), [])
-
-    def test_a_direct_run_with_a_note_of_the_standby_script_makes_no_sftp_step(self):
-        # A direct connection's only run, once a holder has noted the standby's script in the
-        # job cache: its python standby makes the run's files, so after the connect the run
-        # takes its channel's open (2 round trips: sshd's answer waits for the acknowledgement
-        # of what it sent just before), the exec request (sshd opens the channel's window only
-        # once the command runs) and the line with the report: 4 round trips, where a run staged
-        # over SFTP takes 19 (its run directory 14, its files 4, its exec 1).
-        rec = self.ok_record("echo_direct", b"the run is staged by a python standby, without SFTP")
-        self.assertEqual(rec["result"]["params"], {"text": "direct", "items": ["z"], "blob": 3})
-        before, after = self.sftp_sessions
-        self.assertGreater(before, 0, "sshd's log shows no SFTP session at all: the count tells nothing")
-        self.assertEqual(after, before, "the run started an SFTP session")
-        self.assertGreaterEqual(rec["timings"]["connect"], 3 * RTT_S, rec["timings"])
-        self.assertLess(rec["duration_s"] - rec["timings"]["connect"], 4.5 * RTT_S, rec["timings"])
-        self.assertEqual(self.srv.run_dirs(self.users["echo"]), [])
 
     # --- timeouts count from the job's start, not from the connect ------------------------------
 

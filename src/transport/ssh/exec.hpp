@@ -52,9 +52,6 @@ struct StandbyUse {
   std::function<void()> taken;   // called (holding the lock) once the run has taken it
   std::vector<StandbyChannel>* spares = nullptr;
   std::string python_command;
-  // A run that finds no standby free opens a python standby of its own (python_command) for any
-  // job, not only a python3 job's: a direct connection's only run, staged by it without SFTP.
-  bool any_job = false;
   std::string stage;
   std::function<Expected<void>(bool)> settle;
   bool* staged_by_standby = nullptr;

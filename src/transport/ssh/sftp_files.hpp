@@ -10,6 +10,7 @@
 
 #include "ferry/expected.hpp"
 #include "ferry/transport.hpp"
+#include "transport/ssh/base_trust.hpp"
 #include "transport/ssh/handles.hpp"
 #include "transport/ssh/job_cache.hpp"
 #include "transport/ssh/watchdog.hpp"
@@ -34,9 +35,6 @@ public:
             CallWatchdog& watchdog, const StopToken& stop);
 
   [[nodiscard]] Expected<std::string> create_run_dir();
-  // create_run_dir for a run directory already named (under the base as an earlier session
-  // found it: a run its python standby was to stage, left to SFTP after all).
-  [[nodiscard]] Expected<void> create_named_run_dir(const std::string& dir);
   // Whether this session has swept the base (its first run directory is made).
   [[nodiscard]] bool swept() const { return m_chmod_run_dirs.has_value(); }
   [[nodiscard]] Expected<void> put_file(const std::string& path, std::string_view bytes);
@@ -100,7 +98,15 @@ private:
   // A new run directory (0700), the umask checked and the base swept when it is the session's
   // first.
   [[nodiscard]] Expected<void> make_new_run_dir(const std::string& dir);
-  [[nodiscard]] Expected<void> check_base_dir(const std::string& dir, bool is_base);
+  // A directory of the base as lstat shows it, made (0700) when missing.
+  [[nodiscard]] Expected<SeenDir> make_base_dir(const std::string& dir);
+  [[nodiscard]] Expected<SeenDir> look_at_dir(const std::string& dir);
+  // The base and the directories above it, judged by base_chain_problem (owners once m_uid is
+  // known).
+  [[nodiscard]] Expected<void> judge_base() const;
+  // Makes (and removes) the session's first run directory when none was made yet: its owner is
+  // the user, which the base's and the job cache's owners are judged against.
+  [[nodiscard]] Expected<void> know_the_user();
   [[nodiscard]] Expected<void> write_all(sftp_file file, const std::string& path,
                                          std::string_view bytes);
   // A new file (O_EXCL: never through an existing name or link) with `mode`, written in place.
@@ -134,7 +140,9 @@ private:
   CallWatchdog& m_watchdog;
   const StopToken& m_stop;
   Sftp m_sftp;
-  std::string m_base; // the run base, checked once per session
+  std::string m_base;                 // the run base, checked once per session
+  std::vector<SeenDir> m_base_chain;  // the base, then the directories above it (judge_base)
+  std::optional<std::uint32_t> m_uid; // the user's, on the host: the owner of the first run dir
   // Whether run directories need an explicit chmod (the server's umask takes owner bits); known
   // after the session's first, which is also when the base is swept.
   std::optional<bool> m_chmod_run_dirs;

@@ -26,7 +26,6 @@
 #include "transport/ssh/options.hpp"
 #include "transport/ssh/proxy.hpp"
 #include "transport/ssh/sftp_files.hpp"
-#include "transport/ssh/standby_memo.hpp"
 
 namespace ferry {
 namespace {
@@ -52,21 +51,6 @@ constexpr std::chrono::milliseconds k_slow_link{20};
 std::string python_standby_command(const std::string& entry)
 {
   return "python3 -I -S " + entry + " ferry-standby";
-}
-// The same for a direct connection's only run, which it stages (docs/run-protocol.md, "A first
-// run without SFTP"): no interpreter started ahead, any job's started when it comes.
-std::string once_standby_command(const std::string& entry)
-{
-  return "python3 -I -S " + entry + " once ferry-standby";
-}
-// The largest job whose bytes go to such a standby on its channel; a larger one goes over SFTP.
-constexpr std::size_t k_max_staged_job = 4u << 20;
-// The name of this build's standby script in a job cache.
-const std::string& standby_entry_name()
-{
-  static const std::string name =
-      ssh::job_cache_name(sha256_hex(standby_script()), k_standby_script);
-  return name;
 }
 
 bool is_transient_connect_error(std::string_view message)
@@ -113,13 +97,6 @@ public:
   Expected<std::string> create_run_dir() override
   {
     return with_sftp([this]() -> Expected<std::string> {
-      if (!m_once_entry.empty()) {
-        // The session's only run, staged by a python standby with no SFTP step at all.
-        std::string dir = ssh::SftpFiles::run_dir_name(parent_of(m_once_entry));
-        m_deferred[dir].standby_entry = std::exchange(m_once_entry, {});
-        m_staging.insert(dir);
-        return dir;
-      }
       if (defers_staging()) {
         std::string dir = files().new_run_dir_name();
         m_deferred[dir];
@@ -129,7 +106,6 @@ public:
       auto dir = files().create_run_dir();
       if (dir) {
         m_staging.insert(*dir);
-        note_standby_script();
         decide_early_standby(); // the sweep's listing told what the job cache holds
       }
       return dir;
@@ -155,15 +131,7 @@ public:
     return with_sftp([&]() -> Expected<bool> {
       if (const auto it = m_deferred.find(parent_of(path));
           it != m_deferred.end() && !it->second.job && !it->second.launch) {
-        if (const std::string& script = it->second.standby_entry; !script.empty()) {
-          // Its bytes go with the run; the standby makes the cache's entry when it lacks it.
-          const std::string name = ssh::job_cache_name(sha256, path.substr(path.rfind('/') + 1));
-          if (!name.empty() && bytes.size() <= k_max_staged_job && sha256_hex(bytes) == sha256) {
-            it->second.job =
-                DeferredJob{path, std::string(bytes), sha256, parent_of(script) + "/" + name};
-            return false;
-          }
-        } else if (auto entry = files().cached_job_entry(path, bytes, sha256)) {
+        if (auto entry = files().cached_job_entry(path, bytes, sha256)) {
           it->second.job = DeferredJob{path, std::string(bytes), sha256, std::move(*entry)};
           return true;
         }
@@ -272,18 +240,6 @@ public:
   {
     const std::lock_guard lock(m_mutex);
     if (!std::exchange(m_early_asked, true)) {
-      // The session's only run, nothing staged yet, and this machine's note says the host's job
-      // cache held the standby's script at its last sweep, lately: no SFTP at all.
-      if (m_runs_expected == 1 && !m_files) {
-        if (auto memo = ssh::recall_standby(options_identity(), standby_entry_name());
-            memo && !memo->entry.empty()) {
-          m_once_entry = std::move(memo->entry);
-          debug(fmt::format("the run is staged by a python standby, without SFTP (its script "
-                            "{} was in the job cache at this machine's last sweep)",
-                            m_once_entry));
-          return;
-        }
-      }
       m_early_wanted = true;
       // Not for a session's only run: on its own, the standby's two python starts cost the host
       // what launch.sh's helpers would (measured: tests/bench/README.md); its gain is the later
@@ -335,9 +291,6 @@ private:
   struct Deferred {
     std::optional<DeferredJob> job;
     std::optional<std::string> launch; // launch.sh's bytes
-    // A direct connection's only run (prepare_run): the standby's script entry, which its
-    // `once` standby runs. Its session has not swept the base; the job's bytes go with the run.
-    std::string standby_entry;
   };
   static std::string parent_of(const std::string& path) { return path.substr(0, path.rfind('/')); }
   // Holding the lock, as a run's exec begins: whether no later run will take the python standby
@@ -366,20 +319,10 @@ private:
   // (`dir` set to its run directory); empty when there is none.
   std::string stage_line(const ExecRequest& request, std::string& dir);
   void staged_by_the_standby(const std::string& dir);
-  // Holding the lock: settle_deferred's run directory itself (a direct connection's only run's
-  // is the session's first: the base checked and swept).
-  Expected<void> make_deferred_dir(const std::string& dir, const Deferred& deferred);
   // Holding the lock: standby_use, and for a run whose files wait (`dir`, handed over by
-  // `stage`) what makes them; a direct connection's only run gets a `once` standby of its own
-  // (*once set).
+  // `stage`) what makes them.
   ssh::StandbyUse standby_use_for(const std::string& dir, const std::string& stage,
-                                  bool& staged_by_standby, bool& once);
-  // Holding the lock, after the exec of a run whose files waited: noted as made by the standby,
-  // or (`once`: a direct connection's only run, not stopped) its standby's failure noted.
-  void after_staged_exec(const std::string& dir, bool staged_by_standby, bool once);
-  // Holding the lock, once the session has swept the base: notes whether the job cache holds
-  // the standby's script, for a later direct connection's only run (standby_memo.hpp).
-  void note_standby_script();
+                                  bool& staged_by_standby);
   Expected<void> connect_once();
   Expected<void> open_connection();
   Unexpected<Error> connection_failed(const ssh::Stepped& step);
@@ -469,10 +412,6 @@ private:
   ssh::StandbyChannel m_early;
   bool m_early_wanted = false; // prepare_run asked for it; it is begun at the next SFTP step
   bool m_early_asked = false;  // only for the session's first run
-  // The standby script's entry in the job cache, from this machine's note (prepare_run): the
-  // session's only run is staged by a python standby, without SFTP (create_run_dir takes it).
-  std::string m_once_entry;
-  bool m_script_noted = false; // note_standby_script: once per session
   // The first run's job may run on a python standby (prepare_run): its channel's command waits
   // for the sweep's listing of the job cache (decide_early_standby).
   bool m_early_python = false;
@@ -590,7 +529,6 @@ void SshSession::prepare_python_standby()
       return;
     }
     m_python_command = python_standby_command(*entry);
-    ssh::remember_standby(options_identity(), *entry);
   }
   // The session's first run directory checks the server's umask and sweeps the base: made
   // here, while nobody waits, so that the next run's can be left to its standby.
@@ -742,7 +680,6 @@ ssh::StandbyUse SshSession::standby_use()
           &m_spares,
           m_no_python_standby ? std::string() : m_python_command,
           {},
-          {},
           nullptr,
           nullptr,
           [this] { return m_channel_limit > 1; }};
@@ -763,7 +700,7 @@ Expected<void> SshSession::settle_deferred(const std::string& path, bool after_s
   if (after_standby) {
     (void)files().remove_run_dir(dir); // what the standby made before it went, if anything
   }
-  FERRY_TRY(make_deferred_dir(dir, deferred));
+  FERRY_TRY(files().make_run_dir(dir));
   if (deferred.job) {
     FERRY_TRY(files().put_job_file(deferred.job->path, deferred.job->bytes, deferred.job->sha256));
   }
@@ -787,13 +724,6 @@ std::string SshSession::stage_line(const ExecRequest& request, std::string& dir)
   }
   const Deferred& deferred = it->second;
   dir = run_dir;
-  if (!deferred.standby_entry.empty()) {
-    return fmt::format("stage-first {} {} {} {} {} {}{}\n", run_dir, k_launcher_file,
-                       deferred.job->path.substr(run_dir.size() + 1), deferred.job->entry,
-                       deferred.launch->size(), deferred.job->bytes.size(),
-                       request.last ? " last" : "") +
-           *deferred.launch + deferred.job->bytes;
-  }
   return fmt::format("stage {} {} {} {} {}{}\n", run_dir, k_launcher_file,
                      deferred.job->path.substr(run_dir.size() + 1), deferred.job->entry,
                      deferred.launch->size(), request.last ? " last" : "") +
@@ -811,59 +741,18 @@ void SshSession::staged_by_the_standby(const std::string& dir)
   }
 }
 
-Expected<void> SshSession::make_deferred_dir(const std::string& dir, const Deferred& deferred)
-{
-  if (deferred.standby_entry.empty()) {
-    return files().make_run_dir(dir);
-  }
-  // No SFTP step yet: the base is checked and swept now, as for any first run directory.
-  FERRY_TRY(files().create_named_run_dir(dir));
-  note_standby_script();
-  return {};
-}
-
 ssh::StandbyUse SshSession::standby_use_for(const std::string& dir, const std::string& stage,
-                                            bool& staged_by_standby, bool& once)
+                                            bool& staged_by_standby)
 {
   ssh::StandbyUse standby = standby_use();
   const auto it = dir.empty() ? m_deferred.end() : m_deferred.find(dir);
   if (it == m_deferred.end()) {
     return standby;
   }
-  if (const std::string& script = it->second.standby_entry; !script.empty()) {
-    standby.python_command = once_standby_command(script);
-    standby.any_job = true;
-    once = true;
-  }
   standby.stage = stage;
   standby.settle = [this, &dir](bool after_standby) { return settle_deferred(dir, after_standby); };
   standby.staged_by_standby = &staged_by_standby;
   return standby;
-}
-
-void SshSession::after_staged_exec(const std::string& dir, bool staged_by_standby, bool once)
-{
-  if (staged_by_standby) {
-    staged_by_the_standby(dir);
-  } else if (once) {
-    // It could not start there (no python3, its script gone, a base it would not take): the run
-    // went over SFTP, and so do the next ones for as long as the note is fresh.
-    ssh::standby_failed(options_identity());
-    debug("the python standby did not start; the run was staged over SFTP");
-  }
-}
-
-void SshSession::note_standby_script()
-{
-  if (!m_files || !m_files->swept() || std::exchange(m_script_noted, true)) {
-    return;
-  }
-  const auto entry = files().cached_script(k_standby_script, standby_script());
-  if (entry && is_shell_neutral_token(*entry)) {
-    ssh::remember_standby(options_identity(), *entry);
-  } else {
-    ssh::forget_standby(options_identity());
-  }
 }
 
 Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
@@ -904,11 +793,10 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
     };
     ssh::StandbyUse standby;
     bool staged_by_standby = false;
-    bool once = false; // a direct connection's only run, for its own python standby to stage
     {
       const std::lock_guard lock(m_mutex);
       m_last_run_on_standby = request.runs_on_standby;
-      standby = standby_use_for(staged_dir, stage, staged_by_standby, once);
+      standby = standby_use_for(staged_dir, stage, staged_by_standby);
     }
     auto outcome =
         ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel, standby);
@@ -916,7 +804,9 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       const std::lock_guard lock(m_mutex);
       --m_execs;
       m_last_exec_end = Clock::now();
-      after_staged_exec(staged_dir, staged_by_standby, once && !request.stop.stop_requested());
+      if (staged_by_standby) {
+        staged_by_the_standby(staged_dir);
+      }
     }
     m_changed.notify_all();
     if (outcome || !refused || request.stop.stop_requested() || dog->fired()) {
