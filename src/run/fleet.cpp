@@ -70,9 +70,9 @@ private:
     // A host's runs share its session, on as many channels at once as -j allows (the session
     // learns the server's own limit from a refused channel).
     const std::size_t lanes =
-        connected && session.concurrent_runs() ? std::min(m_parallel, m_runs.size()) : 1;
+        connected && session.traits().concurrent_runs ? std::min(m_parallel, m_runs.size()) : 1;
     if (connected) {
-      session.expect_runs(m_runs.size(), lanes);
+      session.plan(m_runs.size(), lanes);
     }
     HostOrder order(session.label(), m_runs.size());
     std::atomic<std::size_t> next{0};

@@ -291,12 +291,6 @@ ExecOutcome follow(ssh_session session, ssh_channel channel, ExitWatch& watch,
   return outcome;
 }
 
-// The launcher is `/bin/sh PATH`: the one command a standby channel runs.
-bool is_launcher(const std::vector<std::string>& argv)
-{
-  return argv.size() == 2 && argv[0] == "/bin/sh";
-}
-
 } // namespace
 
 // A channel opened ahead of its run: its `/bin/sh -s`, or the python standby, waits on stdin
@@ -560,7 +554,7 @@ run_on_a_standby(ssh_session session, std::string_view label, const std::string&
                  std::unique_lock<std::mutex>& lock, const FreeAChannel& free_a_channel,
                  const StandbyUse& standby, Settle& settle)
 {
-  const bool may_use = standby.standby != nullptr && is_launcher(request.argv);
+  const bool may_use = standby.standby != nullptr;
   // Freed while the lock is held, as every channel.
   if (StandbyChannel taken = may_use ? take_standby(standby) : nullptr) {
     // A python standby usually stays for the next run: no other opens meanwhile.

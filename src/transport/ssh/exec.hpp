@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ferry/expected.hpp"
-#include "ferry/transport.hpp"
+#include "transport/exec_request.hpp"
 #include "transport/ssh/handles.hpp"
 #include "transport/ssh/watchdog.hpp"
 

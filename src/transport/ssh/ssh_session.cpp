@@ -19,12 +19,15 @@
 #include "ferry/sessions.hpp"
 #include "ferry/text.hpp"
 #include "ferry/util.hpp"
+#include "transport/exec_request.hpp"
+#include "transport/run_files.hpp"
 #include "transport/ssh/auth.hpp"
 #include "transport/ssh/exec.hpp"
 #include "transport/ssh/host_key.hpp"
 #include "transport/ssh/libssh_loader.hpp"
 #include "transport/ssh/options.hpp"
 #include "transport/ssh/proxy.hpp"
+#include "transport/ssh/remote.hpp"
 #include "transport/ssh/sftp_files.hpp"
 
 namespace ferry {
@@ -64,7 +67,7 @@ bool is_transient_connect_error(std::string_view message)
   return false;
 }
 
-class SshSession final : public SshConnection {
+class SshSession final : public ssh::Remote {
 public:
   explicit SshSession(SshTarget target) : m_target(std::move(target)) {}
 
@@ -90,115 +93,57 @@ public:
     }
     return {};
   }
-  // Several runs may use the session at once (concurrent_runs): every libssh call is made
-  // holding m_mutex. SFTP calls hold it for their whole length (one SFTP channel serves them
-  // all); an exec holds it only while it calls libssh, not while it waits for data.
-  bool concurrent_runs() const override { return true; }
-  Expected<std::string> create_run_dir() override
+  // Several runs may use the session at once: every libssh call is made holding m_mutex. SFTP
+  // calls hold it for their whole length (one SFTP channel serves them all); an exec holds it
+  // only while it calls libssh, not while it waits for data.
+  SessionTraits traits() const override { return {true}; }
+  void plan(std::size_t runs, std::size_t at_once) override
   {
-    return with_sftp([this]() -> Expected<std::string> {
-      if (defers_staging()) {
-        std::string dir = files().new_run_dir_name();
-        m_deferred[dir];
-        m_staging.insert(dir);
-        return dir;
-      }
-      auto dir = files().create_run_dir();
-      if (dir) {
-        m_staging.insert(*dir);
-        decide_early_standby(); // the sweep's listing told what the job cache holds
-      }
-      return dir;
+    const std::lock_guard lock(m_mutex);
+    m_runs_expected = runs;
+    m_runs_at_once = std::max<std::size_t>(at_once, 1);
+  }
+  Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override;
+  Expected<ExecOutcome> launch(StagedRun& run, const LaunchRequest& request) override
+  {
+    return exec_run(run.run_dir, launcher_request(run, request));
+  }
+  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
+                              const ChunkSink& sink) override
+  {
+    return with_sftp([&]() -> Expected<FetchedFile> {
+      FERRY_TRY(settle_deferred(run.run_dir));
+      return files().fetch_stream(run.run_dir + "/" + rel, sink);
     });
   }
+  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
+                                                      const std::string& rel) override
+  {
+    return with_sftp([&]() -> Expected<std::optional<std::vector<DirEntry>>> {
+      FERRY_TRY(settle_deferred(run.run_dir));
+      return files().list_dir(rel.empty() ? run.run_dir : run.run_dir + "/" + rel);
+    });
+  }
+  Expected<void> finish(StagedRun& run, Finish how) override
+  {
+    if (how == Finish::remove) {
+      return remove_run_dir(run.run_dir);
+    }
+    forget_run_dir(run.run_dir);
+    return {};
+  }
+  // A plain command (a scheduler's submit script): a channel of its own, never a standby.
+  Expected<ExecOutcome> exec(const ExecRequest& request) override;
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
   {
     return with_sftp([&]() -> Expected<void> {
-      const std::string dir = parent_of(path);
-      if (const auto it = m_deferred.find(dir); it != m_deferred.end() && it->second.job &&
-                                                !it->second.launch &&
-                                                path == dir + "/" + k_launcher_file) {
-        it->second.launch = std::string(bytes);
-        return {};
-      }
-      FERRY_TRY(settle_deferred(path));
+      FERRY_TRY(settle_deferred(parent_of(path)));
       return files().put_file(path, bytes);
     });
   }
-  Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
-                              const std::string& sha256) override
+  void prepare_files() override
   {
-    return with_sftp([&]() -> Expected<bool> {
-      if (const auto it = m_deferred.find(parent_of(path));
-          it != m_deferred.end() && !it->second.job && !it->second.launch) {
-        if (auto entry = files().cached_job_entry(path, bytes, sha256)) {
-          it->second.job = DeferredJob{path, std::string(bytes), sha256, std::move(*entry)};
-          return true;
-        }
-      }
-      FERRY_TRY(settle_deferred(path));
-      return files().put_job_file(path, bytes, sha256);
-    });
-  }
-  void bind_stop(const StopToken& stop) override
-  {
-    const std::lock_guard lock(m_mutex);
-    m_stop = stop;
-  }
-  Expected<ExecOutcome> exec(const ExecRequest& request) override;
-  Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override
-  {
-    return with_sftp([&]() -> Expected<FetchedFile> {
-      FERRY_TRY(settle_deferred(path));
-      return files().fetch_file(path, cap);
-    });
-  }
-  Expected<bool> file_exists(const std::string& path) override
-  {
-    return with_sftp([&]() -> Expected<bool> {
-      FERRY_TRY(settle_deferred(path));
-      return files().file_exists(path);
-    });
-  }
-  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override
-  {
-    return with_sftp([&]() -> Expected<FetchedFile> {
-      FERRY_TRY(settle_deferred(path));
-      return files().fetch_stream(path, sink);
-    });
-  }
-  Expected<void> make_dir(const std::string& path) override
-  {
-    return with_sftp([&]() -> Expected<void> {
-      FERRY_TRY(settle_deferred(path));
-      return files().make_dir(path);
-    });
-  }
-  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path) override
-  {
-    return with_sftp([&]() -> Expected<std::optional<std::vector<DirEntry>>> {
-      FERRY_TRY(settle_deferred(path));
-      return files().list_dir(path);
-    });
-  }
-  Expected<void> remove_run_dir(const std::string& path) override
-  {
-    return with_sftp([&]() -> Expected<void> {
-      m_staging.erase(path);
-      if (m_deferred.erase(path) > 0) {
-        return {}; // never made on the host
-      }
-      return files().remove_run_dir(path);
-    });
-  }
-  void forget_run_dir(const std::string& path) override
-  {
-    const std::lock_guard lock(m_mutex);
-    m_deferred.erase(path);
-    m_staging.erase(path);
-    if (m_files) {
-      m_files->forget_run_dir(path);
-    }
+    (void)with_sftp([&]() -> Expected<bool> { return files().file_exists("/"); });
   }
   std::string options_identity() const override;
   bool alive() override
@@ -235,23 +180,15 @@ public:
   // The session's first run: its channel is opened as soon as the SFTP channel is open, while
   // the SFTP steps that stage the run go on (a direct run; a holder opens its standbys itself).
   // A python3 job's is a python standby when the job cache holds the standby's script and more
-  // runs follow on the session.
-  void prepare_run(const Job& /*job*/, int /*timeout_s*/, bool python_standby) override
+  // runs follow on the session. Holding the lock.
+  void prepare_first_run(bool python_standby)
   {
-    const std::lock_guard lock(m_mutex);
     if (!std::exchange(m_early_asked, true)) {
       m_early_wanted = true;
       // Not for a session's only run: on its own, the standby's two python starts cost the host
-      // what launch.sh's helpers would (measured: tests/bench/README.md); its gain is the later
-      // runs', on the standbys that stay.
+      // what launch.sh's helpers would; its gain is the later runs', on the standbys that stay.
       m_early_python = python_standby && m_runs_expected != 1;
     }
-  }
-  void expect_runs(std::size_t runs, std::size_t at_once) override
-  {
-    const std::lock_guard lock(m_mutex);
-    m_runs_expected = runs;
-    m_runs_at_once = std::max<std::size_t>(at_once, 1);
   }
   void on_standby_taken(std::function<void()> callback) override
   {
@@ -260,6 +197,47 @@ public:
   }
 
 private:
+  // A staged run's directory, named (a run left to its python standby) or made over SFTP.
+  Expected<std::string> create_run_dir()
+  {
+    return with_sftp([this]() -> Expected<std::string> {
+      if (defers_staging()) {
+        std::string dir = files().new_run_dir_name();
+        m_deferred[dir];
+        m_staging.insert(dir);
+        return dir;
+      }
+      auto dir = files().create_run_dir();
+      if (dir) {
+        m_staging.insert(*dir);
+        decide_early_standby(); // the sweep's listing told what the job cache holds
+      }
+      return dir;
+    });
+  }
+  // The run's files: kept in memory while its python standby is to make them (the job from the
+  // cache and launch.sh), else made over SFTP.
+  class Writer;
+  Expected<void> remove_run_dir(const std::string& path)
+  {
+    return with_sftp([&]() -> Expected<void> {
+      m_staging.erase(path);
+      if (m_deferred.erase(path) > 0) {
+        return {}; // never made on the host
+      }
+      return files().remove_run_dir(path);
+    });
+  }
+  void forget_run_dir(const std::string& path)
+  {
+    const std::lock_guard lock(m_mutex);
+    m_deferred.erase(path);
+    m_staging.erase(path);
+    if (m_files) {
+      m_files->forget_run_dir(path);
+    }
+  }
+  Expected<ExecOutcome> exec_run(const std::string& run_dir, const ExecRequest& request);
   // Runs an SFTP step holding the lock; while the host allows one channel at a time, only once
   // no exec holds it.
   template <typename Step> auto with_sftp(Step step) -> decltype(step())
@@ -317,7 +295,9 @@ private:
   Expected<void> settle_deferred(const std::string& path, bool after_standby = false);
   // The `stage` line and launch.sh's bytes for a run whose files a python standby may make
   // (`dir` set to its run directory); empty when there is none.
-  std::string stage_line(const ExecRequest& request, std::string& dir);
+  // The `stage` line and launch.sh's bytes for a run in `run_dir` whose files its python
+  // standby is to make; empty when they were made over SFTP.
+  std::string stage_line(const ExecRequest& request, const std::string& run_dir);
   void staged_by_the_standby(const std::string& dir);
   // Holding the lock: standby_use, and for a run whose files wait (`dir`, handed over by
   // `stage`) what makes them.
@@ -710,20 +690,14 @@ Expected<void> SshSession::settle_deferred(const std::string& path, bool after_s
   return {};
 }
 
-std::string SshSession::stage_line(const ExecRequest& request, std::string& dir)
+std::string SshSession::stage_line(const ExecRequest& request, const std::string& run_dir)
 {
-  if (request.argv.size() != 2 || request.argv[0] != "/bin/sh") {
-    return {};
-  }
   const std::lock_guard lock(m_mutex);
-  const std::string run_dir = parent_of(request.argv[1]);
   const auto it = m_deferred.find(run_dir);
-  if (it == m_deferred.end() || !it->second.job || !it->second.launch ||
-      request.argv[1] != run_dir + "/" + k_launcher_file) {
+  if (it == m_deferred.end() || !it->second.job || !it->second.launch) {
     return {};
   }
   const Deferred& deferred = it->second;
-  dir = run_dir;
   return fmt::format("stage {} {} {} {} {}{}\n", run_dir, k_launcher_file,
                      deferred.job->path.substr(run_dir.size() + 1), deferred.job->entry,
                      deferred.launch->size(), request.last ? " last" : "") +
@@ -755,20 +729,95 @@ ssh::StandbyUse SshSession::standby_use_for(const std::string& dir, const std::s
   return standby;
 }
 
-Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
+// The run directory's files, as write_run_files makes them (run_files.hpp): a job the job
+// cache holds and launch.sh wait in memory for the python standby that is to make them, when
+// the run was left to one (create_run_dir); anything else settles the run over SFTP first.
+class SshSession::Writer final : public RunDirWriter {
+public:
+  explicit Writer(SshSession& session) : m_session(session) {}
+
+  Expected<void> make_dir(const std::string& path) override
+  {
+    return m_session.with_sftp([&]() -> Expected<void> {
+      FERRY_TRY(m_session.settle_deferred(path));
+      return m_session.files().make_dir(path);
+    });
+  }
+  Expected<void> put_file(const std::string& path, std::string_view bytes) override
+  {
+    return m_session.with_sftp([&]() -> Expected<void> {
+      const std::string dir = parent_of(path);
+      auto& deferred = m_session.m_deferred;
+      if (const auto it = deferred.find(dir); it != deferred.end() && it->second.job &&
+                                              !it->second.launch &&
+                                              path == dir + "/" + k_launcher_file) {
+        it->second.launch = std::string(bytes);
+        return {};
+      }
+      FERRY_TRY(m_session.settle_deferred(path));
+      return m_session.files().put_file(path, bytes);
+    });
+  }
+  Expected<bool> put_job(const std::string& path, std::string_view bytes,
+                         const std::string& sha256) override
+  {
+    return m_session.with_sftp([&]() -> Expected<bool> {
+      auto& deferred = m_session.m_deferred;
+      if (const auto it = deferred.find(parent_of(path));
+          it != deferred.end() && !it->second.job && !it->second.launch) {
+        if (auto entry = m_session.files().cached_job_entry(path, bytes, sha256)) {
+          it->second.job = DeferredJob{path, std::string(bytes), sha256, std::move(*entry)};
+          return true;
+        }
+      }
+      FERRY_TRY(m_session.settle_deferred(path));
+      return m_session.files().put_job_file(path, bytes, sha256);
+    });
+  }
+
+private:
+  SshSession& m_session;
+};
+
+Expected<StagedRun> SshSession::stage(const RunBundle& bundle, const StopToken& stop)
 {
-  ExecRequest bounded = request;
   {
     const std::lock_guard lock(m_mutex);
-    bounded.last = last_on_its_channel();
+    m_stop = stop;
+    prepare_first_run(runs_on_python_standby(bundle.launcher));
   }
-  // A run whose files wait for a python standby: the line that hands them to it.
-  std::string staged_dir;
-  const std::string stage = stage_line(bounded, staged_dir);
-  if (staged_dir.empty()) {
-    FERRY_TRY(with_sftp([&] {
-      return settle_deferred(request.argv.size() == 2 ? request.argv[1] : std::string());
-    }));
+  FERRY_TRY_ASSIGN(std::string dir, create_run_dir());
+  Writer writer(*this);
+  auto cached = write_run_files(writer, bundle, dir);
+  if (!cached) {
+    (void)remove_run_dir(dir); // what was made of it, if anything
+    return Unexpected{cached.error()};
+  }
+  StagedRun run = staged_run(bundle, std::move(dir), stop);
+  run.job_from_cache = *cached;
+  return run;
+}
+
+Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
+{
+  return exec_run({}, request);
+}
+
+// `run_dir` empty: a plain command, on a channel of its own.
+Expected<ExecOutcome> SshSession::exec_run(const std::string& run_dir, const ExecRequest& request)
+{
+  ExecRequest bounded = request;
+  std::string stage;
+  if (!run_dir.empty()) {
+    {
+      const std::lock_guard lock(m_mutex);
+      bounded.last = last_on_its_channel();
+    }
+    // A run whose files wait for a python standby: the line that hands them to it.
+    stage = stage_line(bounded, run_dir);
+    if (stage.empty()) {
+      FERRY_TRY(with_sftp([&] { return settle_deferred(run_dir); }));
+    }
   }
   int refusals = 0;
   ssh::CallWatchdog* dog = nullptr;
@@ -783,9 +832,7 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       std::unique_lock lock(m_mutex);
       m_changed.wait(lock, [this] { return m_execs < m_channel_limit; });
       ++m_execs;
-      if (request.argv.size() == 2) {
-        m_staging.erase(parent_of(request.argv[1]));
-      }
+      m_staging.erase(run_dir);
     }
     bool refused = false;
     const auto free_a_channel = [this, &refused, &refusals](std::unique_lock<std::mutex>& lock) {
@@ -793,10 +840,10 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
     };
     ssh::StandbyUse standby;
     bool staged_by_standby = false;
-    {
+    if (!run_dir.empty()) {
       const std::lock_guard lock(m_mutex);
       m_last_run_on_standby = request.runs_on_standby;
-      standby = standby_use_for(staged_dir, stage, staged_by_standby);
+      standby = standby_use_for(stage.empty() ? std::string() : run_dir, stage, staged_by_standby);
     }
     auto outcome =
         ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel, standby);
@@ -805,7 +852,7 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       --m_execs;
       m_last_exec_end = Clock::now();
       if (staged_by_standby) {
-        staged_by_the_standby(staged_dir);
+        staged_by_the_standby(run_dir);
       }
     }
     m_changed.notify_all();
@@ -1013,6 +1060,11 @@ std::string SshSession::options_identity() const
 }
 
 std::unique_ptr<HostSession> make_ssh_session(const SshTarget& target)
+{
+  return std::make_unique<SshSession>(target);
+}
+
+std::unique_ptr<ssh::Remote> ssh::make_remote(const SshTarget& target)
 {
   return std::make_unique<SshSession>(target);
 }
