@@ -20,7 +20,7 @@ public:
   // The job's own file: where the target keeps a cache of job files, a link to the cached copy
   // (uploaded to the cache first when missing); true when the cache already held it.
   [[nodiscard]] virtual Expected<bool> put_job(const std::string& path, std::string_view bytes,
-                                               const std::string& sha256)
+                                               const std::string& /*sha256*/)
   {
     FERRY_TRY(put_file(path, bytes));
     return false;

@@ -240,7 +240,7 @@ private:
   // The runs a client staged and has not finished: finished for it when it goes (removed, unless
   // its launcher said it removed the directory itself).
   struct ClientRuns {
-    explicit ClientRuns(Holder& holder) : holder(holder) {}
+    explicit ClientRuns(Holder& owner) : holder(owner) {}
     ClientRuns(const ClientRuns&) = delete;
     ClientRuns& operator=(const ClientRuns&) = delete;
     ~ClientRuns()

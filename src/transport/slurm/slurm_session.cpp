@@ -82,6 +82,7 @@ public:
       : m_shared_target(std::move(target)), m_target(*m_shared_target), m_slot(slot),
         m_allocation(std::move(allocation)), m_login(ssh::make_remote(m_target.login))
   {
+    m_login->without_job_cache();
   }
   SlurmSession(const SlurmSession&) = delete;
   SlurmSession& operator=(const SlurmSession&) = delete;

@@ -15,6 +15,9 @@ class Remote : public SshConnection {
 public:
   // A command of shell-neutral tokens on a channel of its own (never a standby).
   [[nodiscard]] virtual Expected<ExecOutcome> exec(const ExecRequest& request) = 0;
+  // Runs are staged without the job cache: the job goes into each run directory (the Slurm
+  // target's run base is a shared scratch, where nothing of a run stays behind it).
+  virtual void without_job_cache() = 0;
   // A new 0600 file (O_EXCL), written in place.
   [[nodiscard]] virtual Expected<void> put_file(const std::string& path,
                                                 std::string_view bytes) = 0;

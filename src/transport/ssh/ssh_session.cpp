@@ -141,6 +141,7 @@ public:
       return files().put_file(path, bytes);
     });
   }
+  void without_job_cache() override { m_job_cache = false; }
   void prepare_files() override
   {
     (void)with_sftp([&]() -> Expected<bool> { return files().file_exists("/"); });
@@ -367,6 +368,7 @@ private:
   std::mutex m_key_mutex; // around m_offered_key (recheck_host_key does not take m_mutex)
   std::optional<ssh::ServerKey> m_offered_key;
   bool m_resolved = false;
+  bool m_job_cache = true; // without_job_cache
   bool m_told = false;     // the config's story and warnings: once, not once per attempt
   bool m_no_retry = false; // a proxy that failed says why; trying again would not help
   std::mutex m_mutex;      // held around every libssh call once runs share the session
@@ -724,7 +726,7 @@ ssh::StandbyUse SshSession::standby_use_for(const std::string& dir, const std::s
     return standby;
   }
   standby.stage = stage;
-  standby.settle = [this, &dir](bool after_standby) { return settle_deferred(dir, after_standby); };
+  standby.settle = [this, dir](bool after_standby) { return settle_deferred(dir, after_standby); };
   standby.staged_by_standby = &staged_by_standby;
   return standby;
 }
@@ -761,6 +763,10 @@ public:
   Expected<bool> put_job(const std::string& path, std::string_view bytes,
                          const std::string& sha256) override
   {
+    if (!m_session.m_job_cache) {
+      FERRY_TRY(put_file(path, bytes));
+      return false;
+    }
     return m_session.with_sftp([&]() -> Expected<bool> {
       auto& deferred = m_session.m_deferred;
       if (const auto it = deferred.find(parent_of(path));
@@ -808,6 +814,9 @@ Expected<ExecOutcome> SshSession::exec_run(const std::string& run_dir, const Exe
 {
   ExecRequest bounded = request;
   std::string stage;
+  // The run directory whose files wait for a python standby (standby_use_for keeps a reference
+  // to it while the run lasts).
+  std::string staged_dir;
   if (!run_dir.empty()) {
     {
       const std::lock_guard lock(m_mutex);
@@ -815,7 +824,9 @@ Expected<ExecOutcome> SshSession::exec_run(const std::string& run_dir, const Exe
     }
     // A run whose files wait for a python standby: the line that hands them to it.
     stage = stage_line(bounded, run_dir);
-    if (stage.empty()) {
+    if (!stage.empty()) {
+      staged_dir = run_dir;
+    } else {
       FERRY_TRY(with_sftp([&] { return settle_deferred(run_dir); }));
     }
   }
@@ -843,7 +854,7 @@ Expected<ExecOutcome> SshSession::exec_run(const std::string& run_dir, const Exe
     if (!run_dir.empty()) {
       const std::lock_guard lock(m_mutex);
       m_last_run_on_standby = request.runs_on_standby;
-      standby = standby_use_for(stage.empty() ? std::string() : run_dir, stage, staged_by_standby);
+      standby = standby_use_for(staged_dir, stage, staged_by_standby);
     }
     auto outcome =
         ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel, standby);
