@@ -96,7 +96,7 @@
 # [params.allow_unknown]
 # type = "bool"
 # default = false
-# help = "size a model_type or layer kind kv_calc has no rule for as full attention, with an unknown-layer-kind warning, instead of failing"
+# help = "size a config whose field or layer kind kv_calc does not know (and that may change what is cached) without it: an unknown layer kind as full attention (one unknown-layer-kind warning per kind), an unknown field ignored (unknown-config-field), instead of failing"
 #
 # [params.gpus]
 # type = "list"
@@ -219,6 +219,15 @@ CITE = {
     "sg_nemotron": "SGLang configs/nemotron_h.py@01144484",
     "sg_falcon": "SGLang configs/falcon_h1.py@0464817a",
     "sg_model_config": "SGLang configs/model_config.py@001adf56",
+    "sg_context_len": "SGLang utils/hf_transformers_utils.py get_context_length, "
+                      "CONTEXT_LENGTH_KEYS",
+    "sg_kimi": "SGLang configs/kimi_linear.py@008b79d2 KimiLinearConfig.mamba2_cache_params, "
+               "configs/mamba_utils.py KimiLinearStateShape.create",
+    "sg_lfm2": "SGLang configs/lfm2.py@05319dc0 Lfm2Config.mamba2_cache_params",
+    "vl_kda": "vLLM model_executor/layers/mamba/mamba_utils.py kda_state_shape / "
+              "kda_state_dtype",
+    "vl_shortconv": "vLLM model_executor/layers/mamba/mamba_utils.py short_conv_state_shape, "
+                    "models/lfm2.py get_mamba_state_shape_from_config",
     "sg_server_args": "SGLang server_args.py _handle_model_specific_adjustments (excerpts; "
                       "the stored version's commit is not shown by the index)",
     "vl_iface": "vLLM v1/kv_cache_interface.py@001cabc1",
@@ -261,7 +270,11 @@ def _typed_value(name, kind, text):
                 return False
             raise ValueError(text)
         if kind == "json":
-            return json.loads(text)
+            # config=PATH by hand: text that is not JSON is taken as the path it names.
+            try:
+                return json.loads(text)
+            except ValueError:
+                return text
         if kind.startswith("list:"):
             item = kind.split(":", 1)[1]
             parts = [p.strip() for p in text.split(",") if p.strip()]
@@ -498,15 +511,16 @@ class Attention:
 @dataclass
 class Recurrent:
     """A recurrent mixer that keeps a fixed state per request: its kind and dimensions."""
-    kind: str  # "gdn", "mamba2", "mamba1" or "lightning"
+    kind: str  # one of RECURRENT_KINDS
     dims: dict
 
 
 ATTENTION_KINDS = ("full", "sliding", "chunked")
-RECURRENT_KINDS = ("gdn", "mamba2", "mamba1", "lightning")
+RECURRENT_KINDS = ("gdn", "kda", "mamba2", "mamba1", "lightning", "shortconv")
 KIND_NAMES = {"full": "full_attention", "sliding": "sliding_attention",
-              "chunked": "chunked_attention", "gdn": "gated_delta_net", "mamba2": "mamba2",
-              "mamba1": "mamba1", "lightning": "lightning_attention"}
+              "chunked": "chunked_attention", "gdn": "gated_delta_net",
+              "kda": "kimi_delta_attention", "mamba2": "mamba2", "mamba1": "mamba1",
+              "lightning": "lightning_attention", "shortconv": "short_conv"}
 
 
 @dataclass
@@ -524,6 +538,7 @@ class Model:
     config_ssm_dtype: str = None  # config.json mamba_ssm_dtype
     architectures: list = field(default_factory=list)
     model_type: str = None
+    rule: dict = None  # the layer rule used: reader, family, how it was chosen
 
     def count(self, kind):
         return sum(1 for mixers in self.layers if kind in mixers)
@@ -564,8 +579,11 @@ def field_or_default(cfg, key, default, notes):
 
 # ---------------------------------------------------------------------------------------
 # Layer rules: which layers cache K/V for every token, which a window or chunk, which hold a
-# recurrent state. One rule per family; an unknown model_type or layer kind never defaults
-# silently to full attention.
+# recurrent state. A family's rule reads the fields its config class defines, with that class's
+# defaults; a model_type that only renames a family (a wrapper's "_text" model, a "_lite" or
+# "_vl" sibling) takes the family's rule; any other model_type is placed from its fields. A
+# field or layer-type value kv_calc does not know, and that could change what is cached, stops
+# the run with its name: nothing defaults silently to full attention.
 
 LAYER_TYPE_NAMES = {
     "full_attention": "full", "attention": "full", "global_attention": "full",
@@ -573,7 +591,102 @@ LAYER_TYPE_NAMES = {
     "chunked_attention": "chunked",
     "linear_attention": "linear", "gated_delta_net": "gdn",
     "mamba": "mamba",
+    "conv": "shortconv", "short_conv": "shortconv",
 }
+
+# The fields the readers below take what a layer caches from.
+CACHE_FIELDS = frozenset({
+    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "attention_head_dim", "hidden_size", "v_head_dim", "kv_lora_rank", "qk_rope_head_dim",
+    "index_head_dim", "index_topk", "layer_types", "sliding_window", "use_sliding_window",
+    "max_window_layers", "sliding_window_pattern", "sliding_window_size", "attention_chunk_size",
+    "no_rope_layers", "no_rope_layer_interval", "full_attention_interval",
+    "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
+    "linear_num_value_heads", "linear_value_head_dim", "linear_attn_config",
+    "hybrid_override_pattern", "layers_block_type", "attn_type_list", "attn_layer_period",
+    "attn_layer_offset", "mamba_num_heads", "mamba_head_dim", "mamba_n_heads", "mamba_d_head",
+    "mamba_n_groups", "n_groups", "ssm_state_size", "mamba_d_state", "conv_kernel",
+    "mamba_d_conv", "mamba_d_ssm", "mamba_expand", "mamba_ssm_dtype", "conv_L_cache",
+    "full_attn_idxs", "num_nextn_predict_layers", "mtp_num_hidden_layers",
+    "max_position_embeddings", "model_max_length", "torch_dtype", "dtype", "quantization_config",
+})
+# Fields that change nothing a layer caches: MLP and MoE shapes and routing, RoPE, norms,
+# softcapping and scaling, the query side of MLA, token ids, bookkeeping.
+NEUTRAL_FIELDS = frozenset({
+    "architectures", "model_type", "auto_map", "transformers_version", "_name_or_path",
+    "_commit_hash", "vocab_size", "intermediate_size", "intermediate_size_mlp", "hidden_act",
+    "hidden_activation", "mlp_hidden_act", "mamba_hidden_act", "initializer_range",
+    "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "use_cache",
+    "cache_implementation", "tie_word_embeddings", "bos_token_id", "eos_token_id",
+    "pad_token_id", "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor",
+    "attention_bias", "attention_dropout", "attention_out_bias", "attn_output_gate",
+    "attn_logit_softcapping", "final_logit_softcapping", "attn_scale", "attn_temperature_tuning",
+    "floor_scale", "query_pre_attn_scalar", "use_qk_norm", "mlp_bias", "hidden_dropout",
+    "use_bias", "pretraining_tp", "initial_context_length", "num_experts", "num_local_experts",
+    "n_routed_experts", "n_shared_experts", "num_shared_experts", "num_experts_per_tok",
+    "num_experts_per_token", "experts_per_token", "moe_intermediate_size",
+    "shared_expert_intermediate_size", "moe_layer_freq", "first_k_dense_replace",
+    "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob", "routed_scaling_factor",
+    "n_group", "topk_group", "topk_method", "scoring_func", "router_aux_loss_coef",
+    "router_z_loss_coef", "output_router_logits", "moe_router_activation_func",
+    "moe_renormalize", "use_grouped_topk", "num_expert_group", "ep_size", "swiglu_limit",
+    "interleave_moe_layer_step", "expert_layer_offset", "expert_layer_period",
+    "q_lora_rank", "qk_nope_head_dim", "index_n_heads", "mla_use_nope", "image_token_id",
+    "image_token_index", "video_token_id", "boi_token_index", "eoi_token_index",
+    "mm_tokens_per_image", "vision_start_token_id", "vision_end_token_id", "chunk_size",
+    "mamba_chunk_size", "mamba_conv_bias", "use_conv_bias", "conv_bias", "mamba_proj_bias",
+    "mamba_dt_rank", "expand", "conv_dim", "conv_dim_out", "conv_use_xavier_init",
+    "num_heads", "use_pos_enc", "block_dim", "block_ff_dim", "block_multiple_of",
+    "block_auto_adjust_ff_dim", "block_ffn_dim_multiplier", "block_use_swiglu",
+    "block_norm_eps", "block_use_xavier_init", "block_mlp_init_scale", "block_out_init_scale",
+})
+# Words in a field's name that say it may be about what a layer caches.
+CACHE_HINT_WORDS = frozenset({
+    "attn", "attention", "kv", "cache", "window", "sliding", "swa", "chunk", "chunked",
+    "mamba", "ssm", "conv", "state", "linear", "lora", "index", "indexer", "sparse",
+    "compress", "compression", "nope", "local", "global", "mla", "kda", "gdn", "delta",
+    "recurrent", "hybrid", "sharing", "shared", "cross", "types", "pattern", "head", "heads",
+})
+# Kimi-Linear's linear_attn_config (KimiLinearConfig) and what kv_calc reads of it.
+KDA_FIELDS = frozenset({"kda_layers", "full_attn_layers", "num_heads", "head_dim",
+                        "short_conv_kernel_size", "gate_lower_bound", "use_full_rank_gate"})
+
+
+def may_change_cache(name):
+    words = name.lower().split("_")
+    return any(w in CACHE_HINT_WORDS for w in words) or name.endswith(("_layers", "_idxs"))
+
+
+def unknown_cache_fields(cfg):
+    """Fields kv_calc does not know whose names say they may change what is cached; a field
+    that is null or false asks for nothing and is let pass."""
+    found = []
+    for key, value in cfg.items():
+        if key in CACHE_FIELDS or key in NEUTRAL_FIELDS or key in TEXT_CONFIG_KEYS:
+            continue
+        if value not in (None, False) and may_change_cache(key):
+            found.append((key, value))
+    kda = cfg.get("linear_attn_config")
+    if isinstance(kda, dict):
+        found.extend((f"linear_attn_config.{k}", v) for k, v in kda.items()
+                     if k not in KDA_FIELDS and v not in (None, False) and may_change_cache(k))
+    return found
+
+
+def check_fields(cfg, notes, allow_unknown):
+    found = unknown_cache_fields(cfg)
+    if not found:
+        return
+    names = ", ".join(f"'{k}'" for k, _ in found)
+    if not allow_unknown:
+        key, value = found[0]
+        raise InputError(
+            f"config.json field {names} is not one kv_calc knows, and its name says it may "
+            "change what the layers cache; kv_calc will not guess (pass allow_unknown=true to "
+            "size the model without it, with a warning)", key, value)
+    notes.warn("unknown-config-field",
+               f"config.json field {names} is not one kv_calc knows and may change what the "
+               "layers cache: sized without it (allow_unknown=true)")
 
 
 @dataclass
@@ -586,7 +699,7 @@ class LayerRule:
     mamba: str = None  # what "mamba" means (granite: mamba2, jamba: mamba1)
 
     def unknown(self, field_name, value, count, what, known=None):
-        """The loud failure, or with allow_unknown the warned guess."""
+        """The loud failure, or with allow_unknown the warned guess (one warning per value)."""
         if not self.allow_unknown:
             raise InputError(
                 f"config.json {field_name} = {value!r} is {what}; kv_calc will not guess (pass "
@@ -597,22 +710,34 @@ class LayerRule:
                         f"{plural(count, 'layer')} (allow_unknown=true)")
         return ("full",)
 
+    def place(self, field_name, values, kind_of, what, known=None):
+        """Per value its mixers (kind_of returns None for a value kv_calc cannot place); each
+        unknown value is refused, or warned about once, at its first position."""
+        layers, unknown = [], {}
+        for i, value in enumerate(values):
+            mixers = kind_of(value)
+            if mixers is None:
+                unknown.setdefault(value, []).append(i)
+            layers.append(mixers)
+        for value, where in unknown.items():
+            guess = self.unknown(f"{field_name}[{where[0]}]", value, len(where), what, known)
+            for i in where:
+                layers[i] = guess
+        return layers
+
+    def type_kind(self, name):
+        kind = LAYER_TYPE_NAMES.get(str(name).lower())
+        if kind == "linear":
+            kind = self.linear
+        elif kind == "mamba":
+            kind = self.mamba
+        return (kind,) if kind else None
+
     def from_layer_types(self, layer_types):
-        layers = []
-        for i, name in enumerate(layer_types):
-            kind = LAYER_TYPE_NAMES.get(str(name).lower())
-            if kind == "linear":
-                kind = self.linear
-            elif kind == "mamba":
-                kind = self.mamba
-            if kind is None:
-                known = ", ".join(sorted(k for k, v in LAYER_TYPE_NAMES.items()
-                                         if v not in ("mamba",) or self.mamba))
-                count = sum(1 for t in layer_types if t == name)
-                layers.append(self.unknown(f"layer_types[{i}]", name, count,
-                                           "not a layer type kv_calc knows", known))
-            else:
-                layers.append((kind,))
+        known = ", ".join(sorted(k for k, v in LAYER_TYPE_NAMES.items()
+                                 if v != "mamba" or self.mamba))
+        layers = self.place("layer_types", layer_types, self.type_kind,
+                            "not a layer type kv_calc knows", known)
         if len(layers) != self.num_layers:
             self.notes.warn("config-inconsistent",
                             f"layer_types lists {len(layers)} layers but num_hidden_layers is "
@@ -735,18 +860,15 @@ def rule_nemotron_h(rule):
     cfg = rule.cfg
     blocks = cfg.get("layers_block_type")
     if isinstance(blocks, list) and blocks:
-        return [NEMOTRON_BLOCKS[b] if b in NEMOTRON_BLOCKS else
-                rule.unknown(f"layers_block_type[{i}]", b, 1, "not one of mamba, attention, mlp, "
-                             "moe") for i, b in enumerate(blocks)]
+        return rule.place("layers_block_type", blocks, NEMOTRON_BLOCKS.get,
+                          "not one of mamba, attention, mlp, moe")
     pattern = cfg.get("hybrid_override_pattern")
     if not isinstance(pattern, str) or not pattern:
         raise InputError("config.json of a nemotron_h model has neither hybrid_override_pattern "
                          "nor layers_block_type; they place its Mamba-2 and attention layers",
                          "hybrid_override_pattern")
-    return [NEMOTRON_PATTERN[c] if c in NEMOTRON_PATTERN else
-            rule.unknown(f"hybrid_override_pattern[{i}]", c, pattern.count(c),
-                         "a character kv_calc cannot place (M Mamba-2, * attention, - MLP, E MoE)")
-            for i, c in enumerate(pattern)]
+    return rule.place("hybrid_override_pattern", pattern, NEMOTRON_PATTERN.get,
+                      "a character kv_calc cannot place (M Mamba-2, * attention, - MLP, E MoE)")
 
 
 def rule_falcon_h1(rule):
@@ -775,6 +897,9 @@ def rule_jamba(rule):
     return [("full",) if i % period == offset else ("mamba1",) for i in range(rule.num_layers)]
 
 
+MINIMAX_FLAGS = {0: ("lightning",), 1: ("full",)}
+
+
 def rule_minimax(rule):
     """MiniMax-Text-01 / M1: attn_type_list, 0 = lightning (linear) attention, 1 = softmax."""
     types = rule.layer_types()
@@ -785,35 +910,97 @@ def rule_minimax(rule):
         raise InputError("config.json of a MiniMax model has neither attn_type_list nor "
                          "layer_types; they place its lightning and softmax attention layers",
                          "attn_type_list")
-    return [("full",) if f == 1 else ("lightning",) if f == 0 else
-            rule.unknown(f"attn_type_list[{i}]", f, 1, "neither 0 (lightning) nor 1 (softmax)")
-            for i, f in enumerate(flags)]
+    return rule.place("attn_type_list", flags, MINIMAX_FLAGS.get,
+                      "neither 0 (lightning) nor 1 (softmax)")
 
 
-def rule_generic(rule):
-    """A config without model_type: its fields alone (the reading before family rules)."""
-    cfg = rule.cfg
+def rule_kimi_linear(rule):
+    """Kimi-Linear: linear_attn_config lists the KDA layers, 1-based; every other layer is a
+    full-attention (MLA) layer (KimiLinearConfig.is_kda_layer / full_attention_layer_ids, the
+    same in SGLang configs/kimi_linear.py and vLLM transformers_utils/configs/kimi_linear.py)."""
+    kda_cfg = rule.cfg.get("linear_attn_config")
+    if not isinstance(kda_cfg, dict) or not isinstance(kda_cfg.get("kda_layers"), list):
+        raise InputError("config.json of a kimi_linear model has no linear_attn_config.kda_layers;"
+                         " it places its KDA and MLA layers", "linear_attn_config.kda_layers")
+    kda = set(kda_cfg["kda_layers"])
+    full = set(kda_cfg.get("full_attn_layers") or [])
+    stray = [n for n in range(1, rule.num_layers + 1) if (n in kda) == (n in full)]
+    if full and stray:
+        rule.notes.warn("config-inconsistent",
+                        f"linear_attn_config lists layer {stray[0]} (1-based) in both or neither "
+                        "of kda_layers and full_attn_layers; the engines take every layer not "
+                        "in kda_layers as full attention")
+    return [("kda",) if i + 1 in kda else ("full",) for i in range(rule.num_layers)]
+
+
+def rule_lfm2(rule):
+    """LFM2: layer_types ("conv" / "full_attention"), or in the first checkpoints
+    full_attn_idxs; every other layer a short-convolution layer (SGLang configs/lfm2.py
+    Lfm2Config.linear_layer_ids; vLLM models/lfm2.py)."""
     types = rule.layer_types()
     if types:
         return rule.from_layer_types(types)
+    idxs = rule.cfg.get("full_attn_idxs")
+    if not isinstance(idxs, list):
+        raise InputError("config.json of an lfm2 model has neither layer_types nor "
+                         "full_attn_idxs; they place its attention and short-convolution layers",
+                         "layer_types")
+    return [("full",) if i in idxs else ("shortconv",) for i in range(rule.num_layers)]
+
+
+def rule_fields(rule):
+    """A model_type without a family rule: each layer placed from the config's fields, which
+    are all known (check_fields); a sliding window no field places is refused."""
+    cfg = rule.cfg
+    if isinstance(cfg.get("linear_attn_config"), dict):
+        return rule_kimi_linear(rule)
+    if cfg.get("conv_L_cache") is not None and (cfg.get("full_attn_idxs") is not None or
+                                               rule.layer_types()):
+        return rule_lfm2(rule)
+    types = rule.layer_types()
+    if types:
+        return rule.from_layer_types(types)
+    if cfg.get("hybrid_override_pattern") or cfg.get("layers_block_type"):
+        return rule_nemotron_h(rule)
+    if cfg.get("attn_type_list"):
+        return rule_minimax(rule)
     interval = cfg.get("full_attention_interval")
     if interval and cfg.get("linear_num_value_heads"):
         return [("full",) if (i + 1) % interval == 0 else ("gdn",) for i in range(rule.num_layers)]
+    if cfg.get("attention_chunk_size"):
+        return rule_llama4(rule)
+    return fields_sliding(rule)
+
+
+def fields_sliding(rule):
+    """Where a sliding window applies, from the fields that say so."""
+    cfg = rule.cfg
     window = cfg.get("sliding_window")
-    if window and cfg.get("use_sliding_window") is not False:
-        pattern = cfg.get("sliding_window_pattern")
-        if pattern:
-            return [("full",) if (i + 1) % pattern == 0 else ("sliding",)
-                    for i in range(rule.num_layers)]
-        max_pos = cfg.get("max_position_embeddings")
-        if not max_pos or window < max_pos:
-            rule.notes.assume(f"sliding_window {window} with no layer_types or pattern: every "
-                              "layer is taken as sliding-window (Mistral-style)")
-            return [("sliding",)] * rule.num_layers
-    return [("full",)] * rule.num_layers
+    pattern = cfg.get("sliding_window_pattern")
+    if not window or cfg.get("use_sliding_window") is False:
+        return [("full",)] * rule.num_layers
+    if pattern:
+        return [("full",) if (i + 1) % pattern == 0 else ("sliding",)
+                for i in range(rule.num_layers)]
+    if cfg.get("use_sliding_window"):
+        return rule_qwen2(rule)
+    max_pos = cfg.get("max_position_embeddings")
+    if max_pos and window >= max_pos:
+        rule.notes.assume(f"sliding_window {window} >= max_position_embeddings {max_pos}: no "
+                          "request outgrows it, every layer caches like full attention")
+        return [("full",)] * rule.num_layers
+    if not rule.allow_unknown:
+        raise InputError(
+            f"config.json sets sliding_window = {window} but no field places it (layer_types, "
+            "sliding_window_pattern, use_sliding_window) and its model_type has no family rule; "
+            "kv_calc will not guess which layers slide (pass allow_unknown=true to take every "
+            "layer as sliding-window, with a warning)", "sliding_window", window)
+    rule.notes.warn("unknown-layer-kind", f"sliding_window {window} placed by no field: every "
+                    "layer taken as sliding-window, Mistral-style (allow_unknown=true)")
+    return [("sliding",)] * rule.num_layers
 
 
-# model_type -> (rule, what "linear_attention" and "mamba" mean in its layer_types)
+# model_type -> (rule, what "mamba" means in its layer_types)
 FAMILIES = {
     "llama": (rule_dense, None), "deepseek_v2": (rule_dense, None),
     "deepseek_v3": (rule_dense, None), "deepseek_v32": (rule_dense, None),
@@ -836,34 +1023,44 @@ FAMILIES = {
     "minimax": (rule_minimax, None), "minimaxtext01": (rule_minimax, None),
     "minimax_text_01": (rule_minimax, None), "minimax_m1": (rule_minimax, None),
     "minimaxm1": (rule_minimax, None),
+    "kimi_linear": (rule_kimi_linear, None),
+    "lfm2": (rule_lfm2, None), "lfm2_moe": (rule_lfm2, None),
 }
+# Words of a model_type that rename a family without changing its layers: a multimodal
+# wrapper's text model (qwen3_vl_moe_text), a smaller sibling (glm4_moe_lite), a
+# vision-language variant (qwen3_vl_moe).
+ALIAS_WORDS = ("text", "lite", "vl")
+
+
+def resolve_family(model_type):
+    """(family, how) for a model_type with a family rule, or (None, None)."""
+    key = str(model_type).lower()
+    if key in FAMILIES:
+        return key, f"family rule of model_type {key!r}"
+    base = "_".join(w for w in key.split("_") if w not in ALIAS_WORDS)
+    if base != key and base in FAMILIES:
+        dropped = ", ".join(f"'_{w}'" for w in key.split("_") if w in ALIAS_WORDS)
+        return base, (f"family rule of {base!r}: model_type {model_type!r} only renames it "
+                      f"({dropped} dropped)")
+    return None, None
 
 
 def read_layers(cfg, model_type, num_layers, notes, allow_unknown):
-    """(family, per-layer mixer kinds) from the family's rule."""
+    """(the rule used, per-layer mixer kinds)."""
+    check_fields(cfg, notes, allow_unknown)
     rule = LayerRule(cfg, num_layers, notes, allow_unknown)
-    if model_type is None:
-        notes.assume("config.json has no model_type: layers are read from its fields "
-                     "(layer_types, full_attention_interval, sliding_window)")
-        return "generic", rule_generic(rule)
-    key = str(model_type).lower()
-    if key not in FAMILIES:
-        if not allow_unknown:
-            raise InputError(
-                f"config.json model_type = {model_type!r} has no rule in kv_calc, which will not "
-                "guess which layers cache what (pass allow_unknown=true to size it from its "
-                f"fields, with a warning); known: {', '.join(sorted(FAMILIES))}",
-                "model_type", model_type)
-        layers = rule_generic(rule)
-        notes.warn("unknown-layer-kind",
-                   f"model_type {model_type!r} has no rule: sized from its fields as "
-                   f"{plural(sum(1 for m in layers if 'full' in m), 'full-attention layer')} "
-                   f"of {len(layers)} (allow_unknown=true)")
-        return "generic", layers
-    rule_fn, mamba = FAMILIES[key]
+    family, how = resolve_family(model_type) if model_type is not None else (None, None)
+    if family is None:
+        layers = rule_fields(rule)
+        why = "config.json has no model_type" if model_type is None else \
+            f"model_type {model_type!r} has no family rule"
+        return {"reader": "fields", "family": None,
+                "how": f"{why}: each layer placed from its fields, every one of which kv_calc "
+                       "knows"}, layers
+    rule_fn, mamba = FAMILIES[family]
     rule.linear = "lightning" if rule_fn is rule_minimax else "gdn"
     rule.mamba = mamba
-    return rule_fn.__name__[len("rule_"):], rule_fn(rule)
+    return {"reader": rule_fn.__name__[len("rule_"):], "family": family, "how": how}, rule_fn(rule)
 
 
 def read_attention(cfg, notes):
@@ -935,11 +1132,40 @@ def read_lightning(cfg, attention):
     return {"heads": heads, "head_dim": cfg.get("head_dim") or attention.head_dim}
 
 
+def read_kda(cfg, notes):
+    """Kimi Delta Attention: heads, head dim and short-conv kernel from linear_attn_config
+    (KimiLinearStateShape.create takes num_heads, head_dim, short_conv_kernel_size)."""
+    kda = cfg.get("linear_attn_config") or {}
+
+    def field_of(key):
+        if kda.get(key) is None:
+            raise InputError(f"config.json has no 'linear_attn_config.{key}'; it is needed to "
+                             "size the KDA state", f"linear_attn_config.{key}")
+        return kda[key]
+
+    kernel = kda.get("short_conv_kernel_size")
+    if kernel is None:
+        kernel = 4
+        notes.warn("config-field-missing", "config.json has no 'linear_attn_config."
+                   "short_conv_kernel_size'; assumed 4 (KimiLinearStateShape default)")
+    return {"heads": field_of("num_heads"), "head_dim": field_of("head_dim"),
+            "conv_kernel": kernel}
+
+
+def read_shortconv(cfg):
+    """LFM2's short convolution: hidden_size channels, conv_L_cache - 1 of them kept (SGLang
+    Lfm2Config.mamba2_cache_params, vLLM Lfm2ForCausalLM.get_mamba_state_shape_from_config)."""
+    return {"hidden": need(cfg, "hidden_size"),
+            "conv_kernel": need(cfg, "conv_L_cache", "the short convolution's cache length")}
+
+
 def read_recurrent(cfg, family, kinds, attention, notes):
     readers = {"gdn": lambda: read_gdn(cfg, notes),
+               "kda": lambda: read_kda(cfg, notes),
                "mamba2": lambda: read_mamba2(cfg, family, notes),
                "mamba1": lambda: read_mamba1(cfg, notes),
-               "lightning": lambda: read_lightning(cfg, attention)}
+               "lightning": lambda: read_lightning(cfg, attention),
+               "shortconv": lambda: read_shortconv(cfg)}
     return {kind: Recurrent(kind, readers[kind]()) for kind in RECURRENT_KINDS if kind in kinds}
 
 
@@ -986,18 +1212,25 @@ def parse_model(source, notes, allow_unknown=False):
         notes.warn("config-field-missing",
                    "config.json has no 'torch_dtype'; assumed bfloat16 for 'auto' and the "
                    "conv state")
-    family, layers = read_layers(cfg, model_type, num_layers, notes, allow_unknown)
+    rule, layers = read_layers(cfg, model_type, num_layers, notes, allow_unknown)
     kinds = {k for mixers in layers for k in mixers}
     architectures = list(source.config.get("architectures") or cfg.get("architectures") or [])
     model = Model(
-        name=source.label, family=family, attention=Attention(), layers=layers,
+        name=source.label, family=rule["reader"], attention=Attention(), layers=layers,
         torch_dtype=str(torch_dtype).replace("torch.", ""),
         max_position_embeddings=cfg.get("max_position_embeddings"),
         architectures=architectures, model_type=source.config.get("model_type") or model_type,
-        mtp_layers=read_mtp_layers(cfg), config_ssm_dtype=cfg.get("mamba_ssm_dtype"))
+        mtp_layers=read_mtp_layers(cfg), config_ssm_dtype=cfg.get("mamba_ssm_dtype"),
+        rule=dict(rule, model_type=model_type))
+    family = model.family
     if model.max_position_embeddings is None and family in ("gemma3",):
         model.max_position_embeddings = 131072
         notes.assume("max_position_embeddings absent: 131,072, the Gemma3TextConfig default")
+    if model.max_position_embeddings is None and cfg.get("model_max_length"):
+        model.max_position_embeddings = int(cfg["model_max_length"])
+        notes.assume(f"max_position_embeddings absent: the context is model_max_length "
+                     f"{fmt_int(model.max_position_embeddings)}, the next key the engines read "
+                     f"for it ({CITE['sg_context_len']})")
     if model.max_position_embeddings is None:
         notes.warn("config-field-missing", "config.json has no 'max_position_embeddings'; "
                    "the concurrency table uses only the given/default context lengths")
@@ -1131,6 +1364,12 @@ def attention_params_estimate(model, cfg):
         if rec:
             inner = rec.dims["intermediate"]
             total += (hidden * 2 * inner + inner * hidden) * model.count(kind)
+    kda = model.recurrent.get("kda")
+    if kda:  # q, k, v, gate and output projections
+        total += 5 * hidden * kda.dims["heads"] * kda.dims["head_dim"] * model.count("kda")
+    conv = model.recurrent.get("shortconv")
+    if conv:  # LFM2 ShortConv: in_proj (3 x hidden) and out_proj
+        total += 4 * hidden * conv.dims["hidden"] * model.count("shortconv")
     return total
 
 
@@ -1523,8 +1762,16 @@ def extra_groups_for_head_shards(ngroups, tp):
 
 def state_elements(rec, tp):
     """(conv elements, SSM elements) of one layer's state on one GPU: SGLang Mamba2StateShape /
-    vLLM MambaStateShapeCalculator (gated_delta_net, mamba2, mamba1, linear_attention)."""
+    KimiLinearStateShape, vLLM MambaStateShapeCalculator (gated_delta_net, kda, mamba2, mamba1,
+    linear_attention, short_conv)."""
     d = rec.dims
+    if rec.kind == "kda":
+        # q, k and v each keep (heads x head_dim / TP, kernel - 1) of conv state.
+        proj = d["heads"] * d["head_dim"] // tp
+        return 3 * proj * (d["conv_kernel"] - 1), (d["heads"] // tp) * d["head_dim"] ** 2
+    if rec.kind == "shortconv":
+        # SGLang passes state_size 0 to Mamba2StateShape: no SSM state, only the conv's.
+        return (d["hidden"] // tp) * (d["conv_kernel"] - 1), 0
     if rec.kind == "gdn":
         conv_dim = d["key_heads"] * d["key_dim"] * 2 + d["value_heads"] * d["value_dim"]
         return (conv_dim // tp) * (d["conv_kernel"] - 1), \
@@ -1542,6 +1789,10 @@ def state_elements(rec, tp):
 
 def conv_width(rec):
     d = rec.dims
+    if rec.kind == "kda":
+        return 3 * d["heads"] * d["head_dim"]
+    if rec.kind == "shortconv":
+        return d["hidden"]
     if rec.kind == "gdn":
         return d["key_heads"] * d["key_dim"] * 2 + d["value_heads"] * d["value_dim"]
     if rec.kind == "mamba2":
@@ -1555,7 +1806,8 @@ def recurrent_states(inp, dtypes):
     out = {}
     for kind, rec in model.recurrent.items():
         conv, ssm = state_elements(rec, tp)
-        ssm_dtype = dtypes.ssm
+        # vLLM kda_state_dtype keeps the KDA recurrent state in float32 whatever the flags say.
+        ssm_dtype = "float32" if kind == "kda" and inp.engine == "vllm" else dtypes.ssm
         conv_bytes = int(conv * DTYPE_BYTES[dtypes.conv])
         ssm_bytes = int(ssm * DTYPE_BYTES[ssm_dtype])
         layers = model.count(kind)
@@ -2182,6 +2434,9 @@ def explain_naive(inp, kv, notes):
 STATE_FORMULAS = {
     "gdn": "conv ((2 x key heads x key dim + value heads x value dim) // TP) x (kernel - 1) + "
            "SSM value heads/TP x value dim x key dim",
+    "kda": "conv 3 x (heads x head dim // TP) x (kernel - 1) for q, k, v + SSM heads/TP x "
+           "head dim x head dim",
+    "shortconv": "conv (hidden // TP) x (conv_L_cache - 1), no SSM state",
     "mamba2": "conv ((intermediate + 2 x groups x state) // TP) x (kernel - 1) + SSM heads/TP x "
               "head dim x state",
     "mamba1": "conv (intermediate // TP) x (kernel - 1) + SSM (intermediate // TP) x state",
@@ -2210,6 +2465,16 @@ def explain_state(inp, states, dtypes, notes):
                    f"{CITE['vl_mamba']} MambaStateShapeCalculator / MambaStateDtypeCalculator")
     notes.assume(f"state shapes and dtypes follow {engine_rule}; attention TP {inp.attn_tp}; "
                  f"conv {dtypes.conv}, SSM {dtypes.ssm} ({dtypes.how})")
+    if "kda" in states:
+        notes.assume("KDA state: " + (
+            f"{CITE['sg_kimi']} (q, k, v conv states + one (heads, head dim, head dim) "
+            "recurrent state, in mamba2_state_dtype)" if inp.engine == "sglang" else
+            f"{CITE['vl_kda']} (q, k, v conv states in the model dtype, the recurrent state "
+            "always float32)"))
+    if "shortconv" in states:
+        notes.assume("short-convolution state: " + (
+            CITE["sg_lfm2"] + " (Mamba2StateShape with state_size 0: conv state only, bf16)"
+            if inp.engine == "sglang" else CITE["vl_shortconv"] + " (the model dtype)"))
     if inp.engine == "vllm" and inp.ssm_dtype == "auto" and inp.model.config_ssm_dtype and \
             inp.model.config_ssm_dtype != dtypes.ssm:
         notes.warn("ssm-dtype-default", f"config.json asks for mamba_ssm_dtype "
@@ -2442,7 +2707,7 @@ def result_document(inp, state, states, kv, calibration, notes):
         "mode": "size",
         "model": {"name": model.name, "source": inp.source.kind, "preset": inp.source.preset,
                   "architectures": model.architectures, "model_type": model.model_type,
-                  "family": model.family, "attention": att.style,
+                  "family": model.family, "rule": model.rule, "attention": att.style,
                   "sparse_attention": "dsa" if model.is_dsa else None,
                   "torch_dtype": model.torch_dtype,
                   "max_position_embeddings": model.max_position_embeddings},
@@ -2498,7 +2763,8 @@ def render_layers(result):
             parts.append(f"{item['count']} chunked ({fmt_int(item['chunk_size'])} tokens)")
         elif kind == "gated_delta_net":
             parts.append(f"{item['count']} linear attention")
-        elif kind in ("mamba2", "mamba1", "lightning_attention"):
+        elif kind in ("mamba2", "mamba1", "lightning_attention", "kimi_delta_attention",
+                      "short_conv"):
             parts.append(f"{item['count']} {kind.replace('_', ' ')}")
         elif kind == "mlp_only":
             parts.append(f"{item['count']} MLP/MoE only")
@@ -2515,7 +2781,7 @@ def render_report(result):
     origin = f"preset {m['preset']}" if m["preset"] else m["source"]
     dp = f" - DP attention {result['dp']}" if result.get("dp", 1) > 1 else ""
     lines = [f"kv_calc: {m['name']} ({origin}) - TP {result['tp']}{dp} - engine "
-             f"{result['engine']}", render_layers(result)]
+             f"{result['engine']}", render_layers(result), f"layer rule: {m['rule']['how']}"]
     if m["attention"] == "mla":
         lines.append("KV per GPU: one MLA latent per token and layer (not split by TP)")
     elif result["layers"]["full_attention"] or result["layers"].get("sliding_window") or \
@@ -2689,6 +2955,11 @@ def layout_refusal(model, attn_tp):
     if att.style == "mha" and att.num_kv_heads > attn_tp and att.num_kv_heads % attn_tp:
         return f"{att.num_kv_heads} KV heads do not divide over attention TP {attn_tp}"
     for rec in model.recurrent.values():
+        if rec.kind == "shortconv":
+            if rec.dims["hidden"] % attn_tp:
+                return (f"{rec.dims['hidden']} short-convolution channels do not divide over "
+                        f"attention TP {attn_tp}")
+            continue
         heads = rec.dims.get("value_heads") or rec.dims.get("heads") or 0
         if heads % attn_tp:
             return f"{heads} {KIND_NAMES[rec.kind]} heads do not divide over attention TP {attn_tp}"
@@ -2845,7 +3116,8 @@ def plan_document(params, source, model, work, size, fits, rejected, calibrated)
     return {
         "mode": "plan",
         "model": {"name": model.name, "source": source.kind, "preset": source.preset,
-                  "family": model.family, "architectures": model.architectures,
+                  "family": model.family, "rule": model.rule,
+                  "architectures": model.architectures,
                   "model_type": model.model_type},
         "engine": params["engine"],
         "workload": {"context": work.context, "concurrency": work.concurrency,

@@ -929,14 +929,205 @@ class UnknownKinds(unittest.TestCase):
         self.assertIn("1 layer", warning_text(r, "unknown-layer-kind"))
         self.assertEqual(r["layers"]["full_attention"], 32)
 
-    def test_unknown_model_type(self):
+    def test_unknown_model_type_of_known_fields_is_sized(self):
+        # Issue 41: a new model_type made only of fields kv_calc knows is placed from them.
         cfg = fixture_config("llama-3.1-8b")
         cfg["model_type"] = "brand_new_arch"
+        r = run(config=cfg, kv_dtype=["bf16"])
+        self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 131072)
+        self.assertEqual(r["model"]["rule"]["reader"], "fields")
+        self.assertIn("'brand_new_arch' has no family rule", r["model"]["rule"]["how"])
+        self.assertNotIn("unknown-layer-kind", codes(r))
+
+
+class LayerRulesByKind(unittest.TestCase):
+    """Issue 41 item 1: what each layer caches is decided from the config's fields; a model_type
+    that only renames a family takes the family's rule; a config made only of known fields is
+    sized and the result names the rule; an unknown field that could change the cache is refused
+    by name. Fixtures are the published configs (fixtures/configs/README.md)."""
+
+    def test_qwen3_vl_moe_text_under_text_config(self):
+        """Qwen3-VL-30B-A3B: qwen3_vl_moe_text under text_config is Qwen3-MoE's plain GQA.
+        4 KV heads over TP 4 = 1 head a GPU (SGLang and vLLM ModelConfig.get_num_kv_heads:
+        max(1, total_num_kv_heads // tensor_parallel_size)) x (128 + 128) x 2 bytes x 48 layers;
+        at TP 8 the head is replicated, the same 24,576 bytes."""
+        cfg = fixture_config("qwen3-vl-30b-a3b-instruct")
+        for tp in (4, 8):
+            r = run(config=cfg, tp=tp, kv_dtype=["bf16"])
+            self.assertEqual(r["layers"], {"total": 48, "full_attention": 48, "sliding_window": 0,
+                                           "linear": 0})
+            self.assertEqual(r["kv_heads_per_gpu"], 1)
+            self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 48 * 1 * 256 * 2)
+        rule = r["model"]["rule"]
+        self.assertEqual((rule["family"], rule["reader"]), ("qwen3_moe", "qwen2"))
+        self.assertIn("'qwen3_vl_moe_text' only renames it", rule["how"])
+        self.assertEqual(run(config=cfg)["kv"]["bf16"]["bytes_per_token"], 48 * 4 * 256 * 2)
+
+    def test_glm_4_7_flash_lite_is_mla(self):
+        """GLM-4.7-Flash (glm4_moe_lite): MLA. vLLM tests/transformers_utils test for
+        Glm4MoeLiteConfig asserts ModelConfig.get_head_size() == 576 (kv_lora_rank 512 +
+        qk_rope_head_dim 64) and get_num_kv_heads() == 1 with MLA: 47 x 576 x 2 bytes at bf16,
+        on every GPU whatever the TP (SGLang MLATokenToKVPool, one latent per token)."""
+        cfg = fixture_config("glm-4.7-flash")
+        for tp in (1, 4):
+            r = run(config=cfg, tp=tp, kv_dtype=["bf16", "fp8_e4m3"])
+            self.assertEqual(r["model"]["attention"], "mla")
+            self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 47 * 576 * 2)  # 54,144
+            self.assertEqual(r["kv"]["fp8_e4m3"]["bytes_per_token"], 47 * 576)
+        self.assertEqual(r["model"]["rule"]["family"], "glm4_moe")
+        self.assertIn("'_lite' dropped", r["model"]["rule"]["how"])
+        self.assertEqual(r["mtp"], {"layers": 1, "counted": False})
+
+    def test_smollm3_nope_layers_change_nothing(self):
+        """SmolLM3-3B: every fourth layer skips RoPE (no_rope_layers[i] = 0), which changes only
+        the rotary embedding, not the cache: vLLM serves SmolLM3ForCausalLM on its Transformers
+        backend (models/registry.py _TRANSFORMERS_SUPPORTED_MODELS), one full-attention layer per
+        decoder layer with num_key_value_heads. 36 x 4 heads x (128 + 128) x 2 bytes at TP 1;
+        head_dim = 2048 / 16."""
+        r = run(config=fixture_config("smollm3-3b"), kv_dtype=["bf16"], kv_memory_gib=10.0)
+        self.assertEqual(r["layers"]["full_attention"], 36)
+        self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 73728)
+        self.assertEqual(r["kv"]["bf16"]["max_tokens"], int(10.0 * GIB) // 73728)
+        self.assertEqual(r["model"]["rule"]["reader"], "fields")
+        self.assertIn("'smollm3' has no family rule", r["model"]["rule"]["how"])
+
+    def test_unknown_cache_field_is_refused_by_name(self):
+        cfg = fixture_config("smollm3-3b")
+        cfg["kv_sharing_layers"] = [30, 31, 32]
+        with self.assertRaises(kv_calc.InputError) as caught:
+            run(config=cfg)
+        self.assertEqual(caught.exception.field, "kv_sharing_layers")
+        self.assertEqual(caught.exception.value, [30, 31, 32])
+        self.assertIn("'kv_sharing_layers'", str(caught.exception))
+        r = run(config=cfg, allow_unknown=True)
+        self.assertIn("kv_sharing_layers", warning_text(r, "unknown-config-field"))
+
+    def test_unknown_field_that_cannot_change_the_cache_is_let_pass(self):
+        cfg = fixture_config("smollm3-3b")
+        cfg.update(router_jitter_noise=0.1, attn_sink_enabled=False)
+        self.assertEqual(run(config=cfg)["kv"]["bf16"]["bytes_per_token"], 73728)
+
+    def test_unknown_field_under_a_known_family_is_refused_too(self):
+        cfg = fixture_config("qwen3-vl-30b-a3b-instruct")
+        cfg["text_config"]["sliding_window_layers"] = [0, 1]
+        with self.assertRaises(kv_calc.InputError) as caught:
+            run(config=cfg)
+        self.assertEqual(caught.exception.field, "sliding_window_layers")
+
+    def test_unplaced_sliding_window_is_refused(self):
+        cfg = fixture_config("smollm3-3b")
+        cfg.update(use_sliding_window=None, sliding_window=4096)
         with self.assertRaises(kv_calc.InputError) as caught:
             run(config=cfg)
         self.assertEqual((caught.exception.field, caught.exception.value),
-                         ("model_type", "brand_new_arch"))
-        self.assertIn("unknown-layer-kind", codes(run(config=cfg, allow_unknown=True)))
+                         ("sliding_window", 4096))
+
+    def test_every_fixture_and_preset_names_its_rule(self):
+        for path in sorted((FIXTURES / "configs").glob("*.json")):
+            engine = "vllm" if path.stem == "minimax-text-01" else "sglang"
+            r = run(config=json.loads(path.read_text()), engine=engine)
+            self.assertTrue(r["model"]["rule"]["how"], path.name)
+            self.assertNotIn("unknown-config-field", codes(r), path.name)
+
+
+class KdaAndShortConv(unittest.TestCase):
+    """Issue 41 item 2: Kimi-Linear's KDA layers and LFM2's short-convolution layers keep a
+    fixed state per request, as the engines allocate it; only their attention layers cache per
+    token."""
+
+    def test_kimi_linear_layers_and_kv(self):
+        """linear_attn_config: kda_layers 1-based (KimiLinearConfig.is_kda_layer); the 7 others
+        are MLA (SGLang DefaultPoolConfigurator cell size over full_attention_layer_ids:
+        (kv_lora_rank + qk_rope_head_dim) x 7 layers x 2 bytes)."""
+        r = run(config=fixture_config("kimi-linear-48b-a3b-instruct"), tp=1, kv_dtype=["bf16"],
+                kv_memory_gib=10.0)
+        self.assertEqual(r["layers"], {"total": 27, "full_attention": 7, "sliding_window": 0,
+                                       "linear": 20})
+        self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 7 * 576 * 2)  # 8,064
+        model, _ = kv_calc.parse_model(
+            kv_calc.Source("config", "t", fixture_config("kimi-linear-48b-a3b-instruct")),
+            kv_calc.Notes())
+        self.assertEqual([i for i, m in enumerate(model.layers) if m == ("full",)],
+                         [3, 7, 11, 15, 19, 23, 26])
+        self.assertEqual(r["contexts"][-1], 1048576)  # model_max_length
+
+    def test_kimi_linear_state_sglang(self):
+        """SGLang configs/kimi_linear.py KimiLinearConfig.mamba2_cache_params ->
+        mamba_utils.py KimiLinearStateShape.create(num_heads 32, head_dim 128, conv kernel 4):
+        conv q, k, v each (32 x 128 / TP, 3) in bf16, temporal (32 / TP, 128, 128) in
+        mamba2_state_dtype (float32 by default); handle_max_mamba_cache splits the pool
+        0.9 / 1.9 to state slots."""
+        for tp in (1, 4):
+            r = run(config=fixture_config("kimi-linear-48b-a3b-instruct"), tp=tp,
+                    kv_dtype=["bf16"], kv_memory_gib=10.0)
+            conv = 3 * (32 * 128 // tp) * 3 * 2
+            ssm = (32 // tp) * 128 * 128 * 4
+            self.assertEqual(r["state"]["conv_bytes"], 20 * conv, tp)
+            self.assertEqual(r["state"]["ssm_bytes"], 20 * ssm, tp)
+            slots, rest = kv_calc.sglang_state_split(10.0, 20 * (conv + ssm), 0.9)
+            entry = r["kv"]["bf16"]
+            self.assertEqual(entry["engine_split"]["state_slots"], slots)
+            self.assertEqual(entry["max_tokens"], int(rest * GIB) // (7 * 576 * 2))
+        self.assertEqual(r["state"]["bytes_per_request"], 20 * (18432 + 524288))
+
+    def test_kimi_linear_state_vllm(self):
+        """vLLM mamba_utils.py kda_state_shape (conv (heads x head_dim / TP, kernel - 1) for q,
+        k, v; recurrent (heads / TP, head_dim, head_dim)) and kda_state_dtype (conv in the
+        model dtype, recurrent float32 whatever --mamba-ssm-cache-dtype says)."""
+        r = run(config=fixture_config("kimi-linear-48b-a3b-instruct"), tp=2, engine="vllm",
+                kv_dtype=["bf16"], kv_memory_gib=10.0, ssm_dtype="bfloat16")
+        kda = [k for k in r["kinds"] if k["kind"] == "kimi_delta_attention"][0]
+        self.assertEqual(kda["state_per_layer"]["ssm_dtype"], "float32")
+        self.assertEqual(kda["state_per_layer"]["conv_elements"], 3 * 2048 * 3)
+        self.assertEqual(kda["state_per_layer"]["bytes"], 3 * 2048 * 3 * 2 + 16 * 128 * 128 * 4)
+
+    def test_lfm2_short_conv_state(self):
+        """SGLang configs/lfm2.py Lfm2Config.mamba2_cache_params: Mamba2StateShape.create with
+        intermediate_size = hidden_size, state_size 0, conv_kernel conv_L_cache -> conv
+        (hidden / TP, conv_L_cache - 1) in bf16 and no SSM state; vLLM short_conv_state_shape
+        (conv_L_cache - 1, hidden / TP) in the model dtype. 8 attention layers of 8 KV heads x 64
+        (2048 / 32)."""
+        for engine in ("sglang", "vllm"):
+            for tp in (1, 2):
+                r = run(config=fixture_config("lfm2-2.6b"), tp=tp, engine=engine,
+                        kv_dtype=["bf16"], kv_memory_gib=10.0)
+                self.assertEqual(r["layers"], {"total": 30, "full_attention": 8,
+                                               "sliding_window": 0, "linear": 22})
+                self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 8 * (8 // tp) * 128 * 2)
+                self.assertEqual(r["state"]["bytes_per_request"], 22 * (2048 // tp) * 2 * 2)
+                self.assertEqual(r["state"]["ssm_bytes"], 0)
+
+    def test_lfm2_full_attn_idxs(self):
+        # The first LFM2 checkpoints list the attention layers in full_attn_idxs.
+        cfg = fixture_config("lfm2-2.6b")
+        del cfg["layer_types"]
+        cfg["full_attn_idxs"] = [2, 6, 10, 14, 18, 21, 24, 27]
+        self.assertEqual(run(config=cfg)["layers"]["linear"], 22)
+
+    def test_lfm2_vllm_block_alignment(self):
+        """models/config.py @0144dd5b HybridAttentionMambaModelConfig: the attention page of
+        16 tokens x 8 heads x 128 x 2 bytes (32,768) already holds one conv state (8,192 bytes):
+        the block size stays 16; 8 attention + 22 conv layers -> group size 8, 1 + 3 groups."""
+        r = run(config=fixture_config("lfm2-2.6b"), tp=1, engine="vllm", kv_dtype=["bf16"],
+                kv_memory_gib=10.0)
+        entry = r["kv"]["bf16"]
+        self.assertEqual(entry["engine_split"]["block_size"], 16)
+        num_blocks = int(10.0 * GIB) // (16 * 2048) // 8
+        self.assertEqual(entry["engine_split"]["num_blocks"], num_blocks)
+        self.assertEqual(entry["max_tokens"], num_blocks // 4 * 16)
+
+    def test_allow_unknown_warns_once_per_kind(self):
+        # Issue 41: LFM2 repeated its warning for each of its 22 conv layers.
+        cfg = fixture_config("lfm2-2.6b")
+        cfg["layer_types"] = ["mystery_conv" if t == "conv" else t for t in cfg["layer_types"]]
+        with self.assertRaises(kv_calc.InputError) as caught:
+            run(config=cfg)
+        self.assertEqual((caught.exception.field, caught.exception.value),
+                         ("layer_types[0]", "mystery_conv"))
+        r = run(config=cfg, allow_unknown=True)
+        warned = [w for w in r["warnings"] if w["code"] == "unknown-layer-kind"]
+        self.assertEqual(len(warned), 1)
+        self.assertIn("22 layers", warned[0]["message"])
 
 
 class Breakdown(unittest.TestCase):
