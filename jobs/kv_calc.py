@@ -1907,10 +1907,39 @@ def sglang_capacity(inp, dtype, state_bytes):
         running = min(running, detail["state_slots"] // SGLANG_STATE_SLOTS_PER_REQUEST)
     detail["max_running_requests"] = running
     if row.allocated != row.profiled:
-        detail["profiled_bytes_per_token"] = json_number(row.profiled * layers)
-        detail["allocated_kv_bytes"] = int(tokens * row.allocated * layers)
+        detail.update(dsa_pool_detail(inp, row, layers, tokens))
     return Capacity(tokens, all_to_kv(inp, dtype, row, layers), detail,
                     concurrency(tokens, inp.contexts))
+
+
+def sglang_pool_tensor_bytes(tokens, bytes_per_token, page_size):
+    """What SGLang's pool tensors take, and its log prints as 'KV size': tokens + one padding
+    page of rows (MLATokenToKVPool / NSATokenToKVPool buffers of size + page_size; the indexer
+    keys in (size + page_size + 1) // page_size pages)."""
+    return int((tokens + page_size) * bytes_per_token)
+
+
+def sglang_tokens_within(pool_bytes, bytes_per_token, page_size):
+    """The most page-aligned tokens whose tensors, padding page included, fit pool_bytes."""
+    pages = int(Fraction(pool_bytes) / bytes_per_token) // page_size - 1
+    return max(0, pages * page_size)
+
+
+def dsa_pool_detail(inp, row, layers, tokens):
+    """DeepSeek-V3.2 in SGLang: the profile divides the rest memory by the plain 576-byte MLA row
+    + indexer key (model_runner_kv_cache_mixin / kv_cache_configurator cell size), while the pool
+    stores the FP8 row with its scales (calculate_mla_kv_cache_dim). Both readings of a pool of
+    this size: what SGLang allocates when it is its rest memory (max_tokens, past the pool), and
+    the tokens whose tensors fit it, as SGLang's log reports a 'KV size' of this size, with the
+    rest memory that gets SGLang there (PR #11309's log: #tokens 975424, KV size 43.67 GB)."""
+    page, pool = inp.page_size, inp.memory.pool_bytes
+    allocated, profiled = row.allocated * layers, row.profiled * layers
+    within = sglang_tokens_within(pool, allocated, page)
+    return {"profiled_bytes_per_token": json_number(profiled),
+            "allocated_kv_bytes": int(tokens * allocated),
+            "pool_tensor_bytes": sglang_pool_tensor_bytes(tokens, allocated, page),
+            "tokens_within_pool": within,
+            "rest_gib_for_pool": math.ceil(within * profiled / GIB * 10000) / 10000}
 
 
 def all_to_kv(inp, dtype, row, layers):
@@ -2205,6 +2234,16 @@ def calibrate(observed, kv_results):
     if entry.get("max_tokens") and observed.get("tokens"):
         result["modelled_max_tokens"] = entry["max_tokens"]
         result["tokens_ratio"] = round(observed["tokens"] / entry["max_tokens"], 4)
+    split = entry.get("engine_split") or {}
+    if "tokens_within_pool" in split and observed.get("kv_bytes") and observed.get("tokens"):
+        # The log's KV size is the pool's tensors: how many tokens they hold, and the rest
+        # memory SGLang profiled to get there.
+        page = observed["pool_slots"] - observed["tokens"]
+        per_token = Fraction(entry["bytes_per_token"])
+        result["tokens_within_logged_pool"] = sglang_tokens_within(observed["kv_bytes"],
+                                                                   per_token, page)
+        result["implied_rest_gib"] = round(
+            observed["tokens"] * split["profiled_bytes_per_token"] / GIB, 4)
     slots = entry.get("engine_split", {}).get("state_slots")
     if slots is not None and "state_slots" in observed:
         result["modelled_state_slots"] = slots
@@ -2323,14 +2362,19 @@ def explain_pool_overshoot(inp, kv, notes):
         split = entry.get("engine_split") or {}
         if "profiled_bytes_per_token" not in split or not entry.get("max_tokens"):
             continue
-        extra = split["allocated_kv_bytes"] - inp.memory.pool_bytes
+        extra = split["pool_tensor_bytes"] - inp.memory.pool_bytes
         notes.warn("pool-overshoot",
                    f"{name}: SGLang sizes the DSA pool with "
                    f"{fmt_num(split['profiled_bytes_per_token'])} bytes/token (plain MLA row + "
                    f"indexer) but its tensors hold "
-                   f"{fmt_num(entry['bytes_per_token'])}: {fmt_int(entry['max_tokens'])} tokens "
-                   f"take {extra / GIB:.2f} GiB more than the pool, out of the headroom "
-                   f"({CITE['sg_mixin']} get_cell_size_per_token vs calculate_mla_kv_cache_dim)")
+                   f"{fmt_num(entry['bytes_per_token'])}: given {inp.memory.pool_gib} GiB as "
+                   f"its rest memory it allocates {fmt_int(entry['max_tokens'])} tokens, whose "
+                   f"tensors take {extra / GIB:.2f} GiB more, out of the headroom "
+                   f"({CITE['sg_mixin']} get_cell_size_per_token vs calculate_mla_kv_cache_dim)."
+                   f" A pool whose tensors take {inp.memory.pool_gib} GiB (the 'KV size' its log "
+                   f"prints) holds {fmt_int(split['tokens_within_pool'])} tokens + one padding "
+                   f"page, which SGLang allocates from {split['rest_gib_for_pool']} GiB of rest "
+                   "memory")
 
 
 def explain_windows(inp, notes):
@@ -2886,7 +2930,10 @@ def render_engine(result):
             profiled = fmt_num(split["profiled_bytes_per_token"])
             lines.append(f"SGLang ({name}): pool sized at {profiled} bytes/token, tensors hold "
                          f"{fmt_num(entry['bytes_per_token'])} = "
-                         f"{split['allocated_kv_bytes'] / GIB:.2f} GiB")
+                         f"{split['pool_tensor_bytes'] / GIB:.2f} GiB with the padding page; "
+                         f"tensors of {result['memory']['pool_gib']} GiB hold "
+                         f"{fmt_int(split['tokens_within_pool'])} tokens (SGLang's profile gets "
+                         f"there from {split['rest_gib_for_pool']} GiB)")
         draft = entry.get("mtp_draft")
         if draft:
             text = f"MTP draft ({name}): {plural(draft['layers'], 'layer')}, " \
@@ -2911,6 +2958,9 @@ def render_calibration(result):
     if cal.get("tokens_ratio") is not None:
         text += (f"; modelled max tokens {fmt_int(cal['modelled_max_tokens'])} "
                  f"(observed/modelled {cal['tokens_ratio']:.4f})")
+    if cal.get("tokens_within_logged_pool") is not None:
+        text += (f"; the log's KV size holds {fmt_int(cal['tokens_within_logged_pool'])} tokens, "
+                 f"from {cal['implied_rest_gib']} GiB of rest memory")
     return ["", text]
 
 

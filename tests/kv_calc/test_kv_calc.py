@@ -672,6 +672,44 @@ class DsaSparseAttention(unittest.TestCase):
         self.assertAlmostEqual(cal["bytes_per_token_ratio"], 1.0, delta=0.001)
         self.assertNotIn("calibration-mismatch", codes(r))
 
+    def test_dp_attention_capacity_as_sglang_logs_it(self):
+        """sgl-project/sglang PR #11309 (8 x B200, --tp 8 --dp 8 --enable-dp-attention, FP8 KV,
+        page 64): '[2025-10-07 23:17:19 DP0 TP0] KV Cache is allocated. #tokens: 975424, KV size:
+        43.67 GB'. SGLang's rule, from its code:
+        - profile (model_runner_kv_cache_mixin profile_max_num_token; kv_cache_configurator
+          DefaultPoolConfigurator after the PR): max_total_num_tokens = int(rest GiB x 2^30) //
+          ((kv_lora_rank + qk_rope_head_dim) x 61 + 132 x 61) = rest // 43,188, aligned down to
+          the page (init_memory_pool);
+        - allocation (NSATokenToKVPool): the MLA buffer holds size + page_size rows of
+          calculate_mla_kv_cache_dim = 656 bytes, the indexer (size + page_size + 1) // page_size
+          pages of 64 x 132 bytes; the log's 'KV size' is both: (975,424 + 64) x 61 x 788 bytes
+          = 43.67 GiB.
+        So a pool whose tensors take 43.67 GiB holds 975,424 tokens (ferry's all_to_kv 975,488
+        forgot the padding page), and SGLang reaches it from 39.2335 GiB of rest memory; given
+        43.67 GiB as its rest memory it would allocate 1,085,696 tokens (pool-overshoot)."""
+        self.assertEqual(kv_calc.sglang_pool_tensor_bytes(975424, 61 * 788, 64),
+                         (975424 + 64) * 61 * 788)
+        self.assertEqual(round((975424 + 64) * 61 * 788 / GIB, 2), 43.67)
+        line = ("[2025-10-07 23:17:19 DP0 TP0] KV Cache is allocated. #tokens: 975424, "
+                "KV size: 43.67 GB")
+        r = run(config=self.cfg, tp=8, dp=8, kv_dtype=["fp8_e4m3"], kv_memory_gib=43.67,
+                calibrate_log=line)
+        entry = r["kv"]["fp8_e4m3"]
+        self.assertEqual(entry["bytes_per_token"], 48068)
+        self.assertEqual(entry["engine_split"]["tokens_within_pool"], 975424)
+        self.assertEqual(entry["all_to_kv_tokens"], 975488)
+        self.assertEqual(entry["max_tokens"], int(43.67 * GIB) // 43188 // 64 * 64)  # 1,085,696
+        self.assertIn("975,424 tokens", warning_text(r, "pool-overshoot"))
+        cal = r["calibration"]
+        self.assertEqual(cal["tokens_within_logged_pool"], 975424)
+        self.assertEqual(cal["implied_rest_gib"], round(975424 * 43188 / GIB, 4))
+        rest = entry["engine_split"]["rest_gib_for_pool"]
+        self.assertEqual(rest, 39.2335)
+        again = run(config=self.cfg, tp=8, dp=8, kv_dtype=["fp8_e4m3"], kv_memory_gib=rest)
+        self.assertEqual(again["kv"]["fp8_e4m3"]["max_tokens"], 975424)
+        self.assertEqual(round(again["kv"]["fp8_e4m3"]["engine_split"]["pool_tensor_bytes"] / GIB,
+                               2), 43.67)
+
     def test_bf16_only_and_fp8_e4m3(self):
         r = run(config=self.cfg, kv_dtype=["nvfp4"])
         self.assertIn("dtype-unsupported", codes(r))
