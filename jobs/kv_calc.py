@@ -45,8 +45,7 @@
 #
 # [params.mem_fraction]
 # type = "float"
-# default = 0.9
-# help = "fraction of GPU memory for weights + cache when probing or planning (vLLM --gpu-memory-utilization default 0.9; SGLang --mem-fraction-static, whose default depends on the GPU)"
+# help = "fraction of GPU memory for weights + cache when probing or planning; unset = the engine's own default as its code computes it (vLLM --gpu-memory-utilization 0.9; SGLang --mem-fraction-static from the GPU's memory, TP, DP attention and a vision encoder)"
 #
 # [params.weights_gib]
 # type = "float"
@@ -157,7 +156,7 @@ PARAM_TYPES = {
     "dp": ("int", 1),
     "kv_dtype": ("list:string", ["bf16", "fp8_e4m3"]),
     "kv_memory_gib": ("float", None),
-    "mem_fraction": ("float", 0.9),
+    "mem_fraction": ("float", None),
     "weights_gib": ("float", None),
     "activation_reserve_gib": ("float", None),
     "context": ("list:int", None),
@@ -219,6 +218,12 @@ CITE = {
     "sg_nemotron": "SGLang configs/nemotron_h.py@01144484",
     "sg_falcon": "SGLang configs/falcon_h1.py@0464817a",
     "sg_model_config": "SGLang configs/model_config.py@001adf56",
+    "sg_mem_fraction": "SGLang server_args.py ServerArgs._handle_gpu_memory_settings (PR "
+                       "#10975) and adjust_mem_fraction_for_vlm; newer SGLang "
+                       "(arg_groups/memory_hook.py handle_gpu_memory_settings) also reserves for "
+                       "prefill CUDA graphs",
+    "vl_cache_config": "vLLM config/cache.py@c1d86421 CacheConfig.gpu_memory_utilization; "
+                       "0.92 from config/cache.py@002f10e0",
     "sg_context_len": "SGLang utils/hf_transformers_utils.py get_context_length, "
                       "CONTEXT_LENGTH_KEYS",
     "sg_kimi": "SGLang configs/kimi_linear.py@008b79d2 KimiLinearConfig.mamba2_cache_params, "
@@ -363,7 +368,8 @@ def check_params(params):
     for key in ("kv_memory_gib", "weights_gib", "activation_reserve_gib", "gpu_memory_gib"):
         _check_gib(params, key)
     frac = params["mem_fraction"]
-    _want(isinstance(frac, (int, float)) and 0 < frac <= 1,
+    _want(frac is None or isinstance(frac, (int, float)) and not isinstance(frac, bool)
+          and 0 < frac <= 1,
           f"mem_fraction must be in (0, 1] (got {frac!r})", "mem_fraction", frac)
     ratio = params["mamba_full_memory_ratio"]
     _want(isinstance(ratio, (int, float)) and ratio > 0,
@@ -481,6 +487,12 @@ def resolve_source(params):
 # text_config, InternVL: llm_config, DeepSeek-VL2: language_config).
 TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
 NOT_TEXT_KEYS = ("vision_config", "audio_config", "vision_tower", "projector_config")
+
+
+def vision_config(source):
+    """The vision encoder's config of a multimodal checkpoint, or None."""
+    vision = source.config.get("vision_config")
+    return vision if isinstance(vision, dict) else None
 
 
 def text_config(config):
@@ -1386,6 +1398,7 @@ class Memory:
     tp: int = 1
     gpu_total_mib: int = None
     mem_fraction: float = None
+    mem_fraction_source: str = None
     weights_bytes: int = None
     weights_source: str = None
     weights_per_gpu_bytes: int = None
@@ -1404,6 +1417,7 @@ class Memory:
             out["gpus"] = self.gpus
         if self.source == "probed":
             out.update({"gpu_total_mib": self.gpu_total_mib, "mem_fraction": self.mem_fraction,
+                        "mem_fraction_source": self.mem_fraction_source,
                         "weights_bytes": self.weights_bytes,
                         "weights_source": self.weights_source,
                         "weights_per_gpu_bytes": self.weights_per_gpu_bytes,
@@ -1494,6 +1508,78 @@ def weights_per_gpu(size, gpus, dp):
     return size.bytes // gpus + size.attention_bytes * (dp - 1) // gpus
 
 
+# The engines' defaults for the share of GPU memory that weights + cache may take.
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
+# SGLang ServerArgs._handle_gpu_memory_settings: by GPU memory (MiB, nvidia-smi memory.total),
+# (below, chunked_prefill_size, cuda_graph_max_bs below TP 4, cuda_graph_max_bs from TP 4).
+SGLANG_GPU_CLASSES = ((20 * 1024, 2048, 8, 8), (35 * 1024, 2048, 24, 80),
+                      (60 * 1024, 4096, 32, 160), (90 * 1024, 8192, 256, 512),
+                      (160 * 1024, 8192, 256, 512), (None, 16384, 512, 512))
+
+
+@dataclass
+class MemFraction:
+    value: float
+    source: str  # the rule, with the arithmetic that gave value
+
+
+def sglang_reserved_mib(gpu_mib, tp, dp, dp_attention, speculative):
+    """SGLang _handle_gpu_memory_settings: MiB kept out of mem_fraction_static for activations
+    (chunked prefill), CUDA graphs, large TP, DP attention and a speculative draft model."""
+    chunk, bs = next((c, small if tp < 4 else large) for limit, c, small, large
+                     in SGLANG_GPU_CLASSES if limit is None or gpu_mib < limit)
+    reserved = 512 + max(chunk, 2048) * 1.5 + bs * 2 + tp / 8 * 1024
+    if dp_attention:
+        reserved += bs * dp * 3
+        if bs > 300:
+            reserved += bs * dp * 1.5
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    if speculative:
+        reserved += 2 * 1024
+    return reserved, chunk, bs
+
+
+def sglang_vlm_factor(vision):
+    """SGLang adjust_mem_fraction_for_vlm: 0.95 x (1 - 0.1 x (ViT size / ViT-L size - 1)), the
+    second factor clamped to [0.8, 1.05]; layers and width default to ViT-L's 24 and 1024 when
+    the vision config does not name them (Qwen's says depth, not num_hidden_layers)."""
+    ratio = (vision.get("num_hidden_layers") or 24) * (vision.get("hidden_size") or 1024) ** 2 \
+        / (24 * 1024 ** 2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+
+
+def sglang_mem_fraction(gpu_mib, tp, dp=1, dp_attention=False, vision=None, speculative=False):
+    """SGLang's --mem-fraction-static default for this GPU and parallelism."""
+    reserved, chunk, bs = sglang_reserved_mib(gpu_mib, tp, dp, dp_attention, speculative)
+    base = round((gpu_mib - reserved) / gpu_mib, 3)
+    how = (f"SGLang default: round(({fmt_num(Fraction(gpu_mib).limit_denominator(100))} MiB - "
+           f"{fmt_num(Fraction(reserved).limit_denominator(10))} MiB reserved) / GPU, 3) = {base} "
+           f"(chunked_prefill_size {chunk}, cuda_graph_max_bs {bs}, TP {tp}"
+           + (f", DP attention {dp}" if dp_attention else "") + (", speculative" if speculative
+                                                                 else "") + ")")
+    if vision is None:
+        return MemFraction(base, f"{how}; {CITE['sg_mem_fraction']}")
+    factor = sglang_vlm_factor(vision)
+    return MemFraction(base * factor, f"{how} x {factor:.4f} for the vision encoder "
+                                      f"(adjust_mem_fraction_for_vlm) = {base * factor:.4f}; "
+                                      f"{CITE['sg_mem_fraction']}")
+
+
+def vllm_mem_fraction():
+    return MemFraction(VLLM_GPU_MEMORY_UTILIZATION,
+                       f"vLLM default --gpu-memory-utilization {VLLM_GPU_MEMORY_UTILIZATION} "
+                       f"({CITE['vl_cache_config']})")
+
+
+def engine_mem_fraction(params, engine, gpu_mib, tp, dp=1, dp_attention=False, vision=None):
+    if params["mem_fraction"] is not None:
+        return MemFraction(float(params["mem_fraction"]), "given")
+    if engine == "vllm":
+        return vllm_mem_fraction()
+    return sglang_mem_fraction(gpu_mib, tp, dp, dp_attention, vision, params["mtp"])
+
+
 def resolve_memory(params, source, weights, engine, tp, dp=1, model=None, cfg=None):
     """The GiB per GPU that the KV pool (and recurrent state) may use, and how it was found."""
     if params["kv_memory_gib"] is not None:
@@ -1509,7 +1595,9 @@ def resolve_memory(params, source, weights, engine, tp, dp=1, model=None, cfg=No
     if memory.weights_bytes is None:
         return memory
     memory.weights_per_gpu_bytes = weights_per_gpu(size, tp, dp)
-    memory.mem_fraction = float(params["mem_fraction"])
+    frac = engine_mem_fraction(params, engine, memory.gpu_total_mib, tp, dp, dp > 1,
+                               vision_config(source))
+    memory.mem_fraction, memory.mem_fraction_source = frac.value, frac.source
     memory.activation_reserve_gib, memory.activation_reserve_source = activation_reserve(
         params, engine)
     per_gpu_gib = memory.weights_bytes / tp / GIB if dp == 1 else \
@@ -2452,9 +2540,10 @@ def explain_pool(memory, notes):
         notes.warn("memory-exhausted", f"{total} MiB x {frac} - weights {weights_gib:.2f} GiB / TP "
                    f"{tp} - reserve {reserve} GiB leaves nothing for the KV cache")
     notes.assume(f"KV pool per GPU = GPU memory x mem_fraction - weights / TP - activation "
-                 f"reserve = {total} MiB (probed) x {frac} - {weights_gib:.2f} GiB "
+                 f"reserve = {total} MiB (probed) x {frac:.4g} - {weights_gib:.2f} GiB "
                  f"({memory.weights_source}) / {tp} - {reserve} GiB "
-                 f"({memory.activation_reserve_source}) = {memory.pool_gib:.2f} GiB")
+                 f"({memory.activation_reserve_source}) = {memory.pool_gib:.2f} GiB; "
+                 f"mem_fraction: {memory.mem_fraction_source}")
 
 
 def explain_naive(inp, kv, notes):
@@ -2965,7 +3054,7 @@ def render_calibration(result):
 
 
 # ---------------------------------------------------------------------------------------
-# mode=plan: which GPU count, TP/DP-attention split and KV dtype serve a workload
+# mode=plan: which GPU count, parallel layout and KV dtype serve a workload
 
 
 @dataclass
@@ -2976,6 +3065,7 @@ class Workload:
     gpu_source: str
     gpu_name: str = None
     counts: list = field(default_factory=list)  # GPU counts to consider
+    gpu_mib: float = None  # what SGLang's memory rules read (nvidia-smi memory.total)
 
     @property
     def long_context(self):
@@ -2983,12 +3073,13 @@ class Workload:
 
 
 def plan_gpus(params):
-    """(memory per GPU in GiB, how it was found, GPU name, GPU counts to consider)."""
+    """The workload's GPUs: memory each, how it was found, their name, the counts to consider."""
     probed, failure = (None, None)
     if params["gpu_memory_gib"] is None or params["gpus"] is None:
         probed, failure = probe_gpus()
     if params["gpu_memory_gib"] is not None:
         memory, how = float(params["gpu_memory_gib"]), "given"
+        mib = memory * 1024
     elif probed:
         mib = min(g["memory_total_mib"] for g in probed)
         memory, how = mib / 1024, f"probed: {fmt_int(mib)} MiB ({probed[0]['name']})"
@@ -2996,7 +3087,59 @@ def plan_gpus(params):
         raise InputError(f"mode=plan needs the memory per GPU: pass gpu_memory_gib=GIB ({failure})",
                          "gpu_memory_gib")
     counts = params["gpus"] or ([len(probed)] if probed else [1, 2, 4, 8])
-    return memory, how, probed[0]["name"] if probed else None, sorted(set(counts))
+    return Workload(0, params["concurrency"], memory, how, probed[0]["name"] if probed else None,
+                    sorted(set(counts)), mib)
+
+
+# Fields whose presence makes a model mixture-of-experts.
+MOE_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def is_moe(cfg):
+    return any(cfg.get(k) for k in MOE_FIELDS)
+
+
+@dataclass
+class Layout:
+    """GPUs and how the engine spreads the model over them: plain TP over every GPU; DP
+    attention (one model over all GPUs, attention split in dp groups, experts over all: SGLang
+    --enable-dp-attention, vLLM --data-parallel-size with --enable-expert-parallel); or dp
+    replicas of a TP gpus/dp model."""
+    gpus: int
+    dp: int
+    mode: str  # "tp", "dp_attention" or "replicas"
+
+    @property
+    def attn_tp(self):
+        return self.gpus // self.dp
+
+    @property
+    def instance_tp(self):
+        """TP of one engine instance (SGLang --tp, vLLM --tensor-parallel-size)."""
+        if self.mode == "replicas" or (self.mode == "dp_attention" and self.engine == "vllm"):
+            return self.gpus // self.dp
+        return self.gpus
+
+    engine: str = "sglang"
+
+    def describe(self):
+        if self.mode == "tp":
+            return f"TP {self.gpus}"
+        if self.mode == "replicas":
+            return f"{self.dp} replicas of TP {self.gpus // self.dp}"
+        return f"TP {self.gpus}, DP attention {self.dp}"
+
+
+def plan_layouts(n, engine, moe, forced_dp_attention=False):
+    """The layouts an engine runs on n GPUs: DP splits a MoE model's attention (SGLang models
+    that split attention by get_attention_tp_size, vLLM with expert parallelism); a dense
+    model's DP runs as full replicas (SGLang models/llama.py shards by the plain TP size; vLLM
+    DP of a dense model). Where SGLang turns DP attention on by itself, plain TP is not run."""
+    layouts = [] if forced_dp_attention and n > 1 else [Layout(n, 1, "tp", engine)]
+    for dp in range(2, n + 1):
+        if n % dp == 0:
+            layouts.append(Layout(n, dp, "dp_attention" if moe else "replicas", engine))
+    return layouts
 
 
 def layout_refusal(model, attn_tp):
@@ -3016,66 +3159,110 @@ def layout_refusal(model, attn_tp):
     return None
 
 
-def plan_inputs(params, source, model, cfg, weights, n, dp, pool_gib, dtype_name, dtype, ctx):
+def layout_weights_per_gpu(size, layout):
+    if layout.mode == "replicas":
+        return size.bytes // layout.attn_tp
+    return weights_per_gpu(size, layout.gpus, layout.dp)
+
+
+@dataclass
+class PlanModel:
+    """What the planner read once: the model, its checkpoint, its weights and KV-scale facts."""
+    source: Source
+    model: Model
+    cfg: dict
+    weights: Weights
+    size: WeightsSize
+    scales: dict
+    ckpt_quant: str = None
+
+
+def plan_inputs(params, pm, layout, pool_gib, dtype_name, dtype, ctx):
+    """The sizing of one engine instance's rank: a replica is a TP gpus/dp model of its own."""
+    replicas = layout.mode == "replicas"
+    tp = layout.attn_tp if replicas else layout.gpus
     return Inputs(
-        source=source, model=model, tp=n, dp=dp, engine=params["engine"],
-        page_size=default_page_size(params, params["engine"], model),
+        source=pm.source, model=pm.model, tp=tp, dp=1 if replicas else layout.dp,
+        engine=params["engine"], page_size=default_page_size(params, params["engine"], pm.model),
         ssm_dtype=params["ssm_dtype"], mamba_ratio=float(params["mamba_full_memory_ratio"]),
-        contexts=[ctx], memory=Memory("given", pool_gib, tp=n), dtypes={dtype_name: dtype},
-        attention_backend=params["attention_backend"], mtp=params["mtp"], weights=weights,
-        cfg=cfg)
+        contexts=[ctx], memory=Memory("given", pool_gib, tp=tp), dtypes={dtype_name: dtype},
+        attention_backend=params["attention_backend"], mtp=params["mtp"], weights=pm.weights,
+        cfg=pm.cfg, ckpt_quant=pm.ckpt_quant)
 
 
-def plan_candidate(params, inp, size, work, reserve):
-    """One (GPU count, DP split, KV dtype): the figures the plan lists."""
-    n, dp, ctx = inp.tp, inp.dp, work.context
-    per_gpu = weights_per_gpu(size, n, dp)
-    model = inp.model
+def plan_candidate(inp, layout, per_gpu, frac, work):
+    """One layout and KV dtype: the figures the plan lists."""
+    model, ctx = inp.model, work.context
     dtypes = state_dtypes(inp) if model.recurrent else None
     states = recurrent_states(inp, dtypes) if model.recurrent else {}
     state = state_summary(model, states)
     name, dtype = next(iter(inp.dtypes.items()))
     entry = kv_entry(inp, dtype, state["bytes_per_request"], states)
-    per_rank = (entry.get("concurrent_requests") or {}).get(str(ctx), 0.0)
+    per_rank = exact_requests(inp.engine, entry, ctx)
     running = (entry.get("engine_split") or {}).get("max_running_requests")
     if inp.engine == "sglang" and running is not None:
         per_rank = min(per_rank, running)
-    requests = round(per_rank * dp, 2)
-    return {"gpus": n, "tp": n, "dp": dp, "attention_tp": inp.attn_tp, "kv_dtype": name,
-            "dtype": dtype, "weights_per_gpu_gib": round(per_gpu / GIB, 2),
+    requests = round(per_rank * layout.dp, 2)
+    return {"gpus": layout.gpus, "mode": layout.mode, "layout": layout.describe(),
+            "tp": layout.instance_tp, "dp": layout.dp, "attention_tp": layout.attn_tp,
+            "kv_dtype": name, "dtype": dtype, "mem_fraction": round(frac.value, 4),
+            "mem_fraction_source": frac.source,
+            "weights_per_gpu_gib": round(per_gpu / GIB, 2),
             "kv_pool_gib": round(inp.memory.pool_gib, 2),
             "bytes_per_token": entry["bytes_per_token"],
             "state_bytes_per_request": state["bytes_per_request"],
-            "max_tokens_per_rank": entry.get("max_tokens"), "concurrent_requests": requests,
+            "max_tokens_per_rank": entry.get("max_tokens"),
+            "requests_per_rank": round(per_rank, 2),
+            "whole_requests_per_rank": max(1, int(per_rank)), "concurrent_requests": requests,
             "headroom_requests": round(requests - work.concurrency, 2),
             "headroom": round(requests / work.concurrency - 1, 4)}
 
 
-def plan_candidates(params, source, model, cfg, weights, size, work):
-    ckpt_quant, _ = checkpoint_kv_quant(source, cfg)
-    reserve, _ = activation_reserve(params, params["engine"])
+def exact_requests(engine, entry, ctx):
+    """Requests of ctx tokens one rank holds, unrounded (kv_entry rounds them for show)."""
+    if not entry.get("max_tokens"):
+        return 0.0
+    split = entry.get("engine_split") or {}
+    if engine == "vllm":
+        return split["num_blocks"] / split["blocks_per_request"][str(ctx)]
+    return entry["max_tokens"] / ctx
+
+
+def plan_candidates(params, pm, work):
+    """Every layout x KV dtype: the rows that serve at least one request at the context, and
+    the rest with why not (refused by the engine, or infeasible)."""
+    engine = params["engine"]
+    reserve, _ = activation_reserve(params, engine)
+    vision = vision_config(pm.source)
     fits, rejected = [], []
+    # SGLang turns on DP attention with dp = tp for DeepSeek NSA (server_args).
+    forced = engine == "sglang" and pm.model.is_dsa
     for n in work.counts:
-        for dp in [d for d in range(1, n + 1) if n % d == 0]:
-            refusal = layout_refusal(model, n // dp)
-            per_gpu = weights_per_gpu(size, n, dp)
-            pool_gib = work.gpu_memory_gib * float(params["mem_fraction"]) - per_gpu / GIB - \
-                reserve
-            if refusal is None and pool_gib <= 0:
-                refusal = f"weights {per_gpu / GIB:.2f} GiB per GPU leave no KV pool"
+        for layout in plan_layouts(n, engine, is_moe(pm.cfg), forced):
+            frac = engine_mem_fraction(params, engine, work.gpu_mib, layout.instance_tp,
+                                       layout.dp, layout.mode == "dp_attention", vision)
+            per_gpu = layout_weights_per_gpu(pm.size, layout)
+            pool_gib = work.gpu_memory_gib * frac.value - per_gpu / GIB - reserve
+            why = layout_refusal(pm.model, layout.attn_tp)
+            kind = "refused"
+            if why is None and pool_gib <= 0:
+                why, kind = (f"{per_gpu / GIB:.2f} GiB of weights per GPU leave no "
+                             f"KV pool ({work.gpu_memory_gib:.2f} GiB x {frac.value:.4g} - "
+                             f"weights - {reserve} GiB reserve)"), "infeasible"
             for name in dict.fromkeys(params["kv_dtype"]):
-                if refusal:
-                    rejected.append({"gpus": n, "dp": dp, "kv_dtype": name, "reason": refusal})
+                row = {"gpus": n, "mode": layout.mode, "layout": layout.describe(),
+                       "dp": layout.dp, "kv_dtype": name, "kind": kind, "reason": why}
+                if why:
+                    rejected.append(row)
                     continue
-                dtype = resolve_kv_dtype(name, model, ckpt_quant, params["engine"],
-                                         work.gpu_name)
-                inp = plan_inputs(params, source, model, cfg, weights, n, dp, pool_gib, name,
-                                  dtype, work.context)
-                cand = plan_candidate(params, inp, size, work, reserve)
+                dtype = resolve_kv_dtype(name, pm.model, pm.ckpt_quant, engine, work.gpu_name)
+                inp = plan_inputs(params, pm, layout, pool_gib, name, dtype, work.context)
+                cand = plan_candidate(inp, layout, per_gpu, frac, work)
                 if cand["concurrent_requests"] < 1:
-                    rejected.append({"gpus": n, "dp": dp, "kv_dtype": name, "reason":
-                                     f"not one {fmt_int(work.context)}-token request fits "
-                                     f"({cand['concurrent_requests']:.2f})"})
+                    row.update(kind="infeasible", reason=(
+                        f"not one {fmt_int(work.context)}-token request fits "
+                        f"({cand['concurrent_requests']:.2f})"))
+                    rejected.append(row)
                 else:
                     fits.append(cand)
     return fits, rejected
@@ -3084,10 +3271,61 @@ def plan_candidates(params, source, model, cfg, weights, size, work):
 QUANTIZED_KV = ("fp8_e4m3", "fp8_e5m2", "nvfp4")
 
 
-def pick_candidate(fits, work, calibrated, notes):
+def kv_scale_facts(source, cfg, weights, model):
+    """What the checkpoint read says of quantized KV, and only that: the quantization config's
+    KV dtype (hf_quant_config.json or config.json, as size mode reads it) and whether its
+    safetensors carry k_scale/v_scale; nothing is claimed of a checkpoint not read."""
+    if model.is_dsa:
+        return {"status": "row-scales", "declared_kv_dtype": None,
+                "fact": "DeepSeek-V3.2's FP8 KV row stores its own fp32 scale per 128 values "
+                        "(vLLM fp8_ds_mla, SGLang calculate_mla_kv_cache_dim): it needs no "
+                        "k_scale/v_scale from the checkpoint"}
+    ckpt_quant, where = checkpoint_kv_quant(source, cfg)
+    read_files = weights is not None and weights.files
+    scales = read_files and has_kv_scales(weights.tensor_names)
+    if ckpt_quant:
+        status = "declared"
+        fact = f"the checkpoint declares {ckpt_quant} KV ({where})"
+        if read_files:
+            fact += ("; its safetensors carry k_scale/v_scale" if scales else
+                     f"; none of its {plural(weights.files, '*.safetensors file')} has "
+                     "k_scale/v_scale tensors")
+    elif scales:
+        status, fact = "calibrated", (f"the checkpoint's safetensors carry k_scale/v_scale "
+                                      f"({plural(weights.files, 'file')} read)")
+    elif read_files:
+        status, fact = "absent", (f"none of the checkpoint's "
+                                  f"{plural(weights.files, '*.safetensors file')} has "
+                                  "k_scale/v_scale tensors and its quantization config declares "
+                                  "no KV dtype: FP8 KV would run with scale 1.0")
+    else:
+        status = "unknown"
+        fact = ("no checkpoint read (" + ("a preset" if source.preset else "a config only") +
+                "): whether FP8 KV scales exist is not known; pass model_dir to read them")
+    return {"status": status, "fact": fact, "declared_kv_dtype": ckpt_quant}
+
+
+def accuracy_rule(pool, work, scales, reasons):
+    """Unquantized KV at long context unless the checkpoint declares or calibrates FP8 KV."""
+    quantized = [c for c in pool if c["dtype"] in QUANTIZED_KV]
+    plain = [c for c in pool if c["dtype"] not in QUANTIZED_KV]
+    trusted = scales["status"] in ("declared", "calibrated", "row-scales")
+    if quantized and plain and work.long_context and not trusted:
+        reasons.append(f"accuracy rule: {scales['fact']}; at {fmt_int(work.context)} tokens "
+                       f"(long context, >= {fmt_int(LONG_CONTEXT_TOKENS)}) prefer unquantized "
+                       "KV, which serves the workload")
+        return plain
+    if quantized and plain:
+        reasons.append("quantized KV allowed: " + (scales["fact"] if trusted else
+                                                   "the workload is short-context"))
+    elif quantized and work.long_context and not trusted:
+        reasons.append(f"only quantized KV serves the workload; {scales['fact']}")
+    return pool
+
+
+def pick_candidate(fits, work, scales, notes):
     """The plan's choice and its reasons, rule by rule: serve the workload; then the accuracy
-    rule (unquantized KV when FP8 has no calibrated scales and the context is long); then the
-    fewest GPUs; then the most concurrent requests (plain TP on a tie)."""
+    rule; then the fewest GPUs; then the most concurrent requests (plain TP on a tie)."""
     reasons = []
     pool = [c for c in fits if c["concurrent_requests"] >= work.concurrency]
     if not pool:
@@ -3097,87 +3335,124 @@ def pick_candidate(fits, work, calibrated, notes):
     else:
         reasons.append(f"{len(pool)} of {len(fits)} candidates serve {work.concurrency} "
                        f"concurrent {fmt_int(work.context)}-token requests")
-    quantized = [c for c in pool if c["dtype"] in QUANTIZED_KV]
-    plain = [c for c in pool if c["dtype"] not in QUANTIZED_KV]
-    if quantized and plain and work.long_context and not calibrated:
-        pool = plain
-        reasons.append(f"accuracy rule: the checkpoint has no calibrated k_scale/v_scale, so FP8 "
-                       f"KV runs with scale 1.0, and {fmt_int(work.context)} tokens is long-"
-                       f"context (>= {fmt_int(LONG_CONTEXT_TOKENS)}): prefer unquantized KV, "
-                       "which serves the workload")
-    elif quantized and plain:
-        reasons.append("FP8 KV allowed: " + ("the checkpoint carries calibrated KV scales" if
-                                              calibrated else "the workload is short-context"))
-    elif quantized and work.long_context and not calibrated:
-        reasons.append("only quantized KV serves the workload; its scales are uncalibrated "
-                       "(see the fp8-kv-no-scales warning)")
+    pool = accuracy_rule(pool, work, scales, reasons)
     fewest = min(c["gpus"] for c in pool)
     pool = [c for c in pool if c["gpus"] == fewest]
     reasons.append(f"fewest GPUs among those: {fewest}")
     best = max(pool, key=lambda c: (c["concurrent_requests"], -c["dp"]))
     reasons.append(f"most concurrent requests among those: {best['concurrent_requests']:.2f} "
-                   f"with TP {best['tp']}, DP attention {best['dp']}, KV {best['kv_dtype']}")
-    return best, pool, reasons
+                   f"with {best['layout']}, KV {best['kv_dtype']}")
+    return best, reasons
 
 
-def plan(params):
-    notes = Notes()
+# The engines' --kv-cache-dtype spelling of each dtype when it is not what auto gives.
+KV_DTYPE_FLAGS = {"sglang": {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
+                             "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
+                             "nvfp4": "fp4_e2m1"},
+                  "vllm": {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
+                           "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "nvfp4": "nvfp4"}}
+
+
+def fraction_flag(value):
+    return f"{value:.4f}".rstrip("0").rstrip(".")
+
+
+def launch_flags(engine, pick, pm, work):
+    """The pick as the engine's command line, to paste: its parallelism, KV dtype, context,
+    memory fraction and the requests it holds (SGLang's --max-running-requests is the total
+    under DP attention, each rank taking its share; vLLM's --max-num-seqs is per DP rank)."""
+    auto = resolve_kv_dtype("auto", pm.model, pm.ckpt_quant, engine, work.gpu_name)
+    kv = "auto" if pick["dtype"] == auto else KV_DTYPE_FLAGS[engine][pick["dtype"]]
+    per_rank = pick["whole_requests_per_rank"]
+    model = str(pm.source.checkpoint) if pm.source.checkpoint else (
+        pm.source.label if pm.source.preset else "MODEL")
+    if engine == "sglang":
+        flags = ["--tp", str(pick["tp"])]
+        if pick["dp"] > 1:
+            flags += ["--dp", str(pick["dp"])]
+        if pick["mode"] == "dp_attention":
+            flags.append("--enable-dp-attention")
+        running = per_rank * pick["dp"] if pick["mode"] == "dp_attention" else per_rank
+        flags += ["--kv-cache-dtype", kv, "--context-length", str(work.context),
+                  "--mem-fraction-static", fraction_flag(pick["mem_fraction"]),
+                  "--max-running-requests", str(running)]
+        command = ["python3", "-m", "sglang.launch_server", "--model-path", model] + flags
+    else:
+        flags = ["--tensor-parallel-size", str(pick["tp"])]
+        if pick["dp"] > 1:
+            flags += ["--data-parallel-size", str(pick["dp"])]
+        if pick["mode"] == "dp_attention":
+            flags.append("--enable-expert-parallel")
+        flags += ["--kv-cache-dtype", kv, "--max-model-len", str(work.context),
+                  "--gpu-memory-utilization", fraction_flag(pick["mem_fraction"]),
+                  "--max-num-seqs", str(per_rank)]
+        command = ["vllm", "serve", model] + flags
+    return {"engine": engine, "flags": flags, "command": " ".join(command)}
+
+
+def read_plan_model(params, notes):
     source = resolve_source(params)
     model, cfg = parse_model(source, notes, params["allow_unknown"])
     weights = scan_safetensors(source.checkpoint) if source.checkpoint else None
-    memory_gib, how, gpu_name, counts = plan_gpus(params)
-    ctx = max(params["context"]) if params["context"] else (
-        model.max_position_embeddings or DEFAULT_CONTEXTS[0])
-    work = Workload(ctx, params["concurrency"], memory_gib, how, gpu_name, counts)
     size = weights_size(params, source, weights, model, cfg)
     if size.bytes is None:
         raise InputError("mode=plan needs the weights' size: a model_dir with *.safetensors, "
                          "weights_gib=GIB, or a preset", "weights_gib")
-    probe = Inputs(source=source, model=model, tp=1, engine=params["engine"], page_size=1,
-                   ssm_dtype=params["ssm_dtype"], mamba_ratio=0.9, contexts=[ctx], memory=None,
-                   dtypes={}, weights=weights)
+    ckpt_quant, _ = checkpoint_kv_quant(source, cfg)
+    return PlanModel(source, model, cfg, weights, size,
+                     kv_scale_facts(source, cfg, weights, model), ckpt_quant)
+
+
+def plan(params):
+    notes = Notes()
+    pm = read_plan_model(params, notes)
+    work = plan_gpus(params)
+    work.context = max(params["context"]) if params["context"] else (
+        pm.model.max_position_embeddings or DEFAULT_CONTEXTS[0])
+    probe = Inputs(source=pm.source, model=pm.model, tp=1, engine=params["engine"], page_size=1,
+                   ssm_dtype=params["ssm_dtype"], mamba_ratio=0.9, contexts=[work.context],
+                   memory=None, dtypes={}, weights=pm.weights)
     explain_dtype_support(probe, notes)
-    fits, rejected = plan_candidates(params, source, model, cfg, weights, size, work)
-    calibrated = fp8_scales_calibrated(probe)
-    result = plan_document(params, source, model, work, size, fits, rejected, calibrated)
+    fits, rejected = plan_candidates(params, pm, work)
+    result = plan_document(params, pm, work, fits, rejected)
     if fits:
-        best, _, reasons = pick_candidate(fits, work, calibrated, notes)
+        best, reasons = pick_candidate(fits, work, pm.scales, notes)
         result["pick"], result["reasons"] = best, reasons
-        plain = [c for c in fits if c["dp"] == 1 and c["gpus"] == best["gpus"]
+        result["launch"] = launch_flags(params["engine"], best, pm, work)
+        plain = [c for c in fits if c["mode"] == "tp" and c["gpus"] == best["gpus"]
                  and c["kv_dtype"] == best["kv_dtype"]]
-        if best["dp"] > 1 and plain:
+        if best["mode"] != "tp" and plain:
             result["best_plain_tp"] = plain[0]
-            flags = (f"--enable-dp-attention --tp {best['tp']} --dp {best['dp']}"
-                     if params["engine"] == "sglang" else
-                     f"--tensor-parallel-size {best['attention_tp']} --data-parallel-size "
-                     f"{best['dp']} --enable-expert-parallel")
-            reasons.append(f"DP attention needs the engine's support for this model ({flags}); "
-                           f"with plain TP {plain[0]['tp']} the same KV dtype serves "
+            reasons.append(f"with plain TP {plain[0]['tp']} the same KV dtype serves "
                            f"{plain[0]['concurrent_requests']:.2f}")
     else:
-        notes.warn("nothing-fits", "no GPU count, DP split and KV dtype fits the model and one "
-                   f"{fmt_int(ctx)}-token request")
-    explain_plan(params, model, work, size, calibrated, notes)
+        notes.warn("nothing-fits", "no GPU count, layout and KV dtype fits the model and one "
+                   f"{fmt_int(work.context)}-token request")
+    explain_plan(params, pm, work, notes)
     result["warnings"], result["assumptions"] = notes.warnings, notes.assumptions
     return result
 
 
-def plan_document(params, source, model, work, size, fits, rejected, calibrated):
+def plan_document(params, pm, work, fits, rejected):
+    model = pm.model
     return {
         "mode": "plan",
-        "model": {"name": model.name, "source": source.kind, "preset": source.preset,
+        "model": {"name": model.name, "source": pm.source.kind, "preset": pm.source.preset,
                   "family": model.family, "rule": model.rule,
-                  "architectures": model.architectures,
-                  "model_type": model.model_type},
+                  "architectures": model.architectures, "model_type": model.model_type,
+                  "moe": is_moe(pm.cfg)},
         "engine": params["engine"],
         "workload": {"context": work.context, "concurrency": work.concurrency,
                      "long_context": work.long_context},
         "gpu": {"memory_gib": round(work.gpu_memory_gib, 2), "source": work.gpu_source,
-                "mem_fraction": params["mem_fraction"], "counts": work.counts},
-        "weights": {"bytes": size.bytes, "source": size.source,
-                    "attention_bytes": size.attention_bytes,
-                    "attention_source": size.attention_source},
-        "fp8_kv_scales": "calibrated" if calibrated else "absent or unknown",
+                "counts": work.counts},
+        "mem_fraction": params["mem_fraction"] if params["mem_fraction"] is not None else
+        f"{params['engine']} default, per candidate",
+        "weights": {"bytes": pm.size.bytes, "source": pm.size.source,
+                    "attention_bytes": pm.size.attention_bytes,
+                    "attention_source": pm.size.attention_source},
+        "fp8_kv_scales": pm.scales["status"],
+        "fp8_kv_scales_fact": pm.scales["fact"],
         "candidates": fits,
         "rejected": rejected,
         "pick": None,
@@ -3185,26 +3460,47 @@ def plan_document(params, source, model, work, size, fits, rejected, calibrated)
     }
 
 
-def explain_plan(params, model, work, size, calibrated, notes):
+def explain_plan(params, pm, work, notes):
     reserve, reserve_how = activation_reserve(params, params["engine"])
-    notes.assume(f"KV pool per GPU = {work.gpu_memory_gib:.2f} GiB ({work.gpu_source}) x "
-                 f"mem_fraction {params['mem_fraction']} - weights per GPU - {reserve} GiB "
-                 f"activation reserve ({reserve_how})" + (
-                     "; SGLang's own --mem-fraction-static default depends on the GPU, pass "
-                     "mem_fraction to match a deployment" if params["engine"] == "sglang" else ""))
-    notes.assume(f"weights {size.bytes / GIB:.2f} GiB ({size.source}); under DP attention each "
-                 "rank also holds the attention side whole: weights per GPU = weights / GPUs + "
-                 "attention-side x (dp - 1) / GPUs, attention side "
-                 f"{(size.attention_bytes or 0) / GIB:.2f} GiB ({size.attention_source})"
-                 if size.attention_bytes else
-                 f"weights {size.bytes / GIB:.2f} GiB ({size.source}), split evenly over the GPUs")
+    size = pm.size
+    notes.assume(f"KV pool per GPU = {work.gpu_memory_gib:.2f} GiB ({work.gpu_source}) x the "
+                 "candidate's mem_fraction - weights per GPU - "
+                 f"{reserve} GiB activation reserve ({reserve_how}); mem_fraction: " + (
+                     "given" if params["mem_fraction"] is not None else
+                     f"{params['engine']}'s own default for the GPU and layout (each row's "
+                     "mem_fraction_source)"))
+    notes.assume("layouts: " + (
+        "a mixture-of-experts model runs DP as DP attention (attention split in dp groups, "
+        "experts over every GPU)" if is_moe(pm.cfg) else
+        "a dense model runs DP as full replicas, each a TP gpus/dp model with all the weights") +
+        (" (SGLang: models that split attention by get_attention_tp_size; models/llama.py "
+         "shards by the plain TP size)" if params["engine"] == "sglang" else
+         " (vLLM: --data-parallel-size, with --enable-expert-parallel for MoE)"))
+    if size.attention_bytes and is_moe(pm.cfg):
+        notes.assume(f"weights {size.bytes / GIB:.2f} GiB ({size.source}); under DP attention "
+                     "each rank also holds the attention side whole: weights per GPU = weights / "
+                     "GPUs + attention side x (dp - 1) / GPUs, attention side "
+                     f"{size.attention_bytes / GIB:.2f} GiB ({size.attention_source})")
+    else:
+        notes.assume(f"weights {size.bytes / GIB:.2f} GiB ({size.source}), split over each "
+                     "instance's TP")
     notes.assume("concurrent requests = per-rank requests at the context (SGLang: capped by its "
                  "max_running_requests) x dp; headroom = requests / concurrency - 1")
-    if not calibrated:
-        notes.warn("fp8-kv-no-scales", "no checkpoint files with k_scale/v_scale tensors: FP8 KV "
-                   "would run with scale 1.0")
-    if model.mtp_layers and not params["mtp"]:
-        notes.assume(f"{plural(model.mtp_layers, 'MTP draft layer')} not counted (mtp=false)")
+    notes.assume(f"FP8 KV scales: {pm.scales['fact']}")
+    if params["engine"] == "sglang" and pm.model.is_dsa:
+        notes.assume("SGLang turns on DP attention with dp = tp for DeepSeek NSA "
+                     f"({CITE['sg_server_args']}): plain TP is not among the layouts")
+        if any(d.startswith("fp8") for d in params["kv_dtype"]) and \
+                params["attention_backend"] != "trtllm":
+            notes.warn("pool-overshoot", "SGLang sizes DeepSeek-V3.2's pool at 576 + 132 bytes "
+                       "per token and layer but stores the 656-byte FP8 row: an FP8 row's "
+                       "tensors take 788/708 of its KV pool column, out of the headroom "
+                       f"({CITE['sg_mixin']} get_cell_size_per_token vs "
+                       "calculate_mla_kv_cache_dim)")
+    if pm.scales["status"] == "absent":
+        notes.warn("fp8-kv-no-scales", pm.scales["fact"])
+    if pm.model.mtp_layers and not params["mtp"]:
+        notes.assume(f"{plural(pm.model.mtp_layers, 'MTP draft layer')} not counted (mtp=false)")
 
 
 def render_plan(result):
@@ -3212,30 +3508,33 @@ def render_plan(result):
     m = result["model"]
     lines = [f"kv_calc plan: {m['name']} - engine {result['engine']} - "
              f"{work['concurrency']} x {fmt_int(work['context'])}-token requests",
-             f"GPU memory {gpu['memory_gib']:.2f} GiB each ({gpu['source']}), mem_fraction "
-             f"{gpu['mem_fraction']}; GPU counts {', '.join(str(c) for c in gpu['counts'])}",
-             ""]
-    header = ["gpus", "tp", "dp", "attn_tp", "kv", "weights/GPU GiB", "KV pool GiB",
+             f"GPU memory {gpu['memory_gib']:.2f} GiB each ({gpu['source']}); GPU counts "
+             f"{', '.join(str(c) for c in gpu['counts'])}; layer rule: {m['rule']['how']}",
+             f"FP8 KV scales: {result['fp8_kv_scales_fact']}", ""]
+    header = ["gpus", "layout", "kv", "mem_frac", "weights/GPU GiB", "KV pool GiB",
               "max tokens/rank", f"req@{fmt_int(work['context'])}", "headroom"]
-    rows = [[str(c["gpus"]), str(c["tp"]), str(c["dp"]), str(c["attention_tp"]),
+    rows = [[str(c["gpus"]), c["layout"],
              c["kv_dtype"] if c["kv_dtype"] == c["dtype"] else f"{c['kv_dtype']} ({c['dtype']})",
-             f"{c['weights_per_gpu_gib']:.2f}", f"{c['kv_pool_gib']:.2f}",
-             fmt_int(c["max_tokens_per_rank"] or 0), f"{c['concurrent_requests']:,.2f}",
-             f"{c['headroom']:+.0%}"] for c in result["candidates"]]
+             f"{c['mem_fraction']:.4g}", f"{c['weights_per_gpu_gib']:.2f}",
+             f"{c['kv_pool_gib']:.2f}", fmt_int(c["max_tokens_per_rank"] or 0),
+             f"{c['concurrent_requests']:,.2f}", f"{c['headroom']:+.0%}"]
+            for c in result["candidates"]]
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     for r in [header] + rows:
-        lines.append("  ".join(c.rjust(w) if i else c.ljust(w)
+        lines.append("  ".join(c.rjust(w) if i > 1 else c.ljust(w)
                                for i, (c, w) in enumerate(zip(r, widths))).rstrip())
     for rej in result["rejected"]:
-        lines.append(f"rejected: {rej['gpus']} GPUs, DP {rej['dp']}, KV {rej['kv_dtype']}: "
+        lines.append(f"{rej['kind']}: {rej['gpus']} GPUs, {rej['layout']}, KV {rej['kv_dtype']}: "
                      f"{rej['reason']}")
     pick = result.get("pick")
     lines.append("")
     if pick:
-        lines.append(f"pick: {pick['gpus']} GPUs, TP {pick['tp']}, DP attention {pick['dp']}, KV "
-                     f"{pick['kv_dtype']}: {pick['concurrent_requests']:,.2f} concurrent "
+        lines.append(f"pick: {pick['gpus']} GPUs, {pick['layout']}, KV {pick['kv_dtype']}: "
+                     f"{pick['concurrent_requests']:,.2f} concurrent "
                      f"{fmt_int(work['context'])}-token requests")
         lines.extend(f"reason: {r}" for r in result["reasons"])
+        lines.append(f"mem_fraction: {pick['mem_fraction_source']}")
+        lines.append(f"launch: {result['launch']['command']}")
     else:
         lines.append("pick: none fits")
     lines.append("")
@@ -3307,6 +3606,7 @@ PRESETS = {
         "config": {
             "architectures": ["Qwen3_5MoeForConditionalGeneration"],
             "model_type": "qwen3_5_moe",
+            "vision_config": {"depth": 27, "hidden_size": 1152},
             "text_config": {
                 "model_type": "qwen3_5_moe_text",
                 "dtype": "bfloat16",
@@ -3321,6 +3621,7 @@ PRESETS = {
                 "linear_num_key_heads": 16,
                 "linear_num_value_heads": 64,
                 "linear_value_head_dim": 128,
+                "num_experts": 512,
                 "max_position_embeddings": 262144,
             },
         },
@@ -3343,6 +3644,7 @@ PRESETS = {
             "linear_num_key_heads": 16,
             "linear_num_value_heads": 32,
             "linear_value_head_dim": 128,
+            "num_experts": 512,
             "max_position_embeddings": 262144,
         },
     },
@@ -3390,6 +3692,7 @@ PRESETS = {
             "qk_nope_head_dim": 128,
             "qk_rope_head_dim": 64,
             "v_head_dim": 128,
+            "n_routed_experts": 256,
             "max_position_embeddings": 163840,
             "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
                                     "activation_scheme": "dynamic",
@@ -3410,6 +3713,7 @@ PRESETS = {
             "head_dim": 64,
             "sliding_window": 128,
             "layer_types": ["sliding_attention", "full_attention"] * 18,
+            "num_local_experts": 128,
             "max_position_embeddings": 131072,
             "quantization_config": {"quant_method": "mxfp4"},
         },
@@ -3425,7 +3729,10 @@ PRESETS = {
         "config": {
             "architectures": ["Qwen3_5MoeForConditionalGeneration"],
             "model_type": "qwen3_5_moe",
-            "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"},
+            # The export declares FP8 KV (hf_quant_config.json kv_cache_quant_algo).
+            "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4",
+                                    "kv_cache_quant_algo": "FP8"},
+            "vision_config": {"depth": 27, "hidden_size": 1152},
             "text_config": {
                 "model_type": "qwen3_5_moe_text",
                 "dtype": "bfloat16",
@@ -3443,6 +3750,7 @@ PRESETS = {
                 "linear_value_head_dim": 128,
                 "mamba_ssm_dtype": "float32",
                 "mtp_num_hidden_layers": 1,
+                "num_experts": 512,
                 "max_position_embeddings": 262144,
             },
         },
@@ -3467,6 +3775,7 @@ PRESETS = {
             "index_n_heads": 64,
             "index_topk": 2048,
             "num_nextn_predict_layers": 1,
+            "n_routed_experts": 256,
             "max_position_embeddings": 163840,
             "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
                                     "activation_scheme": "dynamic",
@@ -3525,6 +3834,7 @@ PRESETS = {
                 "head_dim": 128,
                 "attention_chunk_size": 8192,
                 "no_rope_layers": [],
+                "num_local_experts": 16,
                 "max_position_embeddings": 10485760,
             },
         },
@@ -3593,6 +3903,7 @@ PRESETS = {
             "hidden_size": 2688,
             "num_hidden_layers": 52,
             "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+            "n_routed_experts": 128,
             "num_attention_heads": 32,
             "num_key_value_heads": 2,
             "head_dim": 128,
@@ -3645,6 +3956,7 @@ PRESETS = {
             "mamba_d_state": 128,
             "mamba_d_conv": 4,
             "mamba_expand": 2,
+            "num_local_experts": 72,
             "max_position_embeddings": 131072,
         },
     },
@@ -3661,6 +3973,7 @@ PRESETS = {
             "num_key_value_heads": 8,
             "attn_layer_period": 8,
             "attn_layer_offset": 4,
+            "num_experts": 16,
             "mamba_d_state": 16,
             "mamba_d_conv": 4,
             "mamba_expand": 2,
@@ -3680,6 +3993,7 @@ PRESETS = {
             "num_key_value_heads": 8,
             "head_dim": 128,
             "attn_type_list": ([0] * 7 + [1]) * 10,
+            "num_local_experts": 32,
             "max_position_embeddings": 10240000,
         },
     },

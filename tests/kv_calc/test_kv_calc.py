@@ -459,6 +459,23 @@ class ProbedMemory(unittest.TestCase):
         self.assertIn("143,771 MiB (probed)", line)
         self.assertIn("assumed (sglang default)", line)
 
+    def test_engine_default_mem_fraction_when_probing(self):
+        """No mem_fraction: SGLang's own default for 8 x H200 (143,771 MiB) at TP 8,
+        round((143,771 - 14,848) / 143,771, 3) = 0.897 (ServerArgs._handle_gpu_memory_settings),
+        lowered for the checkpoint's vision encoder (adjust_mem_fraction_for_vlm); vLLM's
+        --gpu-memory-utilization 0.9."""
+        vision = json.loads((CKPT / "config.json").read_text())["vision_config"]
+        fraction = sglang_default_fraction(143771, 8, vision=vision)
+        self.assertAlmostEqual(fraction / 0.897, 0.95 * (1 - 0.1 * (1152 ** 2 / 1024 ** 2 - 1)))
+        r = self.probe(model_dir=str(CKPT), tp=8)
+        self.assertAlmostEqual(r["memory"]["mem_fraction"], fraction, 12)
+        self.assertIn("= 0.897", r["memory"]["mem_fraction_source"])
+        weights = self.shard_data_bytes()
+        self.assertAlmostEqual(r["memory"]["pool_gib"],
+                               143771 / 1024 * fraction - weights / 8 / GIB, 9)
+        r = self.probe(model_dir=str(CKPT), tp=8, engine="vllm")
+        self.assertEqual(r["memory"]["mem_fraction"], 0.9)
+
     def test_weights_given_and_vllm_reserve(self):
         r = self.probe(model_dir=str(CKPT), tp=8, weights_gib=400.0, engine="vllm")
         mem = r["memory"]
@@ -1198,8 +1215,27 @@ class PublishedLogs(unittest.TestCase):
         self.assertAlmostEqual(r["calibration"]["bytes_per_token_ratio"], 1.0, delta=0.001)
 
 
+def sglang_default_fraction(gpu_mib, tp, dp=1, vision=None):
+    """SGLang server_args.py ServerArgs._handle_gpu_memory_settings (PR #10975), as written there
+    for GPUs of 90-160 GB (chunked_prefill_size 8192, cuda_graph_max_bs 512 from TP 4) and above
+    160 GB (16384, 512), then adjust_mem_fraction_for_vlm for a vision encoder."""
+    chunk = 16384 if gpu_mib >= 160 * 1024 else 8192
+    bs = 512
+    reserved = 512 + chunk * 1.5 + bs * 2 + tp / 8 * 1024
+    if dp > 1:  # enable_dp_attention
+        reserved += bs * dp * 3 + bs * dp * 1.5
+    reserved = max(reserved, 10 * 1024)
+    fraction = round((gpu_mib - reserved) / gpu_mib, 3)
+    if vision:
+        ratio = 24 * vision["hidden_size"] ** 2 / (24 * 1024 ** 2)  # no num_hidden_layers: 24
+        fraction *= 0.95 * max(0.8, min(1.05, 1 - 0.1 * (ratio - 1)))
+    return fraction
+
+
 class Planner(unittest.TestCase):
-    """mode=plan on three deployments; the seed question is the first."""
+    """mode=plan (issue 41 item 4) on the deployments of the issue: the seed (Qwen3.5-397B-A17B
+    NVFP4 on 8 x RTX PRO 6000 96 GB, 262,144 tokens), Llama-3.1-70B on H200 with vLLM, and
+    DeepSeek-V3.2 with DP attention on B200; each figure against the engine's own arithmetic."""
 
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -1218,69 +1254,163 @@ class Planner(unittest.TestCase):
         with mock.patch.dict(os.environ, {"KV_TEST_PATH": str(self.bin) + os.pathsep + "/bin"}):
             return run(mode="plan", **overrides)
 
-    def test_seed_question(self):
-        """Qwen3.5-397B-A17B NVFP4 on 8 x 96 GB (RTX PRO 6000, 97,887 MiB) at 262,144 tokens."""
+    def row(self, r, gpus, dp, kv):
+        return [c for c in r["candidates"]
+                if (c["gpus"], c["dp"], c["kv_dtype"]) == (gpus, dp, kv)][0]
+
+    def test_sglang_mem_fraction_defaults(self):
+        """The issue's figures: 0.848 at TP 8 and 0.754 with DP attention 4 on a 96 GB card
+        (97,887 MiB): reserved 512 + 8192 x 1.5 + 512 x 2 + 8 / 8 x 1024 = 14,848 MiB, plus
+        512 x 4 x 3 + 512 x 4 x 1.5 = 9,216 with DP attention."""
+        self.assertEqual(kv_calc.sglang_mem_fraction(97887, 8).value, 0.848)
+        self.assertEqual(kv_calc.sglang_mem_fraction(97887, 8, 4, True).value, 0.754)
+        self.assertEqual(kv_calc.sglang_mem_fraction(97887, 8).value,
+                         sglang_default_fraction(97887, 8))
+        # H200 (143,771 MiB) at TP 16, B200 (183,359 MiB) with DP attention 8.
+        self.assertEqual(kv_calc.sglang_mem_fraction(143771, 16).value,
+                         sglang_default_fraction(143771, 16))
+        self.assertEqual(kv_calc.sglang_mem_fraction(183359, 8, 8, True).value, 0.751)
+        vision = {"depth": 27, "hidden_size": 1152}
+        self.assertAlmostEqual(kv_calc.sglang_mem_fraction(97887, 8, vision=vision).value,
+                               sglang_default_fraction(97887, 8, vision=vision), 12)
+
+    def test_seed_question_from_the_checkpoint(self):
+        """The seed: the NVFP4 checkpoint declares FP8 KV (hf_quant_config.json
+        kv_cache_quant_algo) and carries k_scale/v_scale, so FP8 is allowed, as size mode's auto
+        picks it. Qwen3.5 is MoE: SGLang runs DP as DP attention. SGLang's own
+        mem_fraction_static for each layout (with its vision-encoder reduction), then its pool:
+        rest = 97,887 MiB x fraction - weights per GPU; handle_max_mamba_cache gives 0.9 / 1.9
+        to state slots, KV tokens = int(rest x 2^30) // 7,680 bytes (fp8, one KV head) per
+        rank, capped at slots // 3 running requests; the deployment serves dp x that."""
         self.fake_smi("nvidia-smi-rtxpro6000x8.csv")
-        r = self.plan(model_dir=str(FIXTURES / "qwen35-nvfp4-ckpt"), weights_gib=218.0,
-                      context=[262144], kv_dtype=["bf16", "fp8_e4m3"])
-        self.assertEqual(r["gpu"]["counts"], [8])
-        self.assertEqual(r["fp8_kv_scales"], "absent or unknown")
+        ckpt = FIXTURES / "qwen35-nvfp4-ckpt"
+        r = self.plan(model_dir=str(ckpt), weights_gib=218.0, context=[262144])
+        self.assertEqual(r["fp8_kv_scales"], "declared")
+        self.assertIn("hf_quant_config.json", r["fp8_kv_scales_fact"])
+        self.assertFalse(any(reason.startswith("accuracy rule") for reason in r["reasons"]))
+        size = run(model_dir=str(ckpt), tp=8, kv_dtype=["auto"])
+        self.assertEqual(size["kv"]["auto"]["dtype"], "fp8_e4m3")
+        vision = json.loads((ckpt / "config.json").read_text())["vision_config"]
+        attention = r["weights"]["attention_bytes"]
+        for dp in (1, 2, 4, 8):
+            row = self.row(r, 8, dp, "fp8_e4m3")
+            fraction = sglang_default_fraction(97887, 8, dp, vision)
+            self.assertAlmostEqual(row["mem_fraction"], round(fraction, 4), 12)
+            weights = int(218.0 * GIB) // 8 + attention * (dp - 1) // 8
+            rest = 97887 / 1024 * fraction - weights / GIB
+            self.assertEqual(row["kv_pool_gib"], round(rest, 2))
+            state = 45 * ((16 * 128 * 2 + 64 * 128) // (8 // dp) * 3 * 2 +
+                          64 // (8 // dp) * 128 * 128 * 4)
+            slots, kv_rest = kv_calc.sglang_state_split(rest, state, 0.9)
+            tokens = int(kv_rest * GIB) // (15 * max(1, 2 // (8 // dp)) * 512)
+            self.assertEqual(row["max_tokens_per_rank"], tokens, dp)
+            per_rank = min(tokens / 262144, slots // 3)
+            self.assertEqual(row["concurrent_requests"], round(per_rank * dp, 2), dp)
         pick = r["pick"]
-        self.assertEqual(pick["kv_dtype"], "bf16")
-        self.assertTrue(any(reason.startswith("accuracy rule") for reason in r["reasons"]))
-        # Plain TP 8, bf16, by SGLang's own arithmetic:
-        pool_gib = 97887 / 1024 * 0.9 - 218.0 / 8
-        slots, rest = kv_calc.sglang_state_split(pool_gib, 24007680, 0.9)
-        tokens = int(rest * GIB) // 15360
-        tp8 = [c for c in r["candidates"] if (c["dp"], c["kv_dtype"]) == (1, "bf16")][0]
-        self.assertEqual(tp8["max_tokens_per_rank"], tokens)
-        self.assertEqual(tp8["concurrent_requests"], round(tokens / 262144, 2))
-        fp8 = [c for c in r["candidates"] if (c["dp"], c["kv_dtype"]) == (1, "fp8_e4m3")][0]
-        self.assertGreater(fp8["concurrent_requests"], tp8["concurrent_requests"])
+        self.assertEqual((pick["mode"], pick["dp"], pick["kv_dtype"]),
+                         ("dp_attention", 4, "fp8_e4m3"))
         self.assertEqual(pick["concurrent_requests"],
-                         max(c["concurrent_requests"] for c in r["candidates"]
-                             if c["kv_dtype"] == "bf16"))
+                         max(c["concurrent_requests"] for c in r["candidates"]))
+        self.assertIn("= 0.754", pick["mem_fraction_source"])
+        self.assertEqual(r["launch"]["flags"], [
+            "--tp", "8", "--dp", "4", "--enable-dp-attention", "--kv-cache-dtype", "auto",
+            "--context-length", "262144", "--mem-fraction-static",
+            kv_calc.fraction_flag(pick["mem_fraction"]),
+            "--max-running-requests", str(pick["whole_requests_per_rank"] * 4)])
+        self.assertTrue(r["launch"]["command"].startswith(
+            f"python3 -m sglang.launch_server --model-path {ckpt} --tp 8"))
 
-    def test_llama_70b_on_h200(self):
-        self.fake_smi("nvidia-smi-h200x8.csv")
-        r = self.plan(model="llama-3.1-70b", gpus=[1, 2, 4, 8], concurrency=16,
-                      context=[131072])
-        rejected = {(x["gpus"], x["kv_dtype"]) for x in r["rejected"]}
-        self.assertIn((1, "bf16"), rejected)  # 131 GiB of weights on one 140 GiB GPU at 0.9
-        self.assertEqual((r["pick"]["gpus"], r["pick"]["kv_dtype"]), (8, "bf16"))
-        # FP8 would serve 16 requests on 4 GPUs; the accuracy rule keeps bf16.
-        self.assertTrue(any(c["gpus"] == 4 and c["kv_dtype"] == "fp8_e4m3" and
-                            c["concurrent_requests"] >= 16 for c in r["candidates"]))
-        # DP attention 2 on 2 GPUs: each rank holds the attention projections whole
-        # (q, o: 8192 x 64 x 128; k, v: 8192 x 8 x 128; 80 layers, 2 bytes each).
-        attention = 80 * (2 * 8192 * 64 * 128 + 2 * 8192 * 8 * 128) * 2
-        dp2 = [c for c in r["candidates"] if (c["gpus"], c["dp"]) == (2, 2)][0]
-        expected = (int(131.4 * GIB) // 2 + attention * 1 // 2) / GIB
-        self.assertEqual(dp2["weights_per_gpu_gib"], round(expected, 2))
-        short = self.plan(model="llama-3.1-70b", gpus=[1, 2, 4, 8], concurrency=16,
-                          context=[8192])
-        self.assertEqual(short["pick"]["gpus"], 2)
+    def test_seed_question_from_the_preset_claims_nothing_of_scales(self):
+        """No checkpoint read: the plan says so and states nothing about k_scale/v_scale it did
+        not see; the preset's quantization_config (transcribed from the checkpoint's) declares
+        FP8 KV, which is what allows it."""
+        r = self.plan(model="qwen3.5-397b-a17b-nvfp4", gpus=[8], gpu_memory_gib=95.59,
+                      context=[262144])
+        self.assertEqual(r["fp8_kv_scales"], "declared")
+        self.assertNotIn("safetensors", r["fp8_kv_scales_fact"])
+        cfg = fixture_config("llama-3.1-8b")
+        bare = self.plan(config=cfg, gpus=[1], gpu_memory_gib=80.0, weights_gib=15.0,
+                         context=[65536])
+        self.assertEqual(bare["fp8_kv_scales"], "unknown")
+        self.assertIn("no checkpoint read", bare["fp8_kv_scales_fact"])
+        text = " ".join(bare["reasons"] + bare["assumptions"] +
+                        [w["message"] for w in bare["warnings"]])
+        self.assertNotIn("has no calibrated", text)
+        self.assertNotIn("fp8-kv-no-scales", codes(bare))
 
-    def test_deepseek_calibrated_scales_allow_fp8(self):
-        self.fake_smi("nvidia-smi-h200x8.csv")
+    def test_checkpoint_without_scales_keeps_unquantized_kv(self):
         with tempfile.TemporaryDirectory() as tmp:
             ckpt = Path(tmp)
-            config = FIXTURES / "configs" / "deepseek-v3.json"
-            (ckpt / "config.json").write_text(config.read_text())
+            cfg = fixture_config("llama-3.1-8b")
+            (ckpt / "config.json").write_text(json.dumps(cfg))
             make_safetensors.write_file(ckpt / "model.safetensors", {
-                "model.layers.0.self_attn.kv_a_proj_with_mqa.weight": ("F8_E4M3", (4, 8)),
-                "model.layers.0.self_attn.k_scale": ("F32", ()),
-                "model.layers.0.self_attn.v_scale": ("F32", ()),
-            })
-            r = self.plan(model_dir=str(ckpt), weights_gib=642.0, context=[131072])
-        self.assertEqual(r["fp8_kv_scales"], "calibrated")
-        self.assertEqual(r["pick"]["kv_dtype"], "fp8_e4m3")
-        self.assertTrue(any("calibrated" in reason for reason in r["reasons"]))
+                "model.layers.0.self_attn.k_proj.weight": ("BF16", (4, 8))})
+            r = self.plan(model_dir=tmp, gpus=[1], gpu_memory_gib=80.0, weights_gib=15.0,
+                          context=[65536])
+        self.assertEqual(r["fp8_kv_scales"], "absent")
+        self.assertEqual(r["pick"]["kv_dtype"], "bf16")
+        self.assertTrue(any(reason.startswith("accuracy rule") for reason in r["reasons"]))
+        self.assertIn("fp8-kv-no-scales", codes(r))
+
+    def test_llama_70b_vllm_dense_dp_is_replicas(self):
+        """vLLM runs DP of a dense model as full replicas: 2 x TP 8 on 16 H200 (143,771 MiB),
+        FP8 KV, 131,072 tokens. vLLM's arithmetic: --gpu-memory-utilization 0.9 (config/cache.py
+        CacheConfig), pool = 143,771 MiB x 0.9 - 131.4 GiB / 8 - 2 GiB activations; blocks =
+        pool // (16 tokens x 1 KV head x 256 x 1 byte) // 80 layers; a request holds 131,072 /
+        16 blocks (get_max_concurrency_for_kv_cache_config); 2 replicas serve twice that."""
+        self.fake_smi("nvidia-smi-h200x8.csv")
+        r = self.plan(model="llama-3.1-70b", engine="vllm", gpus=[2, 16],
+                      kv_dtype=["fp8_e4m3"], context=[131072], concurrency=16)
+        self.assertFalse(any(c["mode"] == "dp_attention" for c in r["candidates"]))
+        row = self.row(r, 16, 2, "fp8_e4m3")
+        self.assertEqual((row["mode"], row["tp"], row["attention_tp"]), ("replicas", 8, 8))
+        self.assertEqual(row["mem_fraction"], 0.9)
+        pool = 143771 / 1024 * 0.9 - int(131.4 * GIB) // 8 / GIB - 2.0
+        blocks = int(pool * GIB) // (16 * 256) // 80
+        self.assertEqual(row["concurrent_requests"], round(blocks / 8192 * 2, 2))
+        self.assertEqual(row["concurrent_requests"], 86.35)  # the issue's figure
+        # 2 replicas of TP 1 hold 131.4 GiB of weights on each GPU: never feasible.
+        infeasible = [x for x in r["rejected"] if (x["gpus"], x["dp"]) == (2, 2)][0]
+        self.assertEqual(infeasible["kind"], "infeasible")
+        self.assertNotIn((2, 2), [(c["gpus"], c["dp"]) for c in r["candidates"]])
+        self.assertEqual(r["pick"]["layout"], "2 replicas of TP 8")
+        self.assertEqual(r["launch"]["flags"], [
+            "--tensor-parallel-size", "8", "--data-parallel-size", "2", "--kv-cache-dtype",
+            "fp8_e4m3", "--max-model-len", "131072", "--gpu-memory-utilization", "0.9",
+            "--max-num-seqs", str(int(blocks / 8192))])
+
+    def test_deepseek_v32_dp_attention_on_b200(self):
+        """SGLang on 8 x B200 (183,359 MiB): DeepSeek-V3.2 always runs DP attention (SGLang turns
+        it on with dp = tp for NSA), FP8 KV needs no checkpoint scales (the row carries its
+        own); mem_fraction_static 0.751 at DP 8; per rank tokens = int(rest x 2^30) // (61 x
+        (576 + 132)) aligned to 64 (the profile), auto is FP8 on Blackwell."""
+        self.fake_smi("nvidia-smi-b200x8.csv")
+        r = self.plan(model="deepseek-v3.2-exp", context=[131072])
+        self.assertEqual(r["fp8_kv_scales"], "row-scales")
+        self.assertNotIn(1, [c["dp"] for c in r["candidates"]])
+        row = self.row(r, 8, 8, "fp8_e4m3")
+        self.assertEqual(row["mem_fraction"], 0.751)
+        weights = int(642.0 * GIB) // 8 + r["weights"]["attention_bytes"] * 7 // 8
+        rest = 183359 / 1024 * 0.751 - weights / GIB
+        tokens = int(rest * GIB) // (61 * 708) // 64 * 64
+        self.assertEqual(row["max_tokens_per_rank"], tokens)
+        self.assertEqual((r["pick"]["dp"], r["pick"]["kv_dtype"]), (8, "fp8_e4m3"))
+        self.assertIn("pool-overshoot", codes(r))
+        self.assertEqual(r["launch"]["flags"][:10], [
+            "--tp", "8", "--dp", "8", "--enable-dp-attention", "--kv-cache-dtype", "auto",
+            "--context-length", "131072", "--mem-fraction-static"])
 
     def test_nothing_fits(self):
         r = run(mode="plan", model="llama-3.1-70b", gpu_memory_gib=24.0, gpus=[1, 2])
         self.assertIsNone(r["pick"])
         self.assertIn("nothing-fits", codes(r))
+        self.assertTrue(all(x["kind"] == "infeasible" for x in r["rejected"]))
+
+    def test_mem_fraction_given_applies_to_every_row(self):
+        r = run(mode="plan", model="llama-3.1-70b", gpu_memory_gib=140.0, gpus=[8],
+                mem_fraction=0.8)
+        self.assertEqual({c["mem_fraction"] for c in r["candidates"]}, {0.8})
+        self.assertEqual({c["mem_fraction_source"] for c in r["candidates"]}, {"given"})
 
     def test_plan_needs_gpu_memory(self):
         with self.assertRaises(kv_calc.InputError) as caught:
@@ -1420,9 +1550,9 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertEqual(done.stderr, "")
         self.assertEqual(result["mode"], "plan")
-        self.assertEqual(result["pick"]["kv_dtype"], "bf16")
+        self.assertEqual(result["pick"]["kv_dtype"], "fp8_e4m3")
         self.assertIn("pick: 8 GPUs", done.stdout)
-        self.assertIn("reason: accuracy rule", done.stdout)
+        self.assertIn("launch: python3 -m sglang.launch_server", done.stdout)
 
     def test_by_hand(self):
         done, result = self.run_job(None, extra_env={"FERRY_RESULT": None},
