@@ -3127,6 +3127,8 @@ class Layout:
             return f"TP {self.gpus}"
         if self.mode == "replicas":
             return f"{self.dp} replicas of TP {self.gpus // self.dp}"
+        if self.engine == "vllm":
+            return f"DP {self.dp} x TP {self.gpus // self.dp}, expert parallel"
         return f"TP {self.gpus}, DP attention {self.dp}"
 
 

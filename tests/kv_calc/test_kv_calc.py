@@ -7,9 +7,13 @@ failure on unknown layer kinds, the per-kind breakdown and the planner (mode=pla
 Run: cd tests/kv_calc && python3 -m unittest -v
 """
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
+import re
+import shlex
 import stat
 import subprocess
 import sys
@@ -1416,6 +1420,73 @@ class Planner(unittest.TestCase):
         with self.assertRaises(kv_calc.InputError) as caught:
             run(mode="plan", model="llama-3.1-8b")
         self.assertEqual(caught.exception.field, "gpu_memory_gib")
+
+
+class DocsQuoteTheTool(unittest.TestCase):
+    """Issue 41 item 5: the figures docs/kv_calc.md quotes are the tool's own. Each
+    `<!-- kv_calc: ARGS -->` comment names a by-hand command; from it to the end of the fenced
+    block after it (or to the next comment or heading), every line of the block must be a line
+    the tool prints, and every figure in the prose (a number with a thousands separator or a
+    decimal point) must be in what it prints or writes to its result."""
+
+    DOC = REPO / "docs" / "kv_calc.md"
+    MARKER = re.compile(r"^<!-- kv_calc: (.*) -->$")
+    FIGURE = re.compile(r"(?<![\w.,])(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+)(?![\w,]*\d)")
+
+    def regions(self):
+        """(args, fenced lines, prose) for each kv_calc comment of the doc."""
+        found, current = [], None
+        fenced = False
+        for line in self.DOC.read_text().splitlines():
+            marker = self.MARKER.match(line)
+            if marker or (line.startswith("#") and not fenced):
+                current = None
+            if marker:
+                current = (shlex.split(marker.group(1)), [], [])
+                found.append(current)
+                continue
+            if line.startswith("```"):
+                fenced = not fenced
+                if not fenced:  # a region ends with its block
+                    current = None
+                continue
+            if current is not None:
+                (current[1] if fenced else current[2]).append(line)
+        return found
+
+    def tool(self, args):
+        with tempfile.TemporaryDirectory() as tmp:
+            result_path = os.path.join(tmp, "result.json")
+            out = io.StringIO()
+            cwd = os.getcwd()
+            try:
+                os.chdir(REPO)
+                with contextlib.redirect_stdout(out):
+                    code = kv_calc.main(args, {"PATH": "/nonexistent",
+                                               "FERRY_RESULT": result_path})
+            finally:
+                os.chdir(cwd)
+            self.assertEqual(code, 0, args)
+            return out.getvalue(), Path(result_path).read_text()
+
+    def test_every_quoted_line_and_figure_is_printed(self):
+        regions = self.regions()
+        self.assertGreaterEqual(len(regions), 6)
+        for args, lines, prose in regions:
+            printed, result = self.tool(args)
+            printed_lines = {line.rstrip() for line in printed.splitlines()}
+            for line in lines:
+                if line.strip():
+                    self.assertIn(line.rstrip(), printed_lines, f"{args}: quoted line not printed")
+            for figure in self.FIGURE.findall(" ".join(prose)):
+                self.assertTrue(figure in printed or figure in result,
+                                f"{args}: figure {figure} is not in the tool's output")
+
+    def test_the_seed_figures_of_the_issue(self):
+        # The old doc quoted 2,163,329 bf16 tokens where the tool gives 2,163,154 (TP 8, 0.9).
+        text = self.DOC.read_text()
+        self.assertNotIn("2,163,329", text)
+        self.assertIn("2,163,154", text)
 
 
 class Metadata(unittest.TestCase):
