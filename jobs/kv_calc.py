@@ -651,13 +651,19 @@ NEUTRAL_FIELDS = frozenset({
     "num_heads", "use_pos_enc", "block_dim", "block_ff_dim", "block_multiple_of",
     "block_auto_adjust_ff_dim", "block_ffn_dim_multiplier", "block_use_swiglu",
     "block_norm_eps", "block_use_xavier_init", "block_mlp_init_scale", "block_out_init_scale",
+    "moe_layers", "rope_local_base_freq", "attn_implementation", "_attn_implementation",
 })
+# Name endings of numeric knobs (multipliers, scales, biases, norms, dropouts, initialisation),
+# which never change what a layer caches.
+NEUTRAL_SUFFIXES = ("_multiplier", "_multipliers", "_scale", "_scaling", "_bias", "_eps",
+                    "_epsilon", "_dropout", "_init", "_std", "_range", "_act", "_activation",
+                    "_softcapping", "_norm", "_layernorm")
 # Words in a field's name that say it may be about what a layer caches.
 CACHE_HINT_WORDS = frozenset({
     "attn", "attention", "kv", "cache", "window", "sliding", "swa", "chunk", "chunked",
     "mamba", "ssm", "conv", "state", "linear", "lora", "index", "indexer", "sparse",
     "compress", "compression", "nope", "local", "global", "mla", "kda", "gdn", "delta",
-    "recurrent", "hybrid", "sharing", "shared", "cross", "types", "pattern", "head", "heads",
+    "recurrent", "hybrid", "sharing", "cross", "types", "pattern", "head", "heads",
 })
 # Kimi-Linear's linear_attn_config (KimiLinearConfig) and what kv_calc reads of it.
 KDA_FIELDS = frozenset({"kda_layers", "full_attn_layers", "num_heads", "head_dim",
@@ -665,6 +671,8 @@ KDA_FIELDS = frozenset({"kda_layers", "full_attn_layers", "num_heads", "head_dim
 
 
 def may_change_cache(name):
+    if name.endswith(NEUTRAL_SUFFIXES):
+        return False
     words = name.lower().split("_")
     return any(w in CACHE_HINT_WORDS for w in words) or name.endswith(("_layers", "_idxs"))
 
@@ -2359,8 +2367,8 @@ def explain_auto(inp, notes):
 
 def explain_fp8_scales(inp, notes):
     fp8 = sorted({d for d in inp.dtypes.values() if d.startswith("fp8")})
-    if not fp8 and inp.ckpt_quant != "fp8_e4m3":
-        return
+    if not fp8 and inp.ckpt_quant != "fp8_e4m3" or inp.model.is_dsa:
+        return  # DeepSeek-V3.2's FP8 row carries its own scales
     why = f"FP8 KV requested ({', '.join(fp8)})" if fp8 else "the checkpoint asks for FP8 KV"
     weights = inp.weights
     if weights is not None and weights.files:
@@ -3108,6 +3116,7 @@ class Layout:
     gpus: int
     dp: int
     mode: str  # "tp", "dp_attention" or "replicas"
+    engine: str = "sglang"
 
     @property
     def attn_tp(self):
@@ -3119,8 +3128,6 @@ class Layout:
         if self.mode == "replicas" or (self.mode == "dp_attention" and self.engine == "vllm"):
             return self.gpus // self.dp
         return self.gpus
-
-    engine: str = "sglang"
 
     def describe(self):
         if self.mode == "tp":

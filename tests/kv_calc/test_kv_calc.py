@@ -672,6 +672,8 @@ class DsaSparseAttention(unittest.TestCase):
         self.assertEqual(entry["engine_split"]["allocated_kv_bytes"], tokens * 61 * 788)
         self.assertIn("pool-overshoot", codes(r))
         self.assertIn("dp-attention-default", codes(r))
+        # The FP8 row stores an fp32 scale per 128 values: no checkpoint scales to miss.
+        self.assertNotIn("fp8-kv-no-scales", codes(r))
 
     def test_sglang_trtllm_backend_keeps_the_plain_row(self):
         r = run(config=self.cfg, tp=8, kv_dtype=["fp8_e4m3"], attention_backend="trtllm",
@@ -1063,7 +1065,8 @@ class LayerRulesByKind(unittest.TestCase):
 
     def test_unknown_field_that_cannot_change_the_cache_is_let_pass(self):
         cfg = fixture_config("smollm3-3b")
-        cfg.update(router_jitter_noise=0.1, attn_sink_enabled=False)
+        cfg.update(router_jitter_noise=0.1, attn_sink_enabled=False, attention_multiplier=0.5,
+                   shared_intermediate_size=1024)
         self.assertEqual(run(config=cfg)["kv"]["bf16"]["bytes_per_token"], 73728)
 
     def test_unknown_field_under_a_known_family_is_refused_too(self):
