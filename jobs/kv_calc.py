@@ -3355,9 +3355,9 @@ def pick_candidate(fits, work, scales, notes):
 
 
 # The engines' --kv-cache-dtype spelling of each dtype when it is not what auto gives.
-KV_DTYPE_FLAGS = {"sglang": {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
-                             "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
-                             "nvfp4": "fp4_e2m1"},
+# SGLang's choices (server_args.py): auto, fp8_e5m2, fp8_e4m3, bf16, bfloat16, fp4_e2m1.
+KV_DTYPE_FLAGS = {"sglang": {"bf16": "bfloat16", "fp8_e4m3": "fp8_e4m3",
+                             "fp8_e5m2": "fp8_e5m2", "nvfp4": "fp4_e2m1"},
                   "vllm": {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
                            "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "nvfp4": "nvfp4"}}
 
@@ -3371,7 +3371,7 @@ def launch_flags(engine, pick, pm, work):
     memory fraction and the requests it holds (SGLang's --max-running-requests is the total
     under DP attention, each rank taking its share; vLLM's --max-num-seqs is per DP rank)."""
     auto = resolve_kv_dtype("auto", pm.model, pm.ckpt_quant, engine, work.gpu_name)
-    kv = "auto" if pick["dtype"] == auto else KV_DTYPE_FLAGS[engine][pick["dtype"]]
+    kv = "auto" if pick["dtype"] == auto else KV_DTYPE_FLAGS[engine].get(pick["dtype"], "auto")
     per_rank = pick["whole_requests_per_rank"]
     model = str(pm.source.checkpoint) if pm.source.checkpoint else (
         pm.source.label if pm.source.preset else "MODEL")
