@@ -41,7 +41,7 @@
 #
 # [params.kv_memory_gib]
 # type = "float"
-# help = "GiB per GPU for the KV pool (and recurrent state); unset = probe with nvidia-smi (mode=size)"
+# help = "mode=size: the KV pool's size per GPU in GiB (recurrent state included), as the engine reports it: SGLang's log 'KV size', vLLM's 'Available KV cache memory'; for DeepSeek-V3.2 in SGLang the tokens are those whose tensors (788 B/layer FP8 rows + one padding page) fit it, where the memory SGLang sizes from is smaller; unset = derive the memory available for the pool from nvidia-smi (GPU memory x mem_fraction - weights - reserve) and size it as the engine does"
 #
 # [params.mem_fraction]
 # type = "float"
@@ -233,6 +233,9 @@ CITE = {
               "kda_state_dtype",
     "vl_shortconv": "vLLM model_executor/layers/mamba/mamba_utils.py short_conv_state_shape, "
                     "models/lfm2.py get_mamba_state_shape_from_config",
+    "sg_nsa_pool": "SGLang mem_cache/memory_pool.py NSATokenToKVPool, "
+                   "MLATokenToKVPool._create_buffers (the stored version's commit is not shown "
+                   "by the index)",
     "sg_server_args": "SGLang server_args.py _handle_model_specific_adjustments (excerpts; "
                       "the stored version's commit is not shown by the index)",
     "vl_iface": "vLLM v1/kv_cache_interface.py@001cabc1",
@@ -1397,10 +1400,21 @@ def attention_params_estimate(model, cfg):
 # Memory per GPU for the KV pool: given, or probed with nvidia-smi and the weights' size
 
 
+# What a pool's GiB stand for. Stated (kv_memory_gib): the pool's size as the engine reports it,
+# its tensors (SGLang's 'KV size'). Derived (probed, planned): the memory available for the pool
+# (SGLang's rest_memory), which the engine sizes its pool from. They differ for DeepSeek-V3.2 in
+# SGLang, whose profile counts 708 bytes a layer and pool stores 788 plus a padding page.
+POOL_IS_KV_SIZE = "kv_size"
+POOL_IS_AVAILABLE = "available"
+POOL_IS_WORDS = {POOL_IS_KV_SIZE: "its size as the engine reports it",
+                 POOL_IS_AVAILABLE: "memory available for the pool"}
+
+
 @dataclass
 class Memory:
     source: str  # "given", "probed" or "unknown"
     pool_gib: float = None
+    pool_is: str = None  # POOL_IS_KV_SIZE or POOL_IS_AVAILABLE
     gpus: list = None
     probe_failure: str = None  # why nvidia-smi gave nothing
     tp: int = 1
@@ -1420,7 +1434,8 @@ class Memory:
         return None if self.pool_gib is None else int(self.pool_gib * GIB)
 
     def to_json(self):
-        out = {"source": self.source, "pool_gib": self.pool_gib, "pool_bytes": self.pool_bytes}
+        out = {"source": self.source, "pool_gib": self.pool_gib, "pool_bytes": self.pool_bytes,
+               "pool_is": self.pool_is}
         if self.gpus is not None:
             out["gpus"] = self.gpus
         if self.source == "probed":
@@ -1591,7 +1606,7 @@ def engine_mem_fraction(params, engine, gpu_mib, tp, dp=1, dp_attention=False, v
 def resolve_memory(params, source, weights, engine, tp, dp=1, model=None, cfg=None):
     """The GiB per GPU that the KV pool (and recurrent state) may use, and how it was found."""
     if params["kv_memory_gib"] is not None:
-        return Memory("given", float(params["kv_memory_gib"]), tp=tp)
+        return Memory("given", float(params["kv_memory_gib"]), POOL_IS_KV_SIZE, tp=tp)
     gpus, failure = probe_gpus()
     if gpus is None:
         return Memory("unknown", probe_failure=failure, tp=tp)
@@ -1614,7 +1629,7 @@ def resolve_memory(params, source, weights, engine, tp, dp=1, model=None, cfg=No
     pool_gib = (memory.gpu_total_mib / 1024 * memory.mem_fraction - per_gpu_gib
                 - memory.activation_reserve_gib)
     memory.exhausted = pool_gib <= 0
-    memory.source = "probed"
+    memory.source, memory.pool_is = "probed", POOL_IS_AVAILABLE
     memory.pool_gib = 0.0 if memory.exhausted else pool_gib
     return memory
 
@@ -1995,6 +2010,8 @@ def sglang_capacity(inp, dtype, state_bytes):
     elif windowed and sglang_swa_pool(inp):
         tokens = sglang_tokens(pool_gib, row.profiled * windowed, page)
         detail = {"swa_tokens": tokens}
+    elif model.is_dsa:
+        tokens, detail = dsa_pool(inp, row, layers)
     else:
         tokens = sglang_tokens(pool_gib, row.profiled * layers, page)
     context_len = model.max_position_embeddings or max(inp.contexts)
@@ -2002,8 +2019,8 @@ def sglang_capacity(inp, dtype, state_bytes):
     if state_bytes:
         running = min(running, detail["state_slots"] // SGLANG_STATE_SLOTS_PER_REQUEST)
     detail["max_running_requests"] = running
-    if row.allocated != row.profiled:
-        detail.update(dsa_pool_detail(inp, row, layers, tokens))
+    if model.is_dsa:  # no recurrent state: all memory already goes to KV, read as given
+        return Capacity(tokens, tokens, detail, concurrency(tokens, inp.contexts))
     return Capacity(tokens, all_to_kv(inp, dtype, row, layers), detail,
                     concurrency(tokens, inp.contexts))
 
@@ -2021,21 +2038,33 @@ def sglang_tokens_within(pool_bytes, bytes_per_token, page_size):
     return max(0, pages * page_size)
 
 
-def dsa_pool_detail(inp, row, layers, tokens):
-    """DeepSeek-V3.2 in SGLang: the profile divides the rest memory by the plain 576-byte MLA row
-    + indexer key (model_runner_kv_cache_mixin / kv_cache_configurator cell size), while the pool
-    stores the FP8 row with its scales (calculate_mla_kv_cache_dim). Both readings of a pool of
-    this size: what SGLang allocates when it is its rest memory (max_tokens, past the pool), and
-    the tokens whose tensors fit it, as SGLang's log reports a 'KV size' of this size, with the
-    rest memory that gets SGLang there (PR #11309's log: #tokens 975424, KV size 43.67 GB)."""
+def sglang_available_gib_for(tokens, profiled_bytes_per_token):
+    """The least memory available for the pool (GiB, to 4 decimals, rounded up) from which
+    SGLang's profile allocates `tokens`: int(rest x 2^30) // cell size >= tokens."""
+    return math.ceil(tokens * profiled_bytes_per_token / GIB * 10000) / 10000
+
+
+def dsa_pool(inp, row, layers):
+    """DeepSeek-V3.2 in SGLang: the profile divides the memory available for the pool by the
+    plain 576-byte MLA row + the indexer key (get_cell_size_per_token: 708 bytes a layer), while
+    NSATokenToKVPool stores the FP8 row with its scales (calculate_mla_kv_cache_dim: 656 + 132 =
+    788) in size + page_size rows. A pool's GiB read both ways: as the KV size SGLang's log
+    prints (the tensors: the tokens whose rows, padding page included, fit it; PR #11309's log:
+    #tokens 975424, KV size 43.67 GB), and as the memory available for the pool (what SGLang's
+    profile allocates from it, its tensors then past it). (max tokens, detail): the max tokens
+    of the reading memory.pool_is names, with the memory SGLang sizes them from and the KV size
+    their tensors take."""
     page, pool = inp.page_size, inp.memory.pool_bytes
     allocated, profiled = row.allocated * layers, row.profiled * layers
-    within = sglang_tokens_within(pool, allocated, page)
-    return {"profiled_bytes_per_token": json_number(profiled),
-            "allocated_kv_bytes": int(tokens * allocated),
-            "pool_tensor_bytes": sglang_pool_tensor_bytes(tokens, allocated, page),
-            "tokens_within_pool": within,
-            "rest_gib_for_pool": math.ceil(within * profiled / GIB * 10000) / 10000}
+    kv_size = sglang_tokens_within(pool, allocated, page)
+    available = sglang_tokens(inp.memory.pool_gib, profiled, page)
+    tokens = kv_size if inp.memory.pool_is == POOL_IS_KV_SIZE else available
+    return tokens, {"pool_is": inp.memory.pool_is,
+                    "profiled_bytes_per_token": json_number(profiled),
+                    "max_tokens_from_kv_size": kv_size,
+                    "max_tokens_from_available": available,
+                    "available_gib_for_max_tokens": sglang_available_gib_for(tokens, profiled),
+                    "kv_size_bytes": sglang_pool_tensor_bytes(tokens, allocated, page)}
 
 
 def all_to_kv(inp, dtype, row, layers):
@@ -2331,14 +2360,14 @@ def calibrate(observed, kv_results):
         result["modelled_max_tokens"] = entry["max_tokens"]
         result["tokens_ratio"] = round(observed["tokens"] / entry["max_tokens"], 4)
     split = entry.get("engine_split") or {}
-    if "tokens_within_pool" in split and observed.get("kv_bytes") and observed.get("tokens"):
-        # The log's KV size is the pool's tensors: how many tokens they hold, and the rest
-        # memory SGLang profiled to get there.
+    if "max_tokens_from_kv_size" in split and observed.get("kv_bytes") and observed.get("tokens"):
+        # The log's KV size is the pool's tensors: how many tokens they hold, and the memory
+        # available for the pool that SGLang's profile sized them from.
         page = observed["pool_slots"] - observed["tokens"]
         per_token = Fraction(entry["bytes_per_token"])
-        result["tokens_within_logged_pool"] = sglang_tokens_within(observed["kv_bytes"],
-                                                                   per_token, page)
-        result["implied_rest_gib"] = round(
+        result["tokens_within_logged_kv_size"] = sglang_tokens_within(observed["kv_bytes"],
+                                                                      per_token, page)
+        result["implied_available_gib"] = round(
             observed["tokens"] * split["profiled_bytes_per_token"] / GIB, 4)
     slots = entry.get("engine_split", {}).get("state_slots")
     if slots is not None and "state_slots" in observed:
@@ -2453,24 +2482,51 @@ def explain_dsa(inp, notes):
                    f"pool and requests; pass dp={inp.tp} to size that deployment")
 
 
-def explain_pool_overshoot(inp, kv, notes):
+def explain_dsa_pool(inp, kv, notes):
+    """DeepSeek-V3.2 in SGLang: which reading of the pool max_tokens follows, with the other
+    beside it; pool-overshoot only where the pool is the memory available, which SGLang's
+    tensors outgrow."""
     for name, entry in kv.items():
         split = entry.get("engine_split") or {}
-        if "profiled_bytes_per_token" not in split or not entry.get("max_tokens"):
+        if "max_tokens_from_kv_size" not in split:
             continue
-        extra = split["pool_tensor_bytes"] - inp.memory.pool_bytes
+        notes.assume(dsa_pool_sentence(inp, name, entry, split))
+        if split["pool_is"] != POOL_IS_AVAILABLE or not entry["max_tokens"] or \
+                split["profiled_bytes_per_token"] == entry["bytes_per_token"]:
+            continue
+        extra = split["kv_size_bytes"] - inp.memory.pool_bytes
         notes.warn("pool-overshoot",
-                   f"{name}: SGLang sizes the DSA pool with "
+                   f"{name}: SGLang sizes DeepSeek-V3.2's pool at "
                    f"{fmt_num(split['profiled_bytes_per_token'])} bytes/token (plain MLA row + "
-                   f"indexer) but its tensors hold "
-                   f"{fmt_num(entry['bytes_per_token'])}: given {inp.memory.pool_gib} GiB as "
-                   f"its rest memory it allocates {fmt_int(entry['max_tokens'])} tokens, whose "
-                   f"tensors take {extra / GIB:.2f} GiB more, out of the headroom "
-                   f"({CITE['sg_mixin']} get_cell_size_per_token vs calculate_mla_kv_cache_dim)."
-                   f" A pool whose tensors take {inp.memory.pool_gib} GiB (the 'KV size' its log "
-                   f"prints) holds {fmt_int(split['tokens_within_pool'])} tokens + one padding "
-                   f"page, which SGLang allocates from {split['rest_gib_for_pool']} GiB of rest "
-                   "memory")
+                   f"indexer) but its tensors hold {fmt_num(entry['bytes_per_token'])}: the "
+                   f"{fmt_int(entry['max_tokens'])} tokens it allocates from the "
+                   f"{inp.memory.pool_gib:.2f} GiB available for the pool take "
+                   f"{split['kv_size_bytes'] / GIB:.2f} GiB with the padding page, "
+                   f"{extra / GIB:.2f} GiB more, out of the headroom ({CITE['sg_mixin']} "
+                   f"get_cell_size_per_token vs calculate_mla_kv_cache_dim; {CITE['sg_nsa_pool']})")
+
+
+def dsa_pool_sentence(inp, name, entry, split):
+    pool, page = inp.memory.pool_gib, inp.page_size
+    tensors = (f"its tensors hold {fmt_num(entry['bytes_per_token'])} bytes a token in tokens + "
+               f"one {page}-token padding page (MLA rows: size + page_size; indexer keys: (size "
+               f"+ page_size + 1) // page_size pages; {CITE['sg_nsa_pool']})")
+    profile = (f"{fmt_num(split['profiled_bytes_per_token'])} bytes a token ({CITE['sg_mixin']} "
+               "get_cell_size_per_token, profile_max_num_token)")
+    if split["pool_is"] == POOL_IS_KV_SIZE:
+        return (f"{name}: kv_memory_gib = {pool} GiB is the pool's KV size, what SGLang's log "
+                f"prints for DeepSeek-V3.2: {tensors}, so max tokens = the most {page}-aligned "
+                f"tokens with {fmt_num(entry['bytes_per_token'])} x (tokens + {page}) <= the pool "
+                f"= {fmt_int(entry['max_tokens'])}; SGLang's profile sizes the pool from the "
+                f"memory available for it at {profile} and gets there from "
+                f"{split['available_gib_for_max_tokens']} GiB; {pool} GiB available would give "
+                f"{fmt_int(split['max_tokens_from_available'])} tokens (max_tokens_from_available)")
+    return (f"{name}: the {pool:.2f} GiB available for the pool sized as SGLang's profile does: "
+            f"int(GiB x 2^30) // {profile}, aligned down to {page} = "
+            f"{fmt_int(entry['max_tokens'])} tokens; {tensors} = "
+            f"{split['kv_size_bytes'] / GIB:.2f} GiB, the KV size its log prints; a KV size of "
+            f"{pool:.2f} GiB holds {fmt_int(split['max_tokens_from_kv_size'])} tokens "
+            "(max_tokens_from_kv_size)")
 
 
 def explain_windows(inp, notes):
@@ -2550,7 +2606,8 @@ def explain_pool(memory, notes):
     notes.assume(f"KV pool per GPU = GPU memory x mem_fraction - weights / TP - activation "
                  f"reserve = {total} MiB (probed) x {frac:.4g} - {weights_gib:.2f} GiB "
                  f"({memory.weights_source}) / {tp} - {reserve} GiB "
-                 f"({memory.activation_reserve_source}) = {memory.pool_gib:.2f} GiB; "
+                 f"({memory.activation_reserve_source}) = {memory.pool_gib:.2f} GiB available "
+                 f"for the pool (SGLang's rest memory); "
                  f"mem_fraction: {memory.mem_fraction_source}")
 
 
@@ -2628,7 +2685,9 @@ def explain_engine(inp, state_bytes, notes):
     model, memory, page = inp.model, inp.memory, inp.page_size
     if memory.pool_gib is None:
         return
-    if inp.engine == "sglang":
+    if inp.engine == "sglang" and model.is_dsa:
+        pass  # explain_dsa_pool says which reading of the pool max tokens follow
+    elif inp.engine == "sglang":
         notes.assume("max tokens follow SGLang: int(pool_GiB x 2^30) // bytes_per_token, "
                      f"aligned down to page_size {page} ({CITE['sg_mixin']} "
                      "profile_max_num_token, init_memory)")
@@ -2826,11 +2885,12 @@ def compute(params):
     if inp.memory.source == "given":
         pool = inp.memory.pool_gib
         notes.assume(f"KV pool per GPU = kv_memory_gib = {pool} GiB = int({pool} x 2^30) = "
-                     f"{fmt_int(inp.memory.pool_bytes)} bytes (given)")
+                     f"{fmt_int(inp.memory.pool_bytes)} bytes (given: the pool's size as the "
+                     "engine reports it, recurrent state included)")
     explain_state(inp, states, dtypes, notes)
     explain_engine(inp, state["bytes_per_request"], notes)
     explain_mtp(inp, kv, notes)
-    explain_pool_overshoot(inp, kv, notes)
+    explain_dsa_pool(inp, kv, notes)
     explain_state_slots(inp, state["bytes_per_request"], kv, notes)
     if params["calibrate_log"] and calibration is None:
         notes.warn("calibration-unparsed",
@@ -2931,7 +2991,7 @@ def render_report(result):
                      f"{result['kv_heads_total']}, TP {result['attention_tp']})")
     if mem["pool_gib"] is not None:
         lines.append(f"KV pool per GPU: {mem['pool_gib']:.2f} GiB = {fmt_int(mem['pool_bytes'])} "
-                     f"bytes ({mem['source']})")
+                     f"bytes ({mem['source']}: {POOL_IS_WORDS[mem['pool_is']]})")
     else:
         lines.append("KV pool per GPU: unknown (pass kv_memory_gib)")
     lines.append("")
@@ -3023,14 +3083,8 @@ def render_engine(result):
                 f"{g['spec']} x{g.get('groups', 1)}" for g in split["kv_cache_groups"])
             lines.append(f"vLLM ({name}): {fmt_int(split['num_blocks'])} blocks of "
                          f"{split['block_size']} tokens; KV cache groups: {groups}")
-        if "profiled_bytes_per_token" in split:
-            profiled = fmt_num(split["profiled_bytes_per_token"])
-            lines.append(f"SGLang ({name}): pool sized at {profiled} bytes/token, tensors hold "
-                         f"{fmt_num(entry['bytes_per_token'])} = "
-                         f"{split['pool_tensor_bytes'] / GIB:.2f} GiB with the padding page; "
-                         f"tensors of {result['memory']['pool_gib']} GiB hold "
-                         f"{fmt_int(split['tokens_within_pool'])} tokens (SGLang's profile gets "
-                         f"there from {split['rest_gib_for_pool']} GiB)")
+        if "max_tokens_from_kv_size" in split:
+            lines.append(render_dsa_pool(result, name, entry, split))
         draft = entry.get("mtp_draft")
         if draft:
             text = f"MTP draft ({name}): {plural(draft['layers'], 'layer')}, " \
@@ -3039,6 +3093,22 @@ def render_engine(result):
                 text += f"; SGLang draft pool {draft['pool_bytes'] / GIB:.2f} GiB"
             lines.append(text)
     return [""] + lines if lines else []
+
+
+def render_dsa_pool(result, name, entry, split):
+    pool, page = result["memory"]["pool_gib"], result["page_size"]
+    profiled, stored = fmt_num(split["profiled_bytes_per_token"]), fmt_num(entry["bytes_per_token"])
+    if split["pool_is"] == POOL_IS_KV_SIZE:
+        return (f"SGLang ({name}): {pool:.2f} GiB read as its log's KV size: "
+                f"{fmt_int(entry['max_tokens'])} tokens + a {page}-token padding page x {stored} "
+                f"bytes; its profile ({profiled} bytes/token) gets there from "
+                f"{split['available_gib_for_max_tokens']} GiB available; {pool:.2f} GiB "
+                f"available would give {fmt_int(split['max_tokens_from_available'])} tokens")
+    return (f"SGLang ({name}): {pool:.2f} GiB available, sized at {profiled} bytes/token: "
+            f"{fmt_int(entry['max_tokens'])} tokens, whose tensors ({stored} bytes/token, with "
+            f"a {page}-token padding page) take {split['kv_size_bytes'] / GIB:.2f} GiB, its log's "
+            f"KV size; a KV size of {pool:.2f} GiB holds "
+            f"{fmt_int(split['max_tokens_from_kv_size'])} tokens")
 
 
 def render_calibration(result):
@@ -3055,9 +3125,9 @@ def render_calibration(result):
     if cal.get("tokens_ratio") is not None:
         text += (f"; modelled max tokens {fmt_int(cal['modelled_max_tokens'])} "
                  f"(observed/modelled {cal['tokens_ratio']:.4f})")
-    if cal.get("tokens_within_logged_pool") is not None:
-        text += (f"; the log's KV size holds {fmt_int(cal['tokens_within_logged_pool'])} tokens, "
-                 f"from {cal['implied_rest_gib']} GiB of rest memory")
+    if cal.get("tokens_within_logged_kv_size") is not None:
+        text += (f"; the log's KV size holds {fmt_int(cal['tokens_within_logged_kv_size'])} "
+                 f"tokens, sized from {cal['implied_available_gib']} GiB available for the pool")
     return ["", text]
 
 
@@ -3194,7 +3264,8 @@ def plan_inputs(params, pm, layout, pool_gib, dtype_name, dtype, ctx):
         source=pm.source, model=pm.model, tp=tp, dp=1 if replicas else layout.dp,
         engine=params["engine"], page_size=default_page_size(params, params["engine"], pm.model),
         ssm_dtype=params["ssm_dtype"], mamba_ratio=float(params["mamba_full_memory_ratio"]),
-        contexts=[ctx], memory=Memory("given", pool_gib, tp=tp), dtypes={dtype_name: dtype},
+        contexts=[ctx], memory=Memory("given", pool_gib, POOL_IS_AVAILABLE, tp=tp),
+        dtypes={dtype_name: dtype},
         attention_backend=params["attention_backend"], mtp=params["mtp"], weights=pm.weights,
         cfg=pm.cfg, ckpt_quant=pm.ckpt_quant)
 
@@ -3503,7 +3574,8 @@ def explain_plan(params, pm, work, notes):
                 params["attention_backend"] != "trtllm":
             notes.warn("pool-overshoot", "SGLang sizes DeepSeek-V3.2's pool at 576 + 132 bytes "
                        "per token and layer but stores the 656-byte FP8 row: an FP8 row's "
-                       "tensors take 788/708 of its KV pool column, out of the headroom "
+                       "tensors take 788/708 of its KV pool column (the memory available for "
+                       "the pool, which SGLang sizes from), out of the headroom "
                        f"({CITE['sg_mixin']} get_cell_size_per_token vs "
                        "calculate_mla_kv_cache_dim)")
     if pm.scales["status"] == "absent":

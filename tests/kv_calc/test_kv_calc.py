@@ -663,14 +663,24 @@ class DsaSparseAttention(unittest.TestCase):
         self.assertEqual(r["kv"]["auto"]["bytes_per_token"], 61 * 788)
 
     def test_sglang_profiles_less_than_it_allocates(self):
-        r = run(config=self.cfg, tp=8, kv_dtype=["fp8_e4m3"], kv_memory_gib=40.0)
+        """kv_memory_gib is the pool's KV size: the tokens whose 788-byte rows (+ one 64-row
+        padding page) fit it; what SGLang's 708-byte profile would allocate from 40 GiB of
+        available memory stays beside it. bf16 (1152 + 132 in both) follows the same pool."""
+        r = run(config=self.cfg, tp=8, kv_dtype=["fp8_e4m3", "bf16"], kv_memory_gib=40.0)
         entry = r["kv"]["fp8_e4m3"]
+        split = entry["engine_split"]
+        self.assertEqual(r["memory"]["pool_is"], "kv_size")
         self.assertEqual(entry["bytes_per_token"], 61 * 788)
-        tokens = int(40.0 * GIB) // (61 * (576 + 132)) // 64 * 64
+        tokens = (int(40.0 * GIB) // (61 * 788) // 64 - 1) * 64
         self.assertEqual(entry["max_tokens"], tokens)
-        self.assertEqual(entry["engine_split"]["profiled_bytes_per_token"], 61 * 708)
-        self.assertEqual(entry["engine_split"]["allocated_kv_bytes"], tokens * 61 * 788)
-        self.assertIn("pool-overshoot", codes(r))
+        self.assertEqual(split["kv_size_bytes"], (tokens + 64) * 61 * 788)
+        self.assertLessEqual(split["kv_size_bytes"], int(40.0 * GIB))
+        self.assertEqual(split["profiled_bytes_per_token"], 61 * 708)
+        self.assertEqual(split["max_tokens_from_available"],
+                         int(40.0 * GIB) // (61 * (576 + 132)) // 64 * 64)
+        self.assertEqual(r["kv"]["bf16"]["max_tokens"],
+                         (int(40.0 * GIB) // (61 * 1284) // 64 - 1) * 64)
+        self.assertNotIn("pool-overshoot", codes(r))
         self.assertIn("dp-attention-default", codes(r))
         # The FP8 row stores an fp32 scale per 128 values: no checkpoint scales to miss.
         self.assertNotIn("fp8-kv-no-scales", codes(r))
@@ -696,42 +706,72 @@ class DsaSparseAttention(unittest.TestCase):
         self.assertNotIn("calibration-mismatch", codes(r))
 
     def test_dp_attention_capacity_as_sglang_logs_it(self):
-        """sgl-project/sglang PR #11309 (8 x B200, --tp 8 --dp 8 --enable-dp-attention, FP8 KV,
-        page 64): '[2025-10-07 23:17:19 DP0 TP0] KV Cache is allocated. #tokens: 975424, KV size:
-        43.67 GB'. SGLang's rule, from its code:
-        - profile (model_runner_kv_cache_mixin profile_max_num_token; kv_cache_configurator
-          DefaultPoolConfigurator after the PR): max_total_num_tokens = int(rest GiB x 2^30) //
-          ((kv_lora_rank + qk_rope_head_dim) x 61 + 132 x 61) = rest // 43,188, aligned down to
-          the page (init_memory_pool);
-        - allocation (NSATokenToKVPool): the MLA buffer holds size + page_size rows of
-          calculate_mla_kv_cache_dim = 656 bytes, the indexer (size + page_size + 1) // page_size
-          pages of 64 x 132 bytes; the log's 'KV size' is both: (975,424 + 64) x 61 x 788 bytes
-          = 43.67 GiB.
-        So a pool whose tensors take 43.67 GiB holds 975,424 tokens (ferry's all_to_kv 975,488
-        forgot the padding page), and SGLang reaches it from 39.2335 GiB of rest memory; given
-        43.67 GiB as its rest memory it would allocate 1,085,696 tokens (pool-overshoot)."""
-        self.assertEqual(kv_calc.sglang_pool_tensor_bytes(975424, 61 * 788, 64),
-                         (975424 + 64) * 61 * 788)
+        """Issue 41 item 3. sgl-project/sglang PR #11309 (8 x B200, --tp 8 --dp 8
+        --enable-dp-attention, FP8 KV, page 64): '[2025-10-07 23:17:19 DP0 TP0] KV Cache is
+        allocated. #tokens: 975424, KV size: 43.67 GB'. The rule, from SGLang's code:
+        - the pool (mem_cache/memory_pool.py NSATokenToKVPool): MLATokenToKVPool._create_buffers
+          allocates size + page_size rows of calculate_mla_kv_cache_dim = 512 FP8 + 4 x 4 scale
+          + 64 x 2 rope = 656 bytes a layer, the indexer (size + page_size + 1) // page_size pages
+          of 64 x (128 + 4) bytes; _finalize_allocation_log prints both as 'KV size'. So a KV size
+          of 43.67 GiB holds the most 64-aligned tokens with (tokens + 64) x 61 x 788 <= it:
+          975,424 ((975,424 + 64) x 61 x 788 = 43.67 GiB; 975,488 forgets the padding page);
+        - the profile (model_runner_kv_cache_mixin profile_max_num_token, get_cell_size_per_token)
+          sizes from the memory available for the pool at the plain (512 + 64) + 132 = 708 bytes
+          a layer: int(rest x 2^30) // 43,188, aligned to 64; 975,424 tokens need 39.2335 GiB of
+          it, and 43.67 GiB of it would give 1,085,696 (what kv_calc said before)."""
         self.assertEqual(round((975424 + 64) * 61 * 788 / GIB, 2), 43.67)
         line = ("[2025-10-07 23:17:19 DP0 TP0] KV Cache is allocated. #tokens: 975424, "
                 "KV size: 43.67 GB")
         r = run(config=self.cfg, tp=8, dp=8, kv_dtype=["fp8_e4m3"], kv_memory_gib=43.67,
                 calibrate_log=line)
         entry = r["kv"]["fp8_e4m3"]
+        split = entry["engine_split"]
+        self.assertEqual(r["memory"]["pool_is"], "kv_size")
         self.assertEqual(entry["bytes_per_token"], 48068)
-        self.assertEqual(entry["engine_split"]["tokens_within_pool"], 975424)
-        self.assertEqual(entry["all_to_kv_tokens"], 975488)
-        self.assertEqual(entry["max_tokens"], int(43.67 * GIB) // 43188 // 64 * 64)  # 1,085,696
-        self.assertIn("975,424 tokens", warning_text(r, "pool-overshoot"))
+        self.assertEqual(entry["max_tokens"], 975424)
+        self.assertEqual(entry["max_tokens"], (int(43.67 * GIB) // (61 * 788) // 64 - 1) * 64)
+        self.assertEqual(entry["all_to_kv_tokens"], 975424)
+        self.assertEqual(split["kv_size_bytes"], (975424 + 64) * 61 * 788)
+        # The available-memory reading stays beside it, as SGLang's profile sizes it.
+        self.assertEqual(split["max_tokens_from_kv_size"], 975424)
+        self.assertEqual(split["max_tokens_from_available"], int(43.67 * GIB) // 43188 // 64 * 64)
+        self.assertEqual(split["max_tokens_from_available"], 1085696)
+        self.assertEqual(split["available_gib_for_max_tokens"], 39.2335)
+        self.assertEqual(int(39.2335 * GIB) // 43188 // 64 * 64, 975424)
+        self.assertNotIn("pool-overshoot", codes(r))
+        self.assertIn("1,085,696 tokens", " ".join(r["assumptions"]))
         cal = r["calibration"]
-        self.assertEqual(cal["tokens_within_logged_pool"], 975424)
-        self.assertEqual(cal["implied_rest_gib"], round(975424 * 43188 / GIB, 4))
-        rest = entry["engine_split"]["rest_gib_for_pool"]
-        self.assertEqual(rest, 39.2335)
-        again = run(config=self.cfg, tp=8, dp=8, kv_dtype=["fp8_e4m3"], kv_memory_gib=rest)
-        self.assertEqual(again["kv"]["fp8_e4m3"]["max_tokens"], 975424)
-        self.assertEqual(round(again["kv"]["fp8_e4m3"]["engine_split"]["pool_tensor_bytes"] / GIB,
-                               2), 43.67)
+        self.assertEqual((cal["tokens"], cal["modelled_max_tokens"], cal["tokens_ratio"]),
+                         (975424, 975424, 1.0))
+        self.assertEqual(cal["tokens_within_logged_kv_size"], 975424)
+        self.assertEqual(cal["implied_available_gib"], round(975424 * 43188 / GIB, 4))
+
+    def test_available_memory_keeps_sglang_sizing(self):
+        """Memory kv_calc derives (nvidia-smi: 8 x B200, 183,359 MiB x mem_fraction - weights per
+        GPU) is the memory available for the pool: SGLang's profile sizes it at 708 bytes a layer
+        (int(rest x 2^30) // 43,188, aligned to 64) and its 788-byte tensors then take more than
+        it (pool-overshoot); the KV-size reading of the same GiB stays beside it."""
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "out.csv").write_text((FIXTURES / "nvidia-smi-b200x8.csv").read_text())
+            script = Path(tmp) / "nvidia-smi"
+            script.write_text("#!/bin/sh\ncat \"$(dirname \"$0\")/out.csv\"\n")
+            script.chmod(script.stat().st_mode | stat.S_IXUSR)
+            with mock.patch.dict(os.environ, {"KV_TEST_PATH": tmp + os.pathsep + "/bin"}):
+                r = run(model="deepseek-v3.2-exp", tp=8, dp=8, kv_dtype=["fp8_e4m3"],
+                        mem_fraction=0.751)
+        mem, entry = r["memory"], r["kv"]["fp8_e4m3"]
+        split = entry["engine_split"]
+        self.assertEqual((mem["source"], mem["pool_is"]), ("probed", "available"))
+        tokens = int(mem["pool_gib"] * GIB) // 43188 // 64 * 64
+        self.assertEqual(entry["max_tokens"], tokens)
+        self.assertEqual(entry["all_to_kv_tokens"], tokens)
+        self.assertEqual(split["max_tokens_from_available"], tokens)
+        self.assertEqual(split["max_tokens_from_kv_size"],
+                         (mem["pool_bytes"] // 48068 // 64 - 1) * 64)
+        self.assertEqual(split["kv_size_bytes"], (tokens + 64) * 48068)
+        self.assertGreater(split["kv_size_bytes"], mem["pool_bytes"])
+        self.assertIn(f"{split['kv_size_bytes'] / GIB:.2f} GiB with the padding page",
+                      warning_text(r, "pool-overshoot"))
 
     def test_bf16_only_and_fp8_e4m3(self):
         r = run(config=self.cfg, kv_dtype=["nvfp4"])
