@@ -97,7 +97,13 @@ class Relay:
             nonlocal upstream_w
             await asyncio.sleep(max(0.0, accepted + HANDSHAKE_TRIPS * self.delay_s - loop.time()))
             r, upstream_w = await asyncio.open_connection(*self.target)
-            await asyncio.gather(up.write_to(upstream_w), down.read_from(r))
+            pumps = [asyncio.ensure_future(up.write_to(upstream_w)),
+                     asyncio.ensure_future(down.read_from(r))]
+            try:
+                await asyncio.gather(*pumps)
+            finally:
+                for t in pumps:
+                    t.cancel()
 
         tasks = [asyncio.ensure_future(t) for t in
                  (up.read_from(client_r), upstream(), down.write_to(client_w))]
