@@ -464,9 +464,16 @@ def timed(c, case: str, commands: list[tuple[str, str]], **kw) -> dict[str, dict
                         kw.pop("runs", c.runs), kw.pop("warmup", c.warmup), **kw)
     for name, command in commands:
         if c.FB and is_ferry(c, command):
-            c.ab_rows.append((case, name, results[name]["median_ms"],
-                              results[b_name(c, name)]["median_ms"], "ms"))
+            ab_timed(c, case, name, results[name], results[b_name(c, name)])
     return results
+
+
+def ab_timed(c, case: str, name: str, a: dict, b: dict) -> None:
+    """A row of the A/B report: medians, and each side's standard deviation over its median."""
+    def spread(x):   # none from a single run
+        return x["stddev_ms"] / x["median_ms"] if x["runs"] > 1 else None
+
+    c.ab_rows.append((case, name, a["median_ms"], b["median_ms"], "ms", spread(a), spread(b)))
 
 
 def wait_for_all_holders(c, count: int) -> None:
@@ -728,8 +735,9 @@ def header(c) -> list[str]:
         f"- versions: ferry {versions['ferry']} · {versions['ssh']} · {versions['ansible']} · {versions['hyperfine']}",
         f"- load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in c.load_start)} at start, "
         f"{' '.join(f'{x:.2f}' for x in load_end)} at end",
-        f"- hyperfine: one invocation per case, "
-        + (f"--warmup {c.warmup}, --runs {c.runs} (fleet256: see its section), "
+        "- hyperfine: one invocation per case, "
+        + (f"--warmup {c.warmup}, --runs {c.runs}" + (" (fleet256: see its section), "
+                                                       if "fleet256" in c.cases else ", ")
            if any(x != "fleet256" for x in c.cases) else "--warmup and --runs in its section, ")
         + f"shell `{HYPERFINE_SHELL}` (spawn time subtracted); medians; "
         f"test user `{c.user}`" + (f"; sshd on {where}" if where else "")
@@ -921,12 +929,12 @@ def loopback(c) -> list[str]:
             for _, label, cmd in rss_cmds:
                 b_kib = peak_rss_kib(f"case 4: {label} [{c.b_name}]", f"{c.FB}{cmd[len(F):]}",
                                      c.env_b, cwd, workdir, c.rss_repeats)
-                c.ab_rows.append(("case4", label, rss[label] / 1024, b_kib / 1024, "MiB"))
+                c.ab_rows.append(("case4", label, rss[label] / 1024, b_kib / 1024, "MiB", None, None))
             if not held(c.ferry_b, c.env_b):
                 run_checked("case 4: a holder to measure [B]", b_command(c, c1[1][1]), env, cwd)
                 wait_for_holders(c.ferry_b, c.env_b, 1)
             c.ab_rows.append(("case4", "connection holder peak RSS (largest)", rss_holder / 1024,
-                              holders_peak_rss_kib(c.ferry_b, c.env_b) / 1024, "MiB"))
+                              holders_peak_rss_kib(c.ferry_b, c.env_b) / 1024, "MiB", None, None))
 
     # --- where ferry's time goes (its own --json timings) ------------------------------------
     n = c.profile_repeats
@@ -1212,17 +1220,26 @@ FLEET_JOB_TIMEOUT_S = 1800
 
 
 def fleet_ferry_check(c, label: str, binary: str, env: dict, rest: str, n: int) -> int:
-    """Run `BINARY REST --json` once under /usr/bin/time; every one of the N hosts must be ok.
-    Returns the peak RSS in KiB."""
+    """Run `BINARY REST --json` once under /usr/bin/time; every one of the N hosts must be ok
+    (else the hosts that were not, and why). Returns the peak RSS in KiB."""
     out = os.path.join(c.workdir, f"rss-{secrets.token_hex(4)}.txt")
-    proc = run_checked(label, f"/usr/bin/time -f %M -o {q(out)} {q(binary)}{rest} --json", env, c.cwd,
-                       timeout=FLEET_JOB_TIMEOUT_S)
+    command = f"/usr/bin/time -f %M -o {q(out)} {q(binary)}{rest} --json"
+    log(f"check: {label}")
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", "--norc", "--noprofile", "-c", command], env=env, cwd=c.cwd,
+                          capture_output=True, text=True, errors="replace", timeout=FLEET_JOB_TIMEOUT_S)
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     ok = {(r.get("target") or {}).get("host") for r in records if r.get("status") == "ok"}
     bad = [r for r in records if r.get("status") != "ok"]
-    if len(ok) != n or bad:
-        raise BenchError(f"{label}: {len(ok)} of {n} hosts ok"
-                         + (f"; first not ok: {json.dumps(bad[0])[:2000]}" if bad else ""))
+    if proc.returncode != 0 or len(ok) != n or bad:
+        why = "; ".join(f"{(r.get('target') or {}).get('host')}: {r.get('status')}: "
+                        f"{json.dumps(r.get('error'))[:300]}" for r in bad[:10])
+        raise BenchError(f"{label}: `{command}` exited {proc.returncode} after "
+                         f"{time.monotonic() - t0:.0f} s, {len(ok)} of {n} hosts ok, {len(bad)} not"
+                         + (f" (first {min(10, len(bad))}: {why})" if bad else "")
+                         + (f"\n{RESET_NOTE}" if users_were_reset() else "")
+                         + f"\n--- stderr ---\n{proc.stderr.strip()[-3000:]}")
+    log(f"{label}: {n} hosts ok in {time.monotonic() - t0:.1f} s")
     with open(out) as f:
         return int(f.read().strip().splitlines()[-1])
 
@@ -1287,10 +1304,12 @@ def fleet256(c) -> list[str]:
         m = {"rss_cold": fleet_ferry_check(c, f"fleet256: {N_COLD}{tag}", binary, side_env,
                                            f"{rest} --persist 0", n)}
         m["rss_first"] = fleet_ferry_check(c, f"fleet256: {N_FIRST}{tag}", binary, side_env, rest, n)
-        deadline = time.monotonic() + 120
-        while holders_now(binary, side_env)[2] < n and time.monotonic() < deadline:
+        t0 = time.monotonic()
+        while holders_now(binary, side_env)[2] < n and time.monotonic() < t0 + 120:
             time.sleep(1)
         m["after_first"] = holders_now(binary, side_env)
+        log(f"fleet256: {m['after_first'][2]} of {n} sessions held {time.monotonic() - t0:.0f} s "
+            f"after the first run; {m['after_first'][0]} holder processes")
         m["rss_held"] = fleet_ferry_check(c, f"fleet256: {N_HELD}{tag}", binary, side_env, rest, n)
         m["after_held"] = holders_now(binary, side_env)
         subprocess.run([sys.executable, HOLDERS_PY, "end", binary], env=side_env, timeout=300)
@@ -1335,14 +1354,14 @@ def fleet256(c) -> list[str]:
                   timeout_s=len(commands) * (c.fleet_runs + c.fleet_warmup + 1) * per_run_s)
     if c.FB:
         for name in (N_COLD, N_FIRST, N_HELD):
-            c.ab_rows.append(("fleet256", name, r[name]["median_ms"], r[b_name(c, name)]["median_ms"], "ms"))
+            ab_timed(c, "fleet256", name, r[name], r[b_name(c, name)])
         a, b = measured["A"], measured[c.b_name]
         for key, label in (("rss_cold", "ferry peak RSS, cold"),
                            ("rss_first", "ferry peak RSS, first run"),
                            ("rss_held", "ferry peak RSS, held")):
-            c.ab_rows.append(("fleet256", label, a[key] / 1024, b[key] / 1024, "MiB"))
+            c.ab_rows.append(("fleet256", label, a[key] / 1024, b[key] / 1024, "MiB", None, None))
         c.ab_rows.append(("fleet256", "holders' RSS in all, after the first run",
-                          a["after_first"][1] / 1024, b["after_first"][1] / 1024, "MiB"))
+                          a["after_first"][1] / 1024, b["after_first"][1] / 1024, "MiB", None, None))
     return fleet_report(c, r, measured["A"], n, par, [p[0] for p in peers] + [ansible[0]],
                         (N_COLD, N_FIRST, N_HELD, N_FLOOR), [name for name, _ in commands])
 
@@ -1402,15 +1421,21 @@ def fleet_report(c, r, m, n, par, peer_names, names, order) -> list[str]:
 def ab_report(c) -> list[str]:
     lines = [f"### A/B: B = `{c.b_name}` against A, the same ferry commands in the same invocations",
              "",
-             "B ÷ A per ferry command (medians; peak RSS for case 4 and fleet256); a difference of "
-             "5 % or more is flagged.",
+             "B ÷ A per ferry command (medians, ± the standard deviation over the median; peak RSS "
+             "for case 4 and fleet256); a difference of 5 % or more is flagged. A flag within the "
+             "spread of the runs is noise: take more runs.",
              "",
              "| case | ferry command | A | B | B ÷ A | |",
              "|---|---|---:|---:|---:|---|"]
-    for case, name, a, b, unit in c.ab_rows:
+
+    def spread(x):
+        return "" if x is None else f" ± {100 * x:.0f} %"
+
+    for case, name, a, b, unit, a_sd, b_sd in c.ab_rows:
         ratio = b / a if a else float("inf")
         flag = ("**B ≥ 5 % less**" if ratio <= 0.95 else "**B ≥ 5 % more**" if ratio >= 1.05 else "")
-        lines.append(f"| {case} | {name} | {a:.1f} {unit} | {b:.1f} {unit} | {ratio:.3f} | {flag} |")
+        lines.append(f"| {case} | {name} | {a:.1f} {unit}{spread(a_sd)} | {b:.1f} {unit}{spread(b_sd)} "
+                     f"| {ratio:.3f} | {flag} |")
     return lines + [""]
 
 
