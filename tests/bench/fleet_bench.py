@@ -35,6 +35,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import secrets
 import shlex
 import shutil
@@ -1217,6 +1218,19 @@ def wan(c) -> list[str]:
 
 FLEET_PER_DAEMON = 16     # sshd listens on at most 16 addresses
 FLEET_JOB_TIMEOUT_S = 1800
+FLEET_LOGIN_GRACE_S = 120
+SSHD_TROUBLE = re.compile(r"Timeout before authentication|drop connection|MaxStartups|error|fatal",
+                          re.IGNORECASE)
+
+
+def sshd_trouble(c, hosts: list[str]) -> str:
+    """The last lines of trouble in the logs of the daemons serving HOSTS."""
+    lines = []
+    for srv in {c.fleet_server_of[h]: None for h in hosts if h in c.fleet_server_of}:
+        found = [line for line in srv.log_text().splitlines() if SSHD_TROUBLE.search(line)]
+        lines += [f"sshd {srv.listen}: {line}" for line in found[-5:]]
+        lines += [f"sshd {srv.listen}: {len(found)} such lines in all"] if found else []
+    return "\n".join(lines) or "(no timeouts, drops or errors in their sshd logs)"
 
 
 def fleet_ferry_check(c, label: str, binary: str, env: dict, rest: str, n: int) -> int:
@@ -1238,6 +1252,8 @@ def fleet_ferry_check(c, label: str, binary: str, env: dict, rest: str, n: int) 
                          f"{time.monotonic() - t0:.0f} s, {len(ok)} of {n} hosts ok, {len(bad)} not"
                          + (f" (first {min(10, len(bad))}: {why})" if bad else "")
                          + (f"\n{RESET_NOTE}" if users_were_reset() else "")
+                         + "\n--- their sshd logs ---\n"
+                         + sshd_trouble(c, [(r.get("target") or {}).get("host") for r in bad])
                          + f"\n--- stderr ---\n{proc.stderr.strip()[-3000:]}")
     log(f"{label}: {n} hosts ok in {time.monotonic() - t0:.1f} s")
     with open(out) as f:
@@ -1265,8 +1281,11 @@ def fleet256(c) -> list[str]:
     hosts = []   # (alias, address, server)
     for d in range(daemons):
         addresses = [f"127.1.{d + 1}.{j + 1}" for j in range(min(FLEET_PER_DAEMON, n - d * FLEET_PER_DAEMON))]
-        srv = start_server(c, listen=addresses[0], also_listen=addresses[1:])
+        # sshd's default grace for a login (the fixture's 30 s is for quick failures in tests)
+        srv = start_server(c, listen=addresses[0], also_listen=addresses[1:],
+                           extra_config=f"LoginGraceTime {FLEET_LOGIN_GRACE_S}\n")
         hosts += [(f"fl{d * FLEET_PER_DAEMON + j + 1:03d}", a, srv) for j, a in enumerate(addresses)]
+    c.fleet_server_of = {h: srv for h, _, srv in hosts}
     known = write(os.path.join(workdir, "known_hosts_256"),
                   "".join(s.known_hosts_line(a) + "\n" for _, a, s in hosts), 0o600)
     cfg = write(os.path.join(workdir, "ssh_config_256"), "\n".join(
@@ -1305,8 +1324,9 @@ def fleet256(c) -> list[str]:
                                            f"{rest} --persist 0", n)}
         m["rss_first"] = fleet_ferry_check(c, f"fleet256: {N_FIRST}{tag}", binary, side_env, rest, n)
         t0 = time.monotonic()
-        while holders_now(binary, side_env)[2] < n and time.monotonic() < t0 + 120:
-            time.sleep(1)
+        subprocess.run([sys.executable, "-c", "import sys, fleet_holders; "
+                        "fleet_holders.wait_for_sessions(sys.argv[1], int(sys.argv[2]))", binary, str(n)],
+                       env=side_env, cwd=HERE, timeout=300)
         m["after_first"] = holders_now(binary, side_env)
         log(f"fleet256: {m['after_first'][2]} of {n} sessions held {time.monotonic() - t0:.0f} s "
             f"after the first run; {m['after_first'][0]} holder processes")
