@@ -298,6 +298,15 @@ def wait_for_holders(ferry: str, env: dict, count: int) -> None:
         time.sleep(0.2)
 
 
+def wait_for_host_holder(ferry: str, env: dict, host: str) -> None:
+    """The holder a check run left for HOST has connected."""
+    deadline = time.monotonic() + 60
+    while not any(h.get("host") == host and not h.get("ended") for h in held(ferry, env)):
+        if time.monotonic() > deadline:
+            raise BenchError(f"no connection holder for {host} 60 s after its held run")
+        time.sleep(0.2)
+
+
 def holders_peak_rss_kib(ferry: str, env: dict) -> int:
     """The largest peak RSS (VmHWM) among the live connection holders."""
     peak = 0
@@ -1181,7 +1190,8 @@ def wan(c) -> list[str]:
                 raise BenchError(f"{case}: {name} printed {proc.stdout.count(EXPECT_TEXT)} job outputs, "
                                  f"expected {want}:\n{proc.stdout[-3000:]}")
         check_b(c, case, w[case])
-    wait_for_all_holders(c, len(held(c.ferry, env)))   # the relay's holder is one more, connected
+    for binary, side_env in [(c.ferry, env)] + ([(c.ferry_b, c.env_b)] if c.FB else []):
+        wait_for_host_holder(binary, side_env, WAN_ALIAS)   # the held runs', through the relay
     results = {case: timed(c, case, w[case]) for case in cases}
 
     lines = [f"### WAN: through a relay that delays each direction by {c.args.wan_delay_ms:g} ms",
@@ -1209,8 +1219,8 @@ def wan(c) -> list[str]:
     floor_wan = results[cases[0]][WAN_FLOOR_CONNECT]["median_ms"]
     if getattr(c, "loopback_floor_ms", None):
         extra = floor_wan - c.loopback_floor_ms
-        notes.append(f"- a bare ssh connection and session took {extra:+.1f} ms through the relay than "
-                     f"on loopback (case 1's floor, another invocation): {extra / rtt:.1f} round trips")
+        notes.append(f"- a bare ssh connection and session took {extra:.1f} ms more through the relay "
+                     f"than on loopback (case 1's floor, another invocation): {extra / rtt:.1f} round trips")
     return lines + ["", "Floors (same invocations):"] + notes + [""]
 
 
