@@ -256,6 +256,7 @@ def hyperfine(case: str, commands: list[tuple[str, str]], env: dict, cwd: str, w
             "min_ms": res["min"] * 1000.0,
             "max_ms": res["max"] * 1000.0,
             "runs": len(times),
+            "times_ms": [t * 1000.0 for t in times],
         }
     missing = [n for n, _ in commands if n not in out]
     if missing:
@@ -441,14 +442,32 @@ def b_command(c, command: str) -> str:
     return f"XDG_RUNTIME_DIR={q(c.runtime_b)} {c.FB}" + command[len(c.F):]
 
 
+SECOND = " (2nd)"
+
+
 def with_b(c, commands: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """COMMANDS, each ferry command followed by B's twin (with --ferry-b; else unchanged)."""
+    """COMMANDS, each ferry command as A, B, B, A (with --ferry-b; else unchanged): the machine's
+    drift during the invocation (load comes and goes) weighs on A and B alike."""
     out = []
     for name, command in commands:
         out.append((name, command))
         if c.FB and is_ferry(c, command):
-            out.append((b_name(c, name), b_command(c, command)))
+            twin = (b_name(c, name), b_command(c, command))
+            out += [twin, (twin[0] + SECOND, twin[1]), (name + SECOND, command)]
     return out
+
+
+def merge_abba(c, commands: list[tuple[str, str]], results: dict[str, dict]) -> dict[str, dict]:
+    """RESULTS with each side's two runs of a ferry command taken together under its name."""
+    for name, command in commands:
+        if c.FB and is_ferry(c, command):
+            for side in (name, b_name(c, name)):
+                times = results[side]["times_ms"] + results.pop(side + SECOND)["times_ms"]
+                results[side] = {"median_ms": statistics.median(times), "mean_ms": statistics.mean(times),
+                                 "stddev_ms": statistics.stdev(times) if len(times) > 1 else 0.0,
+                                 "min_ms": min(times), "max_ms": max(times), "runs": len(times),
+                                 "times_ms": times}
+    return results
 
 
 def check_b(c, case: str, commands: list[tuple[str, str]]) -> None:
@@ -470,8 +489,8 @@ def check_b(c, case: str, commands: list[tuple[str, str]]) -> None:
 
 def timed(c, case: str, commands: list[tuple[str, str]], **kw) -> dict[str, dict]:
     """One hyperfine invocation for COMMANDS and B's twins; B ÷ A noted for the A/B report."""
-    results = hyperfine(case, with_b(c, commands), c.env, c.cwd, c.workdir,
-                        kw.pop("runs", c.runs), kw.pop("warmup", c.warmup), **kw)
+    results = merge_abba(c, commands, hyperfine(case, with_b(c, commands), c.env, c.cwd, c.workdir,
+                                                kw.pop("runs", c.runs), kw.pop("warmup", c.warmup), **kw))
     for name, command in commands:
         if c.FB and is_ferry(c, command):
             ab_timed(c, case, name, results[name], results[b_name(c, name)])
@@ -1356,14 +1375,13 @@ def fleet256(c) -> list[str]:
     py = q(sys.executable)
     end_a = f"{py} {holders} end {F}"
     ready_a = f"{py} {holders} ready {n} {F} {q(persist)}"
-    commands, prepares = [], []
+    main, commands, prepares = [], [], []
 
-    def add(name, cmd, prep_a, prep_b=None):
-        commands.append((name, cmd))
-        prepares.append(prep_a)
-        if c.FB and is_ferry(c, cmd):
-            commands.append((b_name(c, name), b_command(c, cmd)))
-            prepares.append(prep_b)
+    def add(name, cmd, prep_a, prep_b=None):   # A, B, B, A as with_b() orders them
+        main.append((name, cmd))
+        for (twin, twin_cmd), prep in zip(with_b(c, [(name, cmd)]), (prep_a, prep_b, prep_b, prep_a)):
+            commands.append((twin, twin_cmd))
+            prepares.append(prep)
 
     cleanup = end_a
     if c.FB:
@@ -1379,9 +1397,9 @@ def fleet256(c) -> list[str]:
     for name, cmd in peers + [floor, ansible]:   # ansible last: its masters stay for 60 s
         add(name, cmd, "true")
     per_run_s = 600
-    r = hyperfine("fleet256", commands, env, cwd, workdir, c.fleet_runs, c.fleet_warmup,
-                  prepare=prepares, cleanup=cleanup, attempts=2,
-                  timeout_s=len(commands) * (c.fleet_runs + c.fleet_warmup + 1) * per_run_s)
+    r = merge_abba(c, main, hyperfine(
+        "fleet256", commands, env, cwd, workdir, c.fleet_runs, c.fleet_warmup, prepare=prepares,
+        cleanup=cleanup, attempts=2, timeout_s=len(commands) * (c.fleet_runs + c.fleet_warmup + 1) * per_run_s))
     if c.FB:
         for name in (N_COLD, N_FIRST, N_HELD):
             ab_timed(c, "fleet256", name, r[name], r[b_name(c, name)])
@@ -1393,7 +1411,7 @@ def fleet256(c) -> list[str]:
         c.ab_rows.append(("fleet256", "holders' RSS in all, after the first run",
                           a["after_first"][1] / 1024, b["after_first"][1] / 1024, "MiB", None, None))
     return fleet_report(c, r, measured["A"], n, par, [p[0] for p in peers] + [ansible[0]],
-                        (N_COLD, N_FIRST, N_HELD, N_FLOOR), [name for name, _ in commands])
+                        (N_COLD, N_FIRST, N_HELD, N_FLOOR), [name for name, _ in main])
 
 
 def fleet_report(c, r, m, n, par, peer_names, names, order) -> list[str]:
@@ -1403,14 +1421,13 @@ def fleet_report(c, r, m, n, par, peer_names, names, order) -> list[str]:
     lines = [f"### {n} hosts: {-(-n // FLEET_PER_DAEMON)} sshd × up to {FLEET_PER_DAEMON} "
              f"addresses 127.1.I.J, `-j/-P/-p/-f {par}`, the small python job",
              "",
-             f"- one hyperfine invocation, --warmup {c.fleet_warmup}, --runs {c.fleet_runs}; medians; "
+             f"- one hyperfine invocation, --warmup {c.fleet_warmup}, --runs {c.fleet_runs}"
+             + (" (A/B: each ferry command twice, A B B A, taken together)" if c.FB else "") + "; medians; "
              f"every host's run was checked ok first; load average {os.getloadavg()[0]:.2f} at the end",
              "",
              f"| command | median | ÷ fastest peer ({fastest}) | ÷ floor |",
              "|---|---:|---:|---:|"]
     for name in order:
-        if name.endswith(f"[{c.b_name}]"):
-            continue
         lines.append(f"| {name} | {ms[name] / 1000:.2f} s | {ms[name] / ms[fastest]:.3f} | "
                      f"{ms[name] / ms[N_FLOOR]:.3f} |")
     peak = max(m["rss_cold"], m["rss_first"], m["rss_held"])
@@ -1451,9 +1468,11 @@ def fleet_report(c, r, m, n, par, peer_names, names, order) -> list[str]:
 def ab_report(c) -> list[str]:
     lines = [f"### A/B: B = `{c.b_name}` against A, the same ferry commands in the same invocations",
              "",
-             "B ÷ A per ferry command (medians, ± the standard deviation over the median; peak RSS "
-             "for case 4 and fleet256); a difference of 5 % or more is flagged. A flag within the "
-             "spread of the runs is noise: take more runs.",
+             "Each ferry command ran as A, B, B, A in its invocation (so that the machine's drift "
+             "weighs on both alike), each side's two halves taken together, here and in the tables "
+             "above. B ÷ A per ferry command (medians, ± the standard deviation over the median; "
+             "peak RSS for case 4 and fleet256); a difference of 5 % or more is flagged. A flag "
+             "within the spread of the runs is noise: take more runs.",
              "",
              "| case | ferry command | A | B | B ÷ A | |",
              "|---|---|---:|---:|---:|---|"]
