@@ -1103,7 +1103,7 @@ def loopback(c) -> list[str]:
 WAN_ADDRESS = "127.0.0.100"       # the relay; the sshd it forwards to is on 127.0.0.1
 WAN_ALIAS = "bench-wan"
 WAN_FLOOR_CONNECT = "floor: ssh curve25519 true (connection and session, no job)"
-WAN_FLOOR_HELD = "floor: ssh ControlMaster true (a session on the held connection, no job)"
+WAN_FLOOR_HELD = "floor: ssh ControlMaster true (the ControlMaster's: a session on its connection, no job)"
 
 
 def start_relay(c, target: tuple[str, int]) -> tuple[str, int]:
@@ -1240,6 +1240,7 @@ def wan(c) -> list[str]:
         extra = floor_wan - c.loopback_floor_ms
         notes.append(f"- a bare ssh connection and session took {extra:.1f} ms more through the relay "
                      f"than on loopback (case 1's floor, another invocation): {extra / rtt:.1f} round trips")
+    notes.append(f"- no held run goes below one round trip ({rtt:g} ms) and the job")
     return lines + ["", "Floors (same invocations):"] + notes + [""]
 
 
@@ -1483,6 +1484,8 @@ def ab_report(c) -> list[str]:
     for case, name, a, b, unit, a_sd, b_sd in c.ab_rows:
         ratio = b / a if a else float("inf")
         flag = ("**B ≥ 5 % less**" if ratio <= 0.95 else "**B ≥ 5 % more**" if ratio >= 1.05 else "")
+        if flag and abs(ratio - 1) < max(a_sd or 0, b_sd or 0):
+            flag += " (within the spread)"
         lines.append(f"| {case} | {name} | {a:.1f} {unit}{spread(a_sd)} | {b:.1f} {unit}{spread(b_sd)} "
                      f"| {ratio:.3f} | {flag} |")
     return lines + [""]
