@@ -12,7 +12,7 @@ packages=(
   libssh-dev libboost-dev libboost-filesystem-dev libfmt-dev catch2
   nlohmann-json3-dev libcli11-dev libsqlite3-dev libtomlplusplus-dev
   openssh-server openssh-client zsh fish tcsh dash bash python3 hyperfine procps
-  clang libclang-rt-14-dev clang-format clang-tidy iproute2 ansible-core time
+  clang libclang-rt-14-dev clang-format clang-tidy iproute2 ansible-core time pssh clustershell
   slurmctld slurmd slurm-client munge slurmdbd mariadb-server-core mount
 )
 # The `ferry mcp` tests drive it with the MCP TypeScript SDK client on Node.js (the pinned SDK
