@@ -316,17 +316,14 @@ bool is_python(const StandbyChannel& standby)
   return standby && standby->python;
 }
 
+namespace {
 void decide_standby(Standby& standby, const std::string& python_command)
 {
   static const std::string sh_command = *shell_neutral_command({"/bin/sh", "-s"});
   standby.python = !python_command.empty();
   standby.command = standby.python ? python_command : sh_command;
 }
-
-bool undecided(const Standby& standby)
-{
-  return standby.command.empty();
-}
+} // namespace
 
 StandbyChannel begin_standby(ssh_session session, const std::string& python_command)
 {
@@ -335,18 +332,9 @@ StandbyChannel begin_standby(ssh_session session, const std::string& python_comm
   return advance_standby(session, *standby) == StandbyState::failed ? nullptr : std::move(standby);
 }
 
-StandbyChannel begin_undecided_standby(ssh_session session)
-{
-  StandbyChannel standby(new Standby(session));
-  return advance_standby(session, *standby) == StandbyState::failed ? nullptr : std::move(standby);
-}
-
 StandbyState advance_standby(ssh_session session, Standby& standby)
 {
   while (!standby.started) {
-    if (standby.open && standby.command.empty()) {
-      return StandbyState::pending; // open, its command not decided yet
-    }
     ssh_set_blocking(session, 0);
     const int rc = standby.open
                        ? ssh_channel_request_exec(standby.channel.get(), standby.command.c_str())
@@ -373,9 +361,6 @@ StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>&
 {
   const auto until = Clock::now() + limit;
   const int fd = ssh_get_fd(session);
-  if (standby && undecided(*standby)) {
-    decide_standby(*standby, {}); // nobody decided: a sh standby, as ever
-  }
   // The lock released while the server answers: the session's runs and SFTP steps go on
   // meanwhile.
   while (standby) {

@@ -76,13 +76,6 @@ enum class StandbyState { pending, ready, failed };
 [[nodiscard]] StandbyChannel begin_standby(ssh_session session,
                                            const std::string& python_command = {});
 [[nodiscard]] StandbyState advance_standby(ssh_session session, Standby& standby);
-// A standby whose command is not known yet: its channel opens, and advance_standby sends no exec
-// request (it stays pending) until decide_standby names the command (a python standby's, or
-// `/bin/sh -s` when empty). A direct run's first channel opens so, before the SFTP listing of the
-// run base tells whether the job cache holds the python standby's script.
-[[nodiscard]] StandbyChannel begin_undecided_standby(ssh_session session);
-[[nodiscard]] bool undecided(const Standby& standby);
-void decide_standby(Standby& standby, const std::string& python_command);
 [[nodiscard]] StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
                                             StandbyChannel standby,
                                             std::chrono::steady_clock::duration limit,

@@ -30,9 +30,6 @@ SftpFiles::SftpFiles(ssh_session session, std::string label, std::string user,
 
 CallWatchdog::Armed SftpFiles::arm(std::string what)
 {
-  if (m_sftp && m_on_step) {
-    m_on_step();
-  }
   return m_watchdog.arm(std::move(what), &m_stop);
 }
 

@@ -84,9 +84,6 @@ public:
   void forget_run_dir(const std::string& path) { m_uploaded.erase(path); }
   // Closes the SFTP channel (the next request opens it again); false when none was open.
   bool suspend();
-  // Called before each SFTP request while the SFTP channel is open (the session's lock held):
-  // the session takes a standby it is opening one step further meanwhile.
-  void on_step(std::function<void()> step) { m_on_step = std::move(step); }
   // Called (the session's lock held) when the server refuses the SFTP channel: closes a channel
   // the session keeps open ahead of a run (a standby) so that SFTP can have its slot; false when
   // there is none to close.
@@ -158,7 +155,6 @@ private:
   std::string m_cache_missing; // the name a look last found missing, and when
   std::chrono::steady_clock::time_point m_cache_missing_at{};
   bool m_cache_off = false;
-  std::function<void()> m_on_step;   // on_step
   std::function<bool()> m_make_room; // on_refused
 };
 

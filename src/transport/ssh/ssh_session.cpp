@@ -178,17 +178,15 @@ public:
   void prepare_exec() override;
   void prepare_idle() override;
   void prepare_python_standby() override;
-  // The session's first run: its channel is opened as soon as the SFTP channel is open, while
-  // the SFTP steps that stage the run go on (a direct run; a holder opens its standbys itself).
-  // A python3 job's is a python standby when the job cache holds the standby's script and more
-  // runs follow on the session. Holding the lock.
+  // The session's first run: a direct connection's later python3 runs go to python standbys
+  // when the job cache holds the standby's script and more runs follow on the session (a holder
+  // readies its own). Holding the lock.
   void prepare_first_run(bool python_standby)
   {
-    if (!std::exchange(m_early_asked, true)) {
-      m_early_wanted = true;
+    if (!std::exchange(m_first_asked, true)) {
       // Not for a session's only run: on its own, the standby's two python starts cost the host
       // what launch.sh's helpers would; its gain is the later runs', on the standbys that stay.
-      m_early_python = python_standby && m_runs_expected != 1;
+      m_fan_out_python = python_standby && m_runs_expected != 1;
     }
   }
   void on_standby_taken(std::function<void()> callback) override
@@ -211,7 +209,7 @@ private:
       auto dir = files().create_run_dir();
       if (dir) {
         m_staging.insert(*dir);
-        decide_early_standby(); // the sweep's listing told what the job cache holds
+        note_python_standby(); // the sweep's listing told what the job cache holds
       }
       return dir;
     });
@@ -321,7 +319,6 @@ private:
     if (!m_files) {
       m_files.emplace(m_session.get(), m_target.spec, m_where.user, m_target.remote_base,
                       watchdog(), m_stop);
-      m_files->on_step([this] { step_early_standby(); });
       m_files->on_refused([this] { return close_a_standby(); });
     }
     return *m_files;
@@ -343,10 +340,7 @@ private:
   // Holding the lock: closes a spare, else the standby, whose slot a run or SFTP needs; false
   // when the session keeps none.
   bool close_a_standby();
-  void step_early_standby();
-  void decide_early_standby();
-  void settle_early_standby(std::unique_lock<std::mutex>& lock,
-                            std::chrono::steady_clock::duration limit, const StopToken& stop);
+  void note_python_standby();
   ssh::StandbyUse standby_use();
   std::string connect_failure_hint() const
   {
@@ -388,15 +382,9 @@ private:
   // The next run's channel, opened ahead (prepare_exec); not counted in m_execs. Last: it ends
   // first, while the connection is still up.
   ssh::StandbyChannel m_standby;
-  // The first run's standby while the SFTP steps that stage it open it (prepare_run): begun
-  // once the SFTP channel is open (so that on a host with MaxSessions 1 SFTP keeps its slot),
-  // taken a step further at each SFTP request, and waited for by the run's exec.
-  ssh::StandbyChannel m_early;
-  bool m_early_wanted = false; // prepare_run asked for it; it is begun at the next SFTP step
-  bool m_early_asked = false;  // only for the session's first run
-  // The first run's job may run on a python standby (prepare_run): its channel's command waits
-  // for the sweep's listing of the job cache (decide_early_standby).
-  bool m_early_python = false;
+  bool m_first_asked = false; // prepare_first_run: only for the session's first run
+  // A direct fan-out's python3 runs may go to python standbys (prepare_first_run).
+  bool m_fan_out_python = false;
   // Runs this session will be given (expect_runs; 0: unknown), how many at once, and execs
   // begun: the python standbys of the last `m_runs_at_once` end with their runs
   // (ExecRequest::last; last_on_its_channel).
@@ -437,7 +425,7 @@ void SshSession::prepare_exec()
 {
   std::unique_lock lock(m_mutex);
   // Only with room for it and one more channel: a standby never keeps a run waiting.
-  if (m_standby || m_early || !m_session || !ssh_is_connected(m_session.get()) ||
+  if (m_standby || !m_session || !ssh_is_connected(m_session.get()) ||
       m_channel_limit - m_execs < 2) {
     return;
   }
@@ -531,73 +519,20 @@ void SshSession::prepare_python_standby()
   }
 }
 
-// Called holding the lock before each SFTP request (SftpFiles::on_step), never waiting.
-void SshSession::step_early_standby()
-{
-  if (std::exchange(m_early_wanted, false) && !m_standby && m_execs == 0 && m_channel_limit > 1) {
-    // A python3 job's channel opens now; its command once the job cache is known.
-    const bool python = m_early_python && !m_no_python_standby;
-    m_early = python && m_python_command.empty()
-                  ? ssh::begin_undecided_standby(m_session.get())
-                  : ssh::begin_standby(m_session.get(), python ? m_python_command : std::string());
-  }
-  if (!m_early) {
-    return;
-  }
-  switch (ssh::advance_standby(m_session.get(), *m_early)) {
-  case ssh::StandbyState::pending:
-    return;
-  case ssh::StandbyState::ready:
-    if (!m_standby) {
-      m_standby = std::move(m_early);
-    }
-    break;
-  case ssh::StandbyState::failed:
-    break;
-  }
-  m_early.reset();
-}
-
 // Called holding the lock once the session's first run directory is made, and with it the
-// sweep's listing of the base: the first run's channel, opened ahead, runs the python standby
-// when the job cache holds its script (docs/run-protocol.md, "Exec"); it is not uploaded for
-// that. Else `/bin/sh -s`, as for any other job.
-void SshSession::decide_early_standby()
+// sweep's listing of the base: a direct fan-out's later python3 runs go to python standbys when
+// the job cache holds the standby's script (docs/run-protocol.md, "Exec"); it is not uploaded for
+// that.
+void SshSession::note_python_standby()
 {
-  if (!m_early || !ssh::undecided(*m_early)) {
+  if (!m_fan_out_python || m_no_python_standby || !m_python_command.empty()) {
     return;
   }
-  std::string command;
-  if (m_early_python && !m_no_python_standby) {
-    const auto entry = files().cached_script(k_standby_script, standby_script());
-    if (entry && is_shell_neutral_token(*entry)) {
-      m_python_command = python_standby_command(*entry);
-      command = m_python_command;
-      debug("the first run's channel runs the python standby (its script is in the job cache)");
-    }
+  const auto entry = files().cached_script(k_standby_script, standby_script());
+  if (entry && is_shell_neutral_token(*entry)) {
+    m_python_command = python_standby_command(*entry);
+    debug("python3 jobs go to python standbys (their script is in the job cache)");
   }
-  if (m_early) { // an SFTP step of the look above may have dropped it (its channel failed)
-    ssh::decide_standby(*m_early, command);
-  }
-  step_early_standby(); // its exec request goes now
-}
-
-// Called holding the lock by a run's exec: the early standby still being opened is waited for
-// (the lock released meanwhile), so that the run takes it rather than opening another channel.
-void SshSession::settle_early_standby(std::unique_lock<std::mutex>& lock,
-                                      std::chrono::steady_clock::duration limit,
-                                      const StopToken& stop)
-{
-  if (!m_early) {
-    return;
-  }
-  m_standby_opening = true;
-  auto standby = ssh::finish_standby(m_session.get(), lock, std::move(m_early), limit, &stop);
-  m_standby_opening = false;
-  if (standby && !m_standby) {
-    m_standby = std::move(standby);
-  }
-  m_changed.notify_all();
 }
 
 // Called holding the lock when the server refuses a run's channel. A channel of this session
@@ -835,7 +770,6 @@ Expected<ExecOutcome> SshSession::exec_run(const std::string& run_dir, const Exe
   {
     std::unique_lock lock(m_mutex);
     dog = &watchdog();
-    settle_early_standby(lock, dog->limits().call, request.stop);
   }
   bounded.start_limit = dog->limits().call; // the login shell runs before the launcher
   while (true) {
