@@ -64,9 +64,6 @@ struct ExecRequest {
   // ahead (runs_on_python_standby): a run with no standby free may open a python standby of its
   // own.
   bool python_standby = false;
-  // The launcher's job may run on a python standby at all (runs_on_standby: it declares no
-  // environment): a holder's next standby is a python one after such a run, else a sh one.
-  bool runs_on_standby = false;
   // No run follows on this session (a direct connection's last planned run): a python standby
   // that runs it ends after it rather than staying for a next one.
   bool last = false;

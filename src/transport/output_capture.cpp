@@ -187,7 +187,6 @@ ExecRequest launcher_request(const StagedRun& run, const LaunchRequest& request)
   exec.on_output = request.on_output;
   exec.on_note = request.on_note;
   exec.python_standby = runs_on_python_standby(run.launcher);
-  exec.runs_on_standby = runs_on_standby(run.launcher);
   return exec;
 }
 

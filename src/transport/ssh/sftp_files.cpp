@@ -278,13 +278,7 @@ std::string SftpFiles::run_dir_name(const std::string& base)
 
 bool SftpFiles::mkdir_0700(const std::string& dir)
 {
-  const auto started = std::chrono::steady_clock::now();
-  if (sftp_mkdir(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
-    return false;
-  }
-  const auto took = std::chrono::steady_clock::now() - started;
-  m_round_trip = m_round_trip ? std::min(*m_round_trip, took) : took;
-  return true;
+  return sftp_mkdir(m_sftp.get(), dir.c_str(), 0700) == SSH_OK;
 }
 
 Expected<void> SftpFiles::make_run_dir(const std::string& dir)

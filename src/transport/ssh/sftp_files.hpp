@@ -62,12 +62,6 @@ public:
   {
     m_uploaded[path.substr(0, path.rfind('/'))].push_back(path);
   }
-  // The shortest time a run directory's mkdir took in this session: one SFTP round trip and
-  // next to no work on the host. nullopt before the first.
-  [[nodiscard]] std::optional<std::chrono::steady_clock::duration> round_trip() const
-  {
-    return m_round_trip;
-  }
   // A script of ferry's own in the job cache (as a job's bytes are kept): its entry's path.
   [[nodiscard]] Expected<std::string> cache_script(std::string_view file_name,
                                                    std::string_view bytes);
@@ -121,7 +115,6 @@ private:
   [[nodiscard]] std::optional<std::string> read_small(const std::string& path);
   [[nodiscard]] bool launcher_alive(const std::string& dir, const std::string& state);
   [[nodiscard]] CallWatchdog::Armed arm(std::string what);
-  // sftp_mkdir, timed for round_trip.
   [[nodiscard]] bool mkdir_0700(const std::string& dir);
   [[nodiscard]] std::string error(std::string_view what, std::string_view path) const;
   struct ShellProbe {
@@ -143,7 +136,6 @@ private:
   // Whether run directories need an explicit chmod (the server's umask takes owner bits); known
   // after the session's first, which is also when the base is swept.
   std::optional<bool> m_chmod_run_dirs;
-  std::optional<std::chrono::steady_clock::duration> m_round_trip;
   bool m_suspended = false; // SFTP stepped aside for an exec (MaxSessions 1)
   std::map<std::string, std::vector<std::string>> m_uploaded; // run dir -> files put there
   // Job cache entries (by name) this session listed, checked or made, and when: trusted

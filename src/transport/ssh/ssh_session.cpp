@@ -43,12 +43,6 @@ constexpr std::chrono::minutes k_script_check_every{10};
 // The holder's own SFTP steps wait for the runs' (SshSession::let_runs_go_first).
 constexpr std::chrono::milliseconds k_runs_quiet{20};
 constexpr std::chrono::seconds k_runs_first_at_most{30};
-// A round trip from which the run of a job that declares an environment is better staged by a
-// python standby too (which then execs its launch.sh): the SFTP steps it saves (5 round trips,
-// 100 ms and up) outweigh the interpreter the standby started ahead for nothing (tens of ms of
-// the host's CPU, while nobody waits). Well above what a busy
-// loopback or LAN takes, since the round trip is timed as it comes (SftpFiles::round_trip).
-constexpr std::chrono::milliseconds k_slow_link{20};
 
 // The python standby's command: its script ENTRY in the job cache (docs/run-protocol.md, "Exec").
 std::string python_standby_command(const std::string& entry)
@@ -403,21 +397,11 @@ private:
   bool m_no_python_standby = false;
   std::function<void()> m_standby_taken; // on_standby_taken
   bool m_standby_opening = false;        // prepare_exec is opening one (it holds a slot)
-  // The last run's job could run on a python standby (ExecRequest::runs_on_standby: a sh job's
-  // too), or the link is slow: the next standby is one only then, and while one can be had here.
-  // Holding the lock.
-  bool m_last_run_on_standby = true;
+  // The next standby is a python one whenever one can be had here (it runs a job that declares
+  // an environment through launch.sh, and stages its files all the same). Holding the lock.
   [[nodiscard]] bool next_standby_python() const
   {
-    return (m_last_run_on_standby || slow_link()) && !m_no_python_standby &&
-           !m_python_command.empty();
-  }
-  // A job that declares an environment is staged by a python standby too (k_slow_link), which
-  // then execs its launch.sh. Holding the lock.
-  [[nodiscard]] bool slow_link() const
-  {
-    const auto round_trip = m_files ? m_files->round_trip() : std::nullopt;
-    return round_trip && *round_trip >= k_slow_link;
+    return !m_no_python_standby && !m_python_command.empty();
   }
 };
 
@@ -787,7 +771,6 @@ Expected<ExecOutcome> SshSession::exec_run(const std::string& run_dir, const Exe
     bool staged_by_standby = false;
     if (!run_dir.empty()) {
       const std::lock_guard lock(m_mutex);
-      m_last_run_on_standby = request.runs_on_standby;
       standby = standby_use_for(staged_dir, stage, staged_by_standby);
     }
     auto outcome =
