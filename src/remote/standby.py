@@ -50,10 +50,11 @@ LOGIN_NAMES = [b"PATH", b"HOME", b"USER", b"LANG", b"TERM", b"LC_ALL", b"LC_CTYP
                b"LC_TIME", b"LC_COLLATE", b"LC_MONETARY", b"LC_MESSAGES", b"LC_PAPER",
                b"LC_NAME", b"LC_ADDRESS", b"LC_TELEPHONE", b"LC_MEASUREMENT",
                b"LC_IDENTIFICATION"]
-SPEC_PREFIX = b"# ferry-standby 2 "
-SPEC_FIELDS = ("run_dir", "job_name", "job_file", "sentinel", "end_marker", "timeout", "grace",
-               "timeout_marker", "timeout_exit", "state_file", "launch_file", "params_size",
-               "frame_limit", "keep", "interpreter")
+# The `# ferry-standby` line's prefix and its fields' names, in their order: standby_script()
+# fills them in from the list that writes the line (src/remote/launcher.cpp), the only one. As it
+# is in the source tree, unfilled, this file matches no launch.sh, and leaves every run to it.
+SPEC_PREFIX = b"@standby_prefix@ "
+SPEC_FIELDS = "@standby_fields@".split()
 STOPS = {_signal.SIGTERM: 143, _signal.SIGINT: 130, _signal.SIGHUP: 129}
 WATCHED = {_signal.SIGCHLD, *STOPS}
 

@@ -862,7 +862,8 @@ class LauncherConformance(unittest.TestCase):
         if "report" in e and e["report"] is None:
             self.assertIsNone(rep, "a report")
         elif not c.streams_closed:
-            self.assertIsNotNone(rep, "no launcher report in %r" % seen["stdout"][-300:])
+            self.assertIsNotNone(rep, "no launcher report; stdout ends %r, stderr %r" % (
+                seen["stdout"][-300:], seen["stderr"][-1500:]))
             self.assertEqual(rep["code"], seen["code"], "the report's code is the exit code")
             self.assertEqual(rep["cause"], e.get("cause", "exit"))
             self.assertEqual(rep["result"], e.get("result", "none"))
