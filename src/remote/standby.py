@@ -206,10 +206,9 @@ def original_environment():
 
 
 def job_environment(environment):
-    # launch.sh's set: each login name that is set, in its order (the first of a repeated one).
-    given = {}
-    for name, value in environment:
-        given.setdefault(name, value)
+    # launch.sh's set: each login name that is set, in its order; of a name given twice, the last
+    # value, as /bin/sh (dash, bash) takes it.
+    given = dict(environment)
     return {name: given[name] for name in LOGIN_NAMES if name in given}
 
 
