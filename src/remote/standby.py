@@ -15,8 +15,8 @@
 # launch.sh carries a `# ferry-standby 2 ...` line when its job may run here: no declared
 # environment; its last field is the job's interpreter. Then this process does what launch.sh
 # does, in the same order and with the same report (docs/run-protocol.md), starting no process
-# but the job: the sentinels, params.json and the state file (umask 077), the job, the deadline,
-# stops by TERM, INT and HUP, the job's group killed at its end, the result section, the run
+# but the job: the sentinels, params.json and the state file (umask 077), the job, the deadline
+# (or USR1), stops by TERM, INT and HUP, the job's group killed at its end, the result section, the run
 # directory removed. A python3 job is the interpreter started ahead, told the run directory and
 # the FERRY_* variables: it becomes `python3 RUN_DIR/JOB`. Any other job (or a python3 job whose
 # interpreter started ahead has gone) is started as launch.sh's `setsid env -i ... INTERPRETER
@@ -56,7 +56,8 @@ LOGIN_NAMES = [b"PATH", b"HOME", b"USER", b"LANG", b"TERM", b"LC_ALL", b"LC_CTYP
 SPEC_PREFIX = b"@standby_prefix@ "
 SPEC_FIELDS = "@standby_fields@".split()
 STOPS = {_signal.SIGTERM: 143, _signal.SIGINT: 130, _signal.SIGHUP: 129}
-WATCHED = {_signal.SIGCHLD, *STOPS}
+# USR1 is how launch.sh's watchdog tells it the deadline has passed: from anyone, it is the deadline.
+WATCHED = {_signal.SIGCHLD, _signal.SIGUSR1, *STOPS}
 
 
 def fsdecode(name):
@@ -600,6 +601,8 @@ class Run:
                     pass
                 return self.spec["timeout_exit"], "timeout"
             info = _signal.sigtimedwait(WATCHED, left)
+            if info is not None and info.si_signo == _signal.SIGUSR1:
+                return self.spec["timeout_exit"], "timeout"
             if info is not None and info.si_signo in STOPS:
                 return STOPS[info.si_signo], "stopped"
 
