@@ -191,6 +191,16 @@ def write_all(fd, data):
         view = view[os.write(fd, view):]
 
 
+def say(fd, data):
+    # A line of the launcher's own (a sentinel, a message) on stdout or stderr. A write that fails
+    # changes nothing, as a failed printf changes nothing for launch.sh: nobody reads any more (the
+    # connection has gone), the run goes on, and its end removes the run directory.
+    try:
+        write_all(fd, data)
+    except OSError:
+        pass
+
+
 def original_environment():
     # [(name, value)] as this process was given them; None without /proc.
     try:
@@ -437,7 +447,7 @@ def stage(words, interpreter):
     if (not size.isdigit() or not run_dir.startswith(b"/") or not plain_name(launch_name)
             or not plain_name(job_file)):
         interpreter.dismiss()
-        write_all(2, b"ferry-standby: not a stage line\n")
+        say(2, b"ferry-standby: not a stage line\n")
         os._exit(125)
     payload = read_exact(int(size))
     if payload is None:
@@ -462,10 +472,10 @@ def make_run_files(run_dir, launch_name, job_file, entry, payload, interpreter):
             remove_tree(fsdecode(run_dir))
         spec = spec_of(payload[:16384])
         if spec is not None:
-            write_all(1, spec["sentinel"] + b"\n")
-            write_all(2, spec["sentinel"] + b"\n")
-        write_all(2, ("ferry-standby: cannot stage the run in %s: %s\n"
-                      % (fsdecode(run_dir), e.strerror)).encode())
+            say(1, spec["sentinel"] + b"\n")
+            say(2, spec["sentinel"] + b"\n")
+        say(2, ("ferry-standby: cannot stage the run in %s: %s\n"
+                % (fsdecode(run_dir), e.strerror)).encode())
         os._exit(125)
     return fsdecode(launch)
 
@@ -487,7 +497,7 @@ def as_sh_would(launch, environment, interpreter):
     try:
         os.execve("/bin/sh", ["/bin/sh", launch], dict(environment))
     except OSError as e:
-        write_all(2, ("/bin/sh: %s\n" % e.strerror).encode())
+        say(2, ("/bin/sh: %s\n" % e.strerror).encode())
         os._exit(127)
 
 
@@ -509,13 +519,13 @@ class Run:
         run_dir = spec["run_dir"]
         ferry_env = [(b"FERRY_RUN_DIR", run_dir), (b"FERRY_PARAMS", run_dir + b"/params.json"),
                      (b"FERRY_RESULT", run_dir + b"/result.json"), (b"FERRY_JOB", spec["job_name"])]
-        write_all(1, spec["sentinel"] + b"\n")
-        write_all(2, spec["sentinel"] + b"\n")
+        say(1, spec["sentinel"] + b"\n")
+        say(2, spec["sentinel"] + b"\n")
         try:
             os.chdir(run_dir)
         except OSError as e:
-            write_all(2, ("ferry-standby: cannot change to %s: %s\n"
-                          % (self.run_dir, e.strerror)).encode())
+            say(2, ("ferry-standby: cannot change to %s: %s\n"
+                    % (self.run_dir, e.strerror)).encode())
             os._exit(125)
         self.write_params()
         if self.program is not None:
@@ -540,7 +550,7 @@ class Run:
             self.job = start_program(self.program, argv, environment)
         except OSError as e:
             # What `env` says and exits with when it cannot run the program it was given.
-            write_all(2, ("env: '%s': %s\n" % (fsdecode(argv[0]), e.strerror)).encode())
+            say(2, ("env: '%s': %s\n" % (fsdecode(argv[0]), e.strerror)).encode())
             self.job = None
             self.failed = 127 if e.errno == errno.ENOENT else 126
 
@@ -558,7 +568,7 @@ class Run:
                 out.write(params)
         except OSError:
             os.umask(old)
-            write_all(2, ("ferry-launcher: cannot write %s\n" % params_path).encode())
+            say(2, ("ferry-launcher: cannot write %s\n" % params_path).encode())
             self.interpreter.dismiss()
             os._exit(125)
         try:
@@ -727,7 +737,7 @@ def serve(environment, ahead):
         launch = fsdecode(words[2])
     else:
         interpreter.dismiss()
-        write_all(2, b"ferry-standby: not a launcher line\n")
+        say(2, b"ferry-standby: not a launcher line\n")
         os._exit(125)
     # Blocked from here: a stop that comes while the run starts is taken once the job runs.
     _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED)
