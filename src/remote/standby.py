@@ -514,6 +514,21 @@ class Run:
         self.run_dir = fsdecode(spec["run_dir"])
         self.result = self.run_dir + "/result.json"
 
+    def prepare(self):
+        # launch.sh's steps that may refuse the run: into the run directory, params.json and the
+        # state file (umask 077). Taken before the sentinels rather than after (nobody can tell
+        # the difference); False when launch.sh would refuse the run (its directory gone,
+        # params.json not written): the run is then left to launch.sh, to refuse in its words.
+        try:
+            os.chdir(self.spec["run_dir"])
+        except OSError:
+            return False
+        old = os.umask(0o077)
+        try:
+            return self.write_params()
+        finally:
+            os.umask(old)
+
     def start(self):
         spec = self.spec
         run_dir = spec["run_dir"]
@@ -521,13 +536,6 @@ class Run:
                      (b"FERRY_RESULT", run_dir + b"/result.json"), (b"FERRY_JOB", spec["job_name"])]
         say(1, spec["sentinel"] + b"\n")
         say(2, spec["sentinel"] + b"\n")
-        try:
-            os.chdir(run_dir)
-        except OSError as e:
-            say(2, ("ferry-standby: cannot change to %s: %s\n"
-                    % (self.run_dir, e.strerror)).encode())
-            os._exit(125)
-        self.write_params()
         if self.program is not None:
             self.start_program(ferry_env)
             return
@@ -556,27 +564,22 @@ class Run:
 
     def write_params(self):
         spec = self.spec
-        old = os.umask(0o077)
-        params_path = self.run_dir + "/params.json"
         try:
             params = b""
             if spec["params_size"]:
                 with open(self.launch, "rb") as launch:
                     launch.seek(-spec["params_size"], 2)
                     params = launch.read(spec["params_size"])
-            with open(params_path, "wb") as out:
+            with open(self.run_dir + "/params.json", "wb") as out:
                 out.write(params)
         except OSError:
-            os.umask(old)
-            say(2, ("ferry-launcher: cannot write %s\n" % params_path).encode())
-            self.interpreter.dismiss()
-            os._exit(125)
+            return False
         try:
             with open(self.run_dir + "/" + fsdecode(spec["state_file"]), "w") as state:
                 state.write("%d +%d\n" % (os.getpid(), spec["timeout"] + spec["grace"]))
         except OSError:
-            pass
-        os.umask(old)
+            pass  # best effort, as in launch.sh
+        return True
 
     def signal_job(self, signum):
         for kill in (os.killpg, os.kill):
@@ -756,6 +759,8 @@ def serve(environment, ahead):
             as_sh_would(launch, environment, interpreter)
         interpreter.discard()
     run = Run(spec, launch, interpreter, environment, program)
+    if not run.prepare():
+        as_sh_would(launch, environment, interpreter)
     run.start()
     code, cause = run.wait()
     if run.job is None:
