@@ -21,10 +21,10 @@
 # the FERRY_* variables: it becomes `python3 RUN_DIR/JOB`. Any other job (or a python3 job whose
 # interpreter started ahead has gone) is started as launch.sh's `setsid env -i ... INTERPRETER
 # RUN_DIR/JOB` starts it, the interpreter looked up in the login PATH. Any other line, a
-# launch.sh without that line, an interpreter not found there, or a login environment with
-# SLURM_JOB_ID set (launch.sh passes the scheduler's variables on): this process execs
-# `/bin/sh RUN_DIR/launch.sh` as the sh would have, with the environment it was started with and
-# default signal dispositions.
+# launch.sh without that line, an interpreter or setsid not found there, a login environment with
+# SLURM_JOB_ID set (launch.sh passes the scheduler's variables on), or a run launch.sh refuses (its
+# directory gone, params.json not written): this process execs `/bin/sh RUN_DIR/launch.sh` as the
+# sh would have, with the environment it was started with and default signal dispositions.
 #
 # After the report of a job it ran, this process stays for the next run on the same channel: it
 # ends the run's stderr with `END_MARKER stay`, starts the next interpreter ahead (after a python3
@@ -745,9 +745,11 @@ def serve(environment, ahead):
     # Blocked from here: a stop that comes while the run starts is taken once the job runs.
     _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED)
     spec = read_spec(launch)
-    if spec is None or dict(environment).get(b"SLURM_JOB_ID"):
-        # Not a job this process runs (a declared environment), or one that launch.sh would
-        # give the scheduler's variables too.
+    if (spec is None or dict(environment).get(b"SLURM_JOB_ID")
+            or find_program(b"setsid", environment) is None):
+        # Not a job this process runs (a declared environment), one that launch.sh would give the
+        # scheduler's variables too, or one it would start without a session of its own (no
+        # setsid on the login PATH).
         as_sh_would(launch, environment, interpreter)
     # A python3 job becomes the interpreter started ahead; any other job, or a python3 job with
     # none alive, is started as launch.sh starts it, once its interpreter is found as launch.sh
