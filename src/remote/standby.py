@@ -662,7 +662,7 @@ class Run:
         try:
             write_all(1, b"%s %d %s\n" % (self.spec["end_marker"], code, cause.encode()))
         except OSError:
-            remove_tree(self.run_dir)
+            remove_run_dir(self.run_dir, self.environment)
             os._exit(code)
         section, left = self.result_section()
         os.chdir("/")
@@ -673,7 +673,7 @@ class Run:
                 pass
             clean = b"clean kept\n"
         else:
-            remove_tree(self.run_dir)
+            remove_run_dir(self.run_dir, self.environment)
             clean = b"clean failed\n" if lexists(self.run_dir) else b"clean removed\n"
         try:
             write_all(1, section + clean)
@@ -685,14 +685,41 @@ class Run:
 
 
 def remove_tree(path):
+    # Everything under `path`, then `path` (links removed, never followed); whatever cannot go
+    # stays, and the rest goes all the same. A stack, not recursion: a job may leave a tree
+    # thousands deep.
+    stack = [(path, False)]
+    while stack:
+        top, emptied = stack.pop()
+        try:
+            if emptied:
+                os.rmdir(top)
+            elif is_directory(top):
+                stack.append((top, True))
+                with os.scandir(top) as entries:
+                    stack.extend((entry.path, False) for entry in entries)
+            else:
+                os.unlink(top)
+        except OSError:
+            pass
+
+
+def remove_run_dir(path, environment):
+    # launch.sh's `rm -rf RUN_DIR`, without a process when this one can remove it all; what is
+    # left (a tree longer than a path may be, a file that would not go) is left to `rm -rf` itself.
+    remove_tree(path)
+    if not lexists(path):
+        return
+    rm = find_program(b"rm", environment)
+    if rm is None:
+        return
     try:
-        if is_directory(path):
-            with os.scandir(path) as entries:
-                for entry in entries:
-                    remove_tree(entry.path)
-            os.rmdir(path)
-        else:
-            os.unlink(path)
+        pid = os.posix_spawn(
+            rm, ["rm", "-rf", path], dict(environment),
+            file_actions=[(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                          (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0)],
+            setsigmask=())
+        os.waitpid(pid, 0)
     except OSError:
         pass
 

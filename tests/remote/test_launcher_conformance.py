@@ -372,6 +372,9 @@ CASES = [
                  "files": ["stuck d", "stuck/file f 644"]}),
     case("clean_removes_a_deep_tree", 'd=d; i=1\nwhile [ $i -lt 1200 ]; do d=$d/d; i=$((i + 1)); done\nmkdir -p "$d"\n',
          expect={"code": 0, "clean": "removed", "files": None}),
+    case("clean_removes_a_tree_longer_than_a_path_may_be",
+         'import os\nfor _ in range(25):\n    os.mkdir("d" * 200)\n    os.chdir("d" * 200)\n',
+         interpreter="python3", expect={"code": 0, "clean": "removed", "files": None}),
     # Refusals: no job runs.
     case("interpreter_not_found_127", "exit 0\n", interpreter="no-such-interpreter-ferry",
          standby_runs=False,
