@@ -116,10 +116,11 @@ TEST_CASE("the python standby takes the standby line's prefix and field names fr
 {
   const std::string_view script = standby_script();
   CHECK_THAT(std::string(script), Catch::Contains("SPEC_PREFIX = b\"# ferry-standby 2 \"\n"));
-  CHECK_THAT(std::string(script),
-             Catch::Contains("SPEC_FIELDS = \"run_dir job_name job_file sentinel end_marker timeout "
-                             "grace timeout_marker timeout_exit state_file launch_file params_size "
-                             "frame_limit keep interpreter\".split()\n"));
+  CHECK_THAT(
+      std::string(script),
+      Catch::Contains("SPEC_FIELDS = \"run_dir job_name job_file sentinel end_marker timeout "
+                      "grace timeout_marker timeout_exit state_file launch_file params_size "
+                      "frame_limit keep interpreter\".split()\n"));
   CHECK(script.find("@standby_") == std::string_view::npos);
 }
 
