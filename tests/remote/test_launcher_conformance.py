@@ -24,6 +24,7 @@ parent's command name): a case the standby runs itself must have been run by it,
 
 Run by ctest as remote_launcher_conformance (FERRY_LAUNCHER_TOOL: the ferry_launcher_tool built
 from tests/remote/launcher_tool.cpp). A missing prerequisite (the tool, setsid, /proc) fails.
+FERRY_CONFORMANCE_CASES=REGEX runs only the cases whose names match.
 """
 import ast
 import concurrent.futures
@@ -88,9 +89,16 @@ P = "@probe@"
 
 @dataclasses.dataclass
 class Case:
+    """One request, and what every way must show for it. `expect` (what is not named is the
+    default): code (the exit code ferry takes; else the report's, exit), cause (exit), result
+    (none), result_bytes (b""), clean (removed; the run directory gone unless `files` says what
+    is left), report (None: no report at all), stdout, stderr, stderr_has, probes (what the job
+    left in P, by name; None: nothing), environ_names (the job's environment, in order), files
+    (the run directory's entries left; None: it has gone), leftovers (processes left, by the name
+    the job gave their pids in P/ids), min_elapsed (seconds)."""
     name: str
     job: str                      # the job's text (sh or python3, per `interpreter`)
-    interpreter: str = "sh"  # @python3@: this machine's python3 by its absolute path
+    interpreter: str = "sh"       # @python3@: this machine's python3 by its absolute path
     params: bytes = b'{"x": 1}'
     timeout: int = 10
     grace: int = 1
