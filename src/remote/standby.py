@@ -16,11 +16,12 @@
 # environment; its last field is the job's interpreter. Then this process does what launch.sh
 # does, in the same order and with the same report (docs/run-protocol.md), starting no process
 # but the job: the sentinels, params.json and the state file (umask 077), the job, the deadline
-# (or USR1), stops by TERM, INT and HUP, the job's group killed at its end, the result section, the run
-# directory removed. A python3 job is the interpreter started ahead, told the run directory and
-# the FERRY_* variables: it becomes `python3 RUN_DIR/JOB`. Any other job (or a python3 job whose
-# interpreter started ahead has gone) is started as launch.sh's `setsid env -i ... INTERPRETER
-# RUN_DIR/JOB` starts it, the interpreter looked up in the login PATH. Any other line, a
+# (or USR1), stops by TERM, INT and HUP, the job's group killed at its end, the result section,
+# the run directory removed (what it could not remove itself, by `rm -rf`). A python3 job is the
+# interpreter started ahead, told the run directory and the FERRY_* variables: it becomes
+# `python3 RUN_DIR/JOB`. Any other job (or a python3 job whose interpreter started ahead has gone)
+# is started as launch.sh's `setsid env -i ... INTERPRETER RUN_DIR/JOB` starts it, the
+# interpreter looked up in the login PATH. Any other line, a
 # launch.sh without that line, an interpreter or setsid not found there, a login environment with
 # SLURM_JOB_ID set (launch.sh passes the scheduler's variables on), or a run launch.sh refuses (its
 # directory gone, params.json not written): this process execs `/bin/sh RUN_DIR/launch.sh` as the
@@ -56,7 +57,8 @@ LOGIN_NAMES = [b"PATH", b"HOME", b"USER", b"LANG", b"TERM", b"LC_ALL", b"LC_CTYP
 SPEC_PREFIX = b"@standby_prefix@ "
 SPEC_FIELDS = "@standby_fields@".split()
 STOPS = {_signal.SIGTERM: 143, _signal.SIGINT: 130, _signal.SIGHUP: 129}
-# USR1 is how launch.sh's watchdog tells it the deadline has passed: from anyone, it is the deadline.
+# USR1 is how launch.sh's watchdog tells it the deadline has passed; from anyone, it is the
+# deadline.
 WATCHED = {_signal.SIGCHLD, _signal.SIGUSR1, *STOPS}
 
 
