@@ -22,6 +22,22 @@ StagedRun staged_run(const RunBundle& bundle, std::string run_dir, const StopTok
   return run;
 }
 
+namespace {
+
+// The directories above a file sent (`conf/a/b.json`: conf, conf/a), each made once per run.
+Expected<void> make_parent_dirs(RunDirWriter& writer, const std::string& run_dir,
+                                const std::string& path, std::set<std::string>& made)
+{
+  for (auto slash = path.find('/'); slash != std::string::npos; slash = path.find('/', slash + 1)) {
+    if (std::string dir = path.substr(0, slash); made.insert(dir).second) {
+      FERRY_TRY(writer.make_dir(run_dir + "/" + dir));
+    }
+  }
+  return {};
+}
+
+} // namespace
+
 Expected<bool> write_run_files(RunDirWriter& writer, const RunBundle& bundle,
                                const std::string& run_dir)
 {
@@ -35,12 +51,7 @@ Expected<bool> write_run_files(RunDirWriter& writer, const RunBundle& bundle,
   FERRY_TRY(writer.put_file(run_dir + "/" + k_launcher_file, launcher_for(bundle, run_dir)));
   std::set<std::string> made;
   for (const auto& file : bundle.files) {
-    for (auto slash = file.path.find('/'); slash != std::string::npos;
-         slash = file.path.find('/', slash + 1)) {
-      if (std::string dir = file.path.substr(0, slash); made.insert(dir).second) {
-        FERRY_TRY(writer.make_dir(run_dir + "/" + dir));
-      }
-    }
+    FERRY_TRY(make_parent_dirs(writer, run_dir, file.path, made));
     FERRY_TRY(writer.put_file(run_dir + "/" + file.path, file.bytes));
   }
   return cached;
