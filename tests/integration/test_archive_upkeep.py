@@ -224,6 +224,16 @@ BIG_OUTPUT = ('import json, os, sys\n'
 KIB_PARAM = 'result = "optional"\n[params.kib]\ntype = "int"\ndefault = 256\n'
 
 
+# Reads the file sent beside it, answers with its content and writes one output.
+CONF_JOB = ('import json, os\n'
+            'os.chdir(os.environ["FERRY_RUN_DIR"])\n'
+            'conf = json.load(open("conf.json"))\n'
+            'os.makedirs("out", exist_ok=True)\n'
+            'open("out/r.txt", "w").write("fetched back\\n")\n'
+            'json.dump(conf, open(os.environ["FERRY_RESULT"], "w"))\n')
+OUT_SHA256 = hashlib.sha256(b"fetched back\n").hexdigest()
+
+
 class Prune(Base):
     def make_runs(self, job, count, kib=256):
         return [self.run_ok(job, "-p", f"kib={kib}")["run_id"] for _ in range(count)]
@@ -292,7 +302,8 @@ class Prune(Base):
         res = self.ferry("prune", "--job", "big", "--keep-last", "0")
         self.assertEqual(res.code, 0, res)
         self.assertEqual(self.logged_ids(), [other_id])
-        self.assertIn("1 script no run uses", res.stdout.decode())
+        self.assertIn("what no remaining run uses: 1 script, 0 files sent, 0 outputs fetched",
+                      res.stdout.decode())
         db = sqlite3.connect(self.archive)
         self.assertEqual(db.execute("SELECT count(*) FROM scripts").fetchone()[0], 1)
         db.close()
@@ -319,6 +330,66 @@ class Prune(Base):
         self.assertEqual(len(self.logged_ids()), 3)
         db = sqlite3.connect(self.archive)
         self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+        db.close()
+
+    def test_a_run_that_sent_a_file_and_fetched_an_output_survives_prune_and_replays(self):
+        # Issue 42 item 1: prune removed the archived bytes of files sent and outputs fetched
+        # (even a prune that removed no run), and `replay last` then refused the run.
+        job = write_job(self.tmp, "conf_user", CONF_JOB, params='outputs = ["out/*"]')
+        config = os.path.join(self.config, "ferry", "config.toml")
+
+        def run(*extra):
+            res = self.ferry("run", job, "--file", "conf.json", "--out", os.path.join(self.tmp, "out", "{run_id}"),
+                             "--json", *extra, cwd=self.tmp)
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([f["path"] for f in res.record["files"]], ["conf.json"])
+            self.assertEqual([o["path"] for o in res.record["outputs"]], ["out/r.txt"])
+            return res.record["run_id"]
+
+        def replays_identical():
+            last = json.loads(self.ferry("show", "last", "--json").stdout)["run_id"]
+            res = self.ferry("replay", "last", "--json", cwd=self.tmp)
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual(res.record["replay_of"], last)
+            self.assertTrue(res.record["compare"]["identical"], res.record["compare"])
+            self.assertEqual(res.record["result"], {"tp": 2})
+            self.assertEqual([o["sha256"] for o in res.record["outputs"]], [OUT_SHA256])
+
+        with open(os.path.join(self.tmp, "conf.json"), "w") as f:
+            f.write('{"tp": 1}\n')
+        first = run()
+        with open(os.path.join(self.tmp, "conf.json"), "w") as f:
+            f.write('{"tp": 2}\n')
+        kept = run()
+        # By age, removing no run: nothing else goes either, and the text says so by role.
+        res = self.ferry("prune", "--older-than", "30d")
+        self.assertEqual(res.code, 0, res)
+        self.assertIn("removed 0 runs (0 B) and what no remaining run uses: 0 scripts, 0 files sent, "
+                      "0 outputs fetched", res.stdout.decode())
+        replays_identical()
+        # By count: the first two runs go, the replay just recorded stays with the same bytes; only
+        # the file the first run alone sent goes with it.
+        res = self.ferry("prune", "--keep-last", "1", "--json")
+        self.assertEqual(res.code, 0, res)
+        outcome = json.loads(res.stdout)
+        self.assertEqual(sorted(outcome["removed"]), sorted([first, kept]))
+        self.assertEqual((outcome["scripts_removed"], outcome["files_removed"], outcome["outputs_removed"]),
+                         (0, 1, 0), outcome)
+        replays_identical()
+        # By size, from the command line and from the config after a run.
+        res = self.ferry("prune", "--max-size", "1", "--keep-last", "1")
+        self.assertEqual(res.code, 0, res)
+        self.assertIn("removed 1 run ", res.stdout.decode())
+        self.assertEqual(len(self.logged_ids()), 1)
+        replays_identical()
+        with open(config, "w") as f:
+            f.write('[archive]\nmax_size = 1\n')
+        newest = run()
+        self.assertEqual(self.logged_ids(), [newest])
+        replays_identical()
+        db = sqlite3.connect(self.archive)
+        self.assertEqual(db.execute("SELECT count(*) FROM run_files WHERE run_id NOT IN "
+                                    "(SELECT run_id FROM runs)").fetchone()[0], 0)
         db.close()
 
     def test_config_max_size_prunes_the_oldest_after_each_write(self):
