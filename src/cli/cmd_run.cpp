@@ -36,17 +36,6 @@ struct RunCommand {
   std::uint64_t archive_outputs_max_mib = 16;
 };
 
-// --env, each checked; `--env KEY` takes ferry's own value.
-Expected<EnvVars> env_options(const std::vector<std::string>& assignments)
-{
-  EnvVars env;
-  for (const auto& assignment : assignments) {
-    FERRY_TRY(
-        add_env_assignment(env, assignment, [](const char* name) { return std::getenv(name); }));
-  }
-  return env;
-}
-
 // --interpreter NAME=PATH: the job's interpreter NAME runs as PATH on every host.
 Expected<std::map<std::string, std::string>>
 interpreter_options(const std::vector<std::string>& assignments)
@@ -196,7 +185,7 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   FERRY_TRY_ASSIGN(const auto runs, plan_runs(cmd, jobs, file));
   FERRY_TRY(check_keys_used(cmd, jobs));
   RunOptions options;
-  FERRY_TRY_ASSIGN(options.env, env_options(cmd.env));
+  FERRY_TRY_ASSIGN(options.env, env_from_options(cmd.env));
   FERRY_TRY_ASSIGN(options.interpreters, interpreter_options(cmd.interpreters));
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   options.host_settings = [config](std::string_view host) {

@@ -185,6 +185,43 @@ class Replay(Base):
         self.assertEqual(res.code, 2, res)
         self.assertIn("--current", res.stderr.decode())
 
+    def test_replay_takes_env_and_names_the_variables_it_lacks(self):
+        # Issue 42 item 3: `--env HF_TOKEN` archives the name only; replay takes --env and says
+        # which archived names nothing gives now before it runs.
+        body = ('import json, os\n'
+                'json.dump({"token_present": "HF_TOKEN" in os.environ, "mode": os.environ.get("MODE")},'
+                ' open(os.environ["FERRY_RESULT"], "w"))\n')
+        job = write_job(self.tmp, "needs_token", body, params='[env]\nMODE = "fast"\n')
+        secret = {"HF_TOKEN": "hf_secret_value"}
+        first = self.ferry("run", job, "--env", "HF_TOKEN", "--json", env=secret)
+        self.assertEqual(first.code, 0, first)
+        self.assertEqual(first.record["env"], ["HF_TOKEN", "MODE"])
+        self.assertEqual(first.record["result"], {"token_present": True, "mode": "fast"})
+        run_id = first.record["run_id"]
+        bare = self.ferry("replay", run_id, "--json")
+        self.assertEqual(bare.code, 4, bare)
+        err = bare.stderr.decode()
+        self.assertIn(f"run {run_id} was given the variable HF_TOKEN, whose value the archive never "
+                      "keeps; the replay runs without it — pass --env HF_TOKEN", err)
+        self.assertNotIn("MODE", err)  # the job's [env] travels in its bytes
+        self.assertEqual(bare.record["compare"]["missing_env"], ["HF_TOKEN"])
+        self.assertEqual(bare.record["compare"]["changes"],
+                         [{"path": "/token_present", "old": True, "new": False}])
+        text = self.ferry("replay", run_id).stdout.decode()
+        self.assertIn(f"(replayed without HF_TOKEN: run {run_id} had it; --env gives it)", text)
+        given = self.ferry("replay", run_id, "--env", "HF_TOKEN", "--json", env=secret)
+        self.assertEqual(given.code, 0, given)
+        self.assertNotIn("HF_TOKEN", given.stderr.decode())
+        self.assertNotIn("missing_env", given.record["compare"])
+        self.assertTrue(given.record["compare"]["identical"])
+        valued = self.ferry("replay", run_id, "--env", "HF_TOKEN=other", "--json")
+        self.assertEqual(valued.code, 0, valued)
+        self.assertNotIn(b"hf_secret_value", valued.stdout + valued.stderr)
+        self.assertNotIn("HF_TOKEN", os.environ)
+        res = self.ferry("replay", run_id, "--env", "HF_TOKEN")
+        self.assertEqual(res.code, 2, res)
+        self.assertIn("HF_TOKEN", res.stderr.decode())
+
     def test_ignore_and_volatile_leave_fields_out(self):
         body = ('import json, os, random\n'
                 'json.dump({"answer": 42, "nonce": random.random(), "deep": {"x": random.random()}},'
