@@ -345,6 +345,7 @@ class Completion(unittest.TestCase):
             f.write('# /// ferry\n# description = "\\u001b]52;c;aGk=\\u0007\\u001b[31mred\\ttab\\u009b"\n'
                     '# interpreter = "python3"\n# ///\n')
         os.makedirs(os.path.join(cls.work, "other"))
+        os.makedirs(os.path.join(cls.work, "conf"))
         write_job(os.path.join(cls.work, "other"), "otherjob", "print(1)\n")
         cls.env = {"HOME": home, "PATH": os.path.dirname(ferry_bin()) + ":" + SYSTEM_PATH,
                    "FERRY_ARCHIVE": os.path.join(cls.tmp, "archive.db"), "LC_ALL": "C.UTF-8",
@@ -414,7 +415,19 @@ class Completion(unittest.TestCase):
         self.addCleanup(session.close)
         with open(session.out + ".registered") as f:
             self.assertEqual(f.read().strip(), "complete -F _ferry ferry")
+        with open(session.out + ".wordbreaks") as f:
+            wordbreaks = f.read()
+        self.assertLessEqual(set("=@:"), set(wordbreaks), "COMP_WORDBREAKS as bash ships it")
         self.check_all("bash", session.complete)
+        # Issue 42 item 6: the line readline leaves after one Tab, where a COMP_WORDBREAKS
+        # character ends the word (bash made "mode==f" and "@conconf/" of these).
+        for line, after in (("ferry run probe -p mode=", "ferry run probe -p mode=f"),
+                            ("ferry run probe -p mode=@con", "ferry run probe -p mode=@conf/"),
+                            ("ferry run probe --param=mode=fu", "ferry run probe --param=mode=full "),
+                            ("ferry run probe --host gpu1,g", "ferry run probe --host gpu1,gpu"),
+                            ("ferry run probe -p flags=x,", "ferry run probe -p flags=x,")):
+            with self.subTest(shell="bash", line=line):
+                self.assertEqual(session.line_after_tab(line), after)
 
     def test_zsh(self):
         session = zsh_session(self.env, self.work, self.scripts["zsh"])
