@@ -15,7 +15,14 @@ namespace ferry {
 
 enum class RunStatus { ok, failed, timeout, bad_result, no_result, error, interrupted };
 
+// Every status, in the order docs/record.md lists them.
+inline constexpr RunStatus k_run_statuses[] = {
+    RunStatus::ok,        RunStatus::failed, RunStatus::timeout,    RunStatus::bad_result,
+    RunStatus::no_result, RunStatus::error,  RunStatus::interrupted};
+
 [[nodiscard]] std::string_view to_string(RunStatus status);
+// The names of k_run_statuses, for messages, help, completion and schemas.
+[[nodiscard]] std::vector<std::string> run_status_names();
 [[nodiscard]] std::optional<RunStatus> run_status_from(std::string_view text);
 
 struct Timings {

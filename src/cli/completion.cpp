@@ -49,9 +49,7 @@ const std::map<std::string, CompletionKind, std::less<>>& kinds_by_name()
       {"file", {ValueKind::file, {}}},
       {"out", {ValueKind::dir, {}}},
       {"to", {ValueKind::dir, {}}},
-      {"status",
-       {ValueKind::choice,
-        {"ok", "failed", "timeout", "bad-result", "no-result", "error", "interrupted"}}},
+      {"status", {ValueKind::choice, run_status_names()}},
       // Values nothing can be offered for: numbers, times, paths on the host.
       {"timeout", {ValueKind::free_text, {}}},
       {"parallel", {ValueKind::free_text, {}}},

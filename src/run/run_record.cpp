@@ -30,13 +30,21 @@ std::string_view to_string(RunStatus status)
 
 std::optional<RunStatus> run_status_from(std::string_view text)
 {
-  for (auto status : {RunStatus::ok, RunStatus::failed, RunStatus::timeout, RunStatus::bad_result,
-                      RunStatus::no_result, RunStatus::error, RunStatus::interrupted}) {
+  for (const auto status : k_run_statuses) {
     if (to_string(status) == text) {
       return status;
     }
   }
   return std::nullopt;
+}
+
+std::vector<std::string> run_status_names()
+{
+  std::vector<std::string> names;
+  for (const auto status : k_run_statuses) {
+    names.emplace_back(to_string(status));
+  }
+  return names;
 }
 
 std::string new_run_id()

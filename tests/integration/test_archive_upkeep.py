@@ -255,6 +255,40 @@ class Replay(Base):
         self.assertIn("volatile", res.stderr.decode())
 
 
+class NoResult(Base):
+    """Issue 42 item 7: `no-result` is a status like the others, in the docs and in `log`."""
+
+    def test_no_result_is_listed_documented_and_filtered(self):
+        silent = write_job(self.tmp, "silent", 'print("nothing to return")\n', result="required")
+        optional = write_job(self.tmp, "optional", 'print("nothing to return")\n', result="optional")
+        res = self.ferry("run", silent, "--json")
+        self.assertEqual(res.code, 1, res)
+        self.assertEqual(res.record["status"], "no-result")
+        self.assertIn('result = "optional"', res.record["error"])
+        self.assertEqual(self.run_ok(optional)["status"], "ok")
+        listed = self.ferry("log", "--status", "no-result", "--json")
+        self.assertEqual(listed.code, 0, listed)
+        self.assertEqual([r["job"] for r in listed.records], ["silent"])
+        refused = self.ferry("log", "--status", "none")
+        self.assertEqual(refused.code, 2, refused)
+        statuses = refused.stderr.decode().split("expected one of ", 1)[1].strip().split(", ")
+        self.assertIn("no-result", statuses)
+        helped = self.ferry("help", "log").stdout.decode()
+        self.assertIn(", ".join(statuses), " ".join(helped.split()))
+        docs = os.path.join(os.path.dirname(__file__), "..", "..", "docs")
+        with open(os.path.join(docs, "record.md"), encoding="utf-8") as f:
+            record_md = f.read()
+        with open(os.path.join(docs, "cli.md"), encoding="utf-8") as f:
+            cli_md = f.read()
+        with open(os.path.join(docs, "job-file.md"), encoding="utf-8") as f:
+            job_md = f.read()
+        for status in statuses:
+            self.assertIn(f"\n| `{status}` |", record_md, f"docs/record.md's statuses lack {status}")
+        self.assertIn(", ".join(f"`{s}`" for s in statuses), cli_md, "docs/cli.md's log --status")
+        self.assertIn("\n| `result` | string | no |", job_md, "docs/job-file.md's key table")
+        self.assertNotIn("A run without a result is still `ok`", job_md)
+
+
 BIG_OUTPUT = ('import json, os, sys\n'
               'p = json.load(open(os.environ["FERRY_PARAMS"]))\n'
               'sys.stdout.write(os.urandom(p["kib"] * 512).hex())\n')
