@@ -118,6 +118,31 @@ class Discoverability(unittest.TestCase):
         self.assertIn("EXIT STATUS", man.stdout)
 
 
+    def test_setup_install_puts_ferry_where_the_readme_runs_it(self):
+        # Issue 42 item 9: README command 1 builds only ferry and its man page and installs them
+        # (`./setup.sh --install`); here under a prefix of the test's own.
+        source = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+        prefix = tempfile.mkdtemp(prefix="ferry-setup-")
+        self.addCleanup(shutil.rmtree, prefix, True)
+        setup = subprocess.run([os.path.join(source, "setup.sh"), "--install", "--prefix", prefix],
+                               capture_output=True, text=True, timeout=600)
+        self.assertEqual(setup.returncode, 0, setup.stdout + setup.stderr)
+        for installed in ("bin/ferry", "share/man/man1/ferry.1", "share/bash-completion/completions/ferry",
+                          "share/ferry/jobs/kv_calc.py"):
+            self.assertTrue(os.path.isfile(os.path.join(prefix, installed)), installed)
+        tmp = tempfile.mkdtemp(prefix="ferry-setup-run-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        ran = subprocess.run(["ferry", "run", "kv_calc", "--local", "-p", "model=qwen3.5-397b-a17b", "-p", "tp=8",
+                              "-p", "kv_memory_gib=17.4", "--json"], capture_output=True, text=True, cwd=tmp,
+                             env={**os.environ, "PATH": os.path.join(prefix, "bin") + ":" + SYSTEM_PATH,
+                                  "FERRY_ARCHIVE": os.path.join(tmp, "archive.db")}, timeout=120)
+        self.assertEqual(ran.returncode, 0, ran.stderr)
+        self.assertEqual(json.loads(ran.stdout)["result"]["kv"]["fp8_e4m3"]["max_tokens"], 1282328)
+        refused = subprocess.run([os.path.join(source, "setup.sh"), "--prefix", prefix], capture_output=True, text=True)
+        self.assertEqual(refused.returncode, 2)
+        self.assertIn("--prefix goes with --install", refused.stderr)
+
+
 class JobPathCli(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="ferry-jobpath-")
