@@ -402,24 +402,39 @@ Expected<void> set_glob_list(std::vector<std::string>& into, std::string_view ke
   return {};
 }
 
-Expected<void> set_volatile(JobMeta& meta, const toml::node& value, const Source& source)
+// A list of JSON Pointers into the result (`volatile`, `summary`), each checked.
+Expected<void> set_pointer_list(std::vector<std::string>& pointers, std::string_view key,
+                                std::string_view example, const toml::node& value,
+                                const Source& source)
 {
   const auto* list = value.as_array();
   if (list == nullptr) {
-    return source.refuse(value, "volatile must be a list of JSON Pointers into the result, e.g. "
-                                "[\"/cwd\", \"/hostname\"]");
+    return source.refuse(value, "{} must be a list of JSON Pointers into the result, e.g. {}", key,
+                         example);
   }
   for (const auto& item : *list) {
     const auto pointer = item.value<std::string>();
     if (!pointer || !is_json_pointer(*pointer)) {
       return source.refuse(item,
-                           "volatile: {} is not a JSON Pointer; each entry is \"\" (the whole "
+                           "{}: {} is not a JSON Pointer; each entry is \"\" (the whole "
                            "result) or starts with '/', with '~' only as ~0 or ~1",
-                           pointer ? "'" + *pointer + "'" : "a non-string entry");
+                           key, pointer ? "'" + *pointer + "'" : "a non-string entry");
     }
-    meta.volatile_pointers.push_back(*pointer);
+    pointers.push_back(*pointer);
   }
   return {};
+}
+
+Expected<void> set_volatile(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  return set_pointer_list(meta.volatile_pointers, "volatile", "[\"/cwd\", \"/hostname\"]", value,
+                          source);
+}
+
+Expected<void> set_summary(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  return set_pointer_list(meta.summary, "summary", "[\"/tp\", \"/kv/*/max_tokens\"]", value,
+                          source);
 }
 
 Expected<void> set_files(JobMeta& meta, const toml::node& value, const Source& source)
@@ -443,6 +458,7 @@ constexpr std::pair<std::string_view, MetaSetter> k_meta_keys[] = {
     {"params", set_params},
     {"env", set_env},
     {"volatile", set_volatile},
+    {"summary", set_summary},
     {"files", set_files},
     {"outputs", set_outputs},
     {"slurm", set_slurm},

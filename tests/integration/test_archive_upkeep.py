@@ -289,6 +289,27 @@ class NoResult(Base):
         self.assertNotIn("A run without a result is still `ok`", job_md)
 
 
+class Summary(Base):
+    def test_a_sweep_and_log_show_the_jobs_summary_figures(self):
+        # Issue 42 item 10: every row showed {"assumptions": … (the result's first key); kv_calc
+        # declares its headline figures with `summary`.
+        res = self.ferry("run", "kv_calc", "--local", "-p", "model=qwen3.5-397b-a17b", "-p", "kv_memory_gib=17.4",
+                         "--sweep", "tp=4,8")
+        self.assertEqual(res.code, 0, res)
+        table = res.stdout.decode().split("\nHOST ", 1)[1]
+        self.assertNotIn("assumptions", table)
+        self.assertRegex(table, r"\n\S+ +kv_calc +8 +ok +[\d.]+ s +bf16/max_tokens=641164 fp8_e4m3/max_tokens=1282328")
+        logged = self.ferry("log").stdout.decode()
+        self.assertNotIn("assumptions", logged)
+        self.assertIn("bf16/max_tokens=641164 fp8_e4m3/max_tokens=", logged)
+        record = json.loads(self.ferry("show", "last", "--json").stdout)
+        self.assertEqual(record["summary"], [{"name": "bf16/max_tokens", "value": 641164},
+                                             {"name": "fp8_e4m3/max_tokens", "value": 1282328}])
+        plain = write_job(self.tmp, "plain", ANSWER, params=N_PARAM)
+        self.assertNotIn("summary", self.run_ok(plain))
+        self.assertIn('{"answer":42,"n":0}', self.ferry("log", "--limit", "1").stdout.decode())
+
+
 BIG_OUTPUT = ('import json, os, sys\n'
               'p = json.load(open(os.environ["FERRY_PARAMS"]))\n'
               'sys.stdout.write(os.urandom(p["kib"] * 512).hex())\n')
