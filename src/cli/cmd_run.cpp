@@ -238,7 +238,7 @@ void add_run_command(CLI::App& app, Context& ctx)
   add_target_options(*sub, cmd->target);
   sub->add_option("-p,--param", cmd->assignments,
                   "KEY=VALUE, typed by the job's declaration; KEY=@FILE reads the value from FILE; "
-                  "repeating a list parameter appends")
+                  "repeating a list parameter appends (any other is given once)")
       ->allow_extra_args(false);
   sub->add_option("--env", cmd->env,
                   "KEY=VALUE in the job's environment (repeatable); KEY alone passes ferry's own "
