@@ -27,8 +27,8 @@ Expected<std::optional<std::uint64_t>> configured_archive_max_size(const fs::pat
   try {
     config = toml::parse_file(file.string());
   } catch (const toml::parse_error& e) {
-    return fail(ErrorKind::usage, "{}:{}: invalid TOML: {}", file.string(), e.source().begin.line,
-                e.description());
+    return fail(ErrorKind::usage, "{}:{}:{}: invalid TOML: {}", file.string(),
+                e.source().begin.line, e.source().begin.column, e.description());
   }
   const toml::node* value = config.at_path("archive.max_size").node();
   if (value == nullptr) {

@@ -24,6 +24,9 @@ constexpr std::string_view k_block_example = "# /// ferry\n"
 struct Block {
   std::string toml;
   int first_line = 0; // 1-based line of the file where the TOML text starts
+  // Per line of `toml`: the characters its file line has before it ("#" or "# "), so that a
+  // column in the TOML is a column in the file.
+  std::vector<int> prefix_chars;
 };
 
 // "# /// ferry" → "/// ferry"; nullopt when the line is not a comment.
@@ -62,6 +65,7 @@ Expected<Block> find_block(std::string_view bytes, std::string_view label)
       }
       block.toml.append(*inner);
       block.toml.push_back('\n');
+      block.prefix_chars.push_back(static_cast<int>(lines[j].size() - inner->size()));
     }
     return fail(ErrorKind::usage, "{}:{}: the `/// ferry` block has no closing `# ///` line", label,
                 i + 1);
@@ -516,8 +520,12 @@ Expected<JobMeta> parse_job_meta(std::string_view bytes, std::string_view label)
   try {
     table = toml::parse(block.toml, std::string(label));
   } catch (const toml::parse_error& e) {
-    return fail(ErrorKind::usage, "{}:{}: invalid TOML in the `/// ferry` block: {}", label,
-                block.first_line + static_cast<int>(e.source().begin.line) - 1, e.description());
+    const auto& at = e.source().begin;
+    const std::size_t index = at.line > 0 ? at.line - 1 : 0;
+    const int prefix = index < block.prefix_chars.size() ? block.prefix_chars[index] : 0;
+    return fail(ErrorKind::usage, "{}:{}:{}: invalid TOML in the `/// ferry` block: {}", label,
+                block.first_line + static_cast<int>(index), static_cast<int>(at.column) + prefix,
+                e.description());
   }
   const Source source{label, block};
   JobMeta meta;

@@ -248,8 +248,8 @@ Expected<UserConfig> parse_user_config(std::string_view text, const fs::path& fi
   try {
     table = toml::parse(text, file.string());
   } catch (const toml::parse_error& e) {
-    return fail(ErrorKind::usage, "{}:{}: invalid TOML: {}", file.string(), e.source().begin.line,
-                e.description());
+    return fail(ErrorKind::usage, "{}:{}:{}: invalid TOML: {}", file.string(),
+                e.source().begin.line, e.source().begin.column, e.description());
   }
   return parse_table(table, file);
 }

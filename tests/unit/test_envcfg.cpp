@@ -169,7 +169,7 @@ TEST_CASE("config file: a mistake names the file, the line and the key")
   check("[hosts.a]\nremote_bse = \"/x\"\n", "hosts.\"a\".remote_bse: unknown key");
   check("[hosts.a]\nenv.FERRY_X = \"1\"\n", "/c/config.toml:2: hosts.\"a\".env: FERRY_X");
   check("[host.a]\nx = 1\n", "host: unknown key");
-  check("[hosts.a\n", "/c/config.toml:1: invalid TOML");
+  check("[hosts.a\n", "/c/config.toml:1:9: invalid TOML");
 }
 
 TEST_CASE("a missing config file is an empty config")

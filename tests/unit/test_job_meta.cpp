@@ -107,10 +107,13 @@ TEST_CASE("broken metadata blocks are refused with file and line", "[meta]")
     CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\necho\n# ///\n"),
                Catch::Contains("job.py:3:"));
   }
-  SECTION("invalid TOML names the file line")
+  SECTION("invalid TOML names the file's line and column")
   {
+    // Issue 42 item 10: the column too, counted in the file's line ("# " included).
     CHECK_THAT(error_of("#!/bin/sh\n# /// ferry\n# interpreter = \"sh\"\n# timeout = = 3\n# ///\n"),
-               Catch::Contains("job.py:4: invalid TOML"));
+               Catch::StartsWith("job.py:4:13: invalid TOML"));
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n#timeout = = 3\n# ///\n"),
+               Catch::StartsWith("job.py:3:12: invalid TOML"));
   }
   SECTION("interpreter with shell characters")
   {
