@@ -181,6 +181,10 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   ctx.use_json(cmd.json, TerminalOptions{cmd.raw_output, cmd.stream});
   // Everything is checked before any host is contacted: jobs, parameters, targets.
   FERRY_TRY_ASSIGN(const auto jobs, find_jobs(cmd, ctx.job_path()));
+  if (cmd.params_file == "-" && cmd.target.hosts_file == "-") {
+    return fail(ErrorKind::usage, "--params - and --hosts-file - both read standard input; give "
+                                  "one of them a file");
+  }
   FERRY_TRY_ASSIGN(const auto file, read_params_file(cmd.params_file));
   FERRY_TRY_ASSIGN(const auto runs, plan_runs(cmd, jobs, file));
   FERRY_TRY(check_keys_used(cmd, jobs));

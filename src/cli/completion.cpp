@@ -36,7 +36,7 @@ const std::map<std::string, CompletionKind, std::less<>>& kinds_by_name()
       {"host", {ValueKind::host, {}}},
       {"from-host", {ValueKind::host, {}}},
       {"slurm", {ValueKind::host, {}}}, // the login node, reached as a --host is
-      {"hosts-file", {ValueKind::file, {}}},
+      {"hosts-file", {ValueKind::file_or_stdin, {}}},
       {"identity", {ValueKind::file, {}}},
       {"known-hosts", {ValueKind::file, {}}},
       {"ssh-config", {ValueKind::file, {}}},
@@ -319,6 +319,9 @@ void host_candidates(const Line& line, const std::string& text, Answer& answer)
 {
   std::vector<std::string> hosts;
   for (const auto& file : line.hosts_files) {
+    if (file == "-") {
+      continue; // standard input is the user's terminal here, not a hosts file
+    }
     TargetOptions target;
     target.hosts_file = expand_home(file);
     if (auto listed = target_hosts(target)) {

@@ -416,6 +416,8 @@ class Completion(unittest.TestCase):
             ("ferry run probe --host gp", {"gpu1", "gpu2"}),
             ("ferry run probe --host ", ({"gpu1", "gpu2", "db-primary"}, {"*.example.com", "!bad"})),
             ("ferry check --hosts-file hosts.txt --host node-", {"node-a", "node-b"}),
+            ("ferry check --hosts-file ", ({"-", "hosts.txt"}, set())),
+            ("ferry check --hosts-file - --host gp", {"gpu1", "gpu2"}),  # stdin is not read
             ("ferry run probe --host gpu1,g", {"gpu1,gpu1", "gpu1,gpu2"}),
             ("ferry new x --lang ", {"python", "sh"}),
             ("ferry log --status f", {"failed"}),
