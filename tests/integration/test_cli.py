@@ -69,6 +69,11 @@ class Discoverability(unittest.TestCase):
             self.assertEqual(res.code, 0, res)
             self.assertEqual(res.stdout, run_ferry(command, "--help").stdout, command)
         self.assertIn(b"--params", run_ferry("help", "run").stdout)
+        # Issue 42 item 10: each command's help shows examples of that command (new and jobs
+        # showed none of their own).
+        for command in set(COMMANDS) - {"help", "completion"}:
+            text = run_ferry(command, "--help").stdout.decode()
+            self.assertRegex(text, rf"\n  ferry {command}\b", f"ferry {command} --help has no example of it")
         res = run_ferry("help", "rnu")
         self.assertEqual(res.code, 2)
         self.assertIn("did you mean 'run'?", res.stderr.decode())
@@ -157,6 +162,31 @@ class JobPathCli(unittest.TestCase):
 
     def ferry(self, *args, env=None):
         return run_ferry(*args, env={**self.env, **(env or {})}, cwd=self.work)
+
+    def test_a_job_named_with_its_extension_gets_the_command_that_runs_it(self):
+        # Issue 42 item 10: `ferry run my_probe.py` suggested ./my_probe.py.py.
+        res = self.ferry("new", "my_probe")
+        self.assertEqual(res.code, 0, res)
+        res = self.ferry("run", "my_probe.py")
+        self.assertEqual(res.code, 2, res)
+        err = res.stderr.decode()
+        self.assertNotIn(".py.py", err)
+        self.assertIn("`ferry run my_probe` runs the job my_probe", err)
+        res = self.ferry("run", "nothing.py")
+        self.assertEqual(res.code, 2, res)
+        self.assertNotIn(".py.py", res.stderr.decode())
+        self.assertIn("a path like ./nothing.py runs a file directly", res.stderr.decode())
+
+    def test_new_templates_read_one_parameter(self):
+        # Issue 42 item 10: the templates show how to read one parameter, in sh and python.
+        for lang in ("python", "sh"):
+            with self.subTest(lang=lang):
+                res = self.ferry("new", f"greet_{lang}", "--lang", lang)
+                self.assertEqual(res.code, 0, res)
+                ran = self.ferry("run", f"greet_{lang}", "-p", "greeting=good day", "--json")
+                self.assertEqual(ran.code, 0, ran)
+                self.assertEqual(ran.record["result"]["greeting"], "good day")
+                self.assertIn(b"good day from ", ran.record["stdout"].encode())
 
     def test_jobs_path_shows_the_search_order(self):
         first = os.path.join(self.tmp, "first")
