@@ -2,6 +2,7 @@
 # description = "KV-cache and recurrent-state capacity per GPU as SGLang or vLLM allocate it (mode=size), or a plan of GPU count, TP/DP-attention split and KV dtype for a workload (mode=plan)"
 # interpreter = "python3"
 # timeout = 120
+# summary = ["/kv/*/max_tokens", "/pick/gpus", "/pick/tp", "/pick/dp", "/pick/kv_dtype", "/pick/concurrent_requests"]
 #
 # [params.mode]
 # type = "string"

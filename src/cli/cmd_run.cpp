@@ -36,17 +36,6 @@ struct RunCommand {
   std::uint64_t archive_outputs_max_mib = 16;
 };
 
-// --env, each checked; `--env KEY` takes ferry's own value.
-Expected<EnvVars> env_options(const std::vector<std::string>& assignments)
-{
-  EnvVars env;
-  for (const auto& assignment : assignments) {
-    FERRY_TRY(
-        add_env_assignment(env, assignment, [](const char* name) { return std::getenv(name); }));
-  }
-  return env;
-}
-
 // --interpreter NAME=PATH: the job's interpreter NAME runs as PATH on every host.
 Expected<std::map<std::string, std::string>>
 interpreter_options(const std::vector<std::string>& assignments)
@@ -192,11 +181,15 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   ctx.use_json(cmd.json, TerminalOptions{cmd.raw_output, cmd.stream});
   // Everything is checked before any host is contacted: jobs, parameters, targets.
   FERRY_TRY_ASSIGN(const auto jobs, find_jobs(cmd, ctx.job_path()));
+  if (cmd.params_file == "-" && cmd.target.hosts_file == "-") {
+    return fail(ErrorKind::usage, "--params - and --hosts-file - both read standard input; give "
+                                  "one of them a file");
+  }
   FERRY_TRY_ASSIGN(const auto file, read_params_file(cmd.params_file));
   FERRY_TRY_ASSIGN(const auto runs, plan_runs(cmd, jobs, file));
   FERRY_TRY(check_keys_used(cmd, jobs));
   RunOptions options;
-  FERRY_TRY_ASSIGN(options.env, env_options(cmd.env));
+  FERRY_TRY_ASSIGN(options.env, env_from_options(cmd.env));
   FERRY_TRY_ASSIGN(options.interpreters, interpreter_options(cmd.interpreters));
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   options.host_settings = [config](std::string_view host) {
@@ -249,7 +242,7 @@ void add_run_command(CLI::App& app, Context& ctx)
   add_target_options(*sub, cmd->target);
   sub->add_option("-p,--param", cmd->assignments,
                   "KEY=VALUE, typed by the job's declaration; KEY=@FILE reads the value from FILE; "
-                  "repeating a list parameter appends")
+                  "repeating a list parameter appends (any other is given once)")
       ->allow_extra_args(false);
   sub->add_option("--env", cmd->env,
                   "KEY=VALUE in the job's environment (repeatable); KEY alone passes ferry's own "

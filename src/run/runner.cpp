@@ -627,6 +627,9 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params,
         run.setup.interpreter; // after the config file and --interpreter
   }
   run_phases(run);
+  if (!job.meta.summary.empty() && !record.result.is_null()) {
+    record.summary = result_summary(record.result, job.meta.summary);
+  }
   // What the target learnt while the job ran (a scheduler's job id, node and final state).
   record.target = session.target();
   record.host_label = session.label();
