@@ -376,8 +376,8 @@ class SshServer:
     def __init__(self, sftp: str = "internal", extra_config: str = "", listen: str = "127.0.0.1",
                  reset_users: bool = True, port: int | None = None, netns: str | None = None,
                  inetd_netns: str | None = None, also_listen: list[str] | tuple[str, ...] = ()):
-        """sftp: "internal" (internal-sftp), "external" (/usr/lib/openssh/sftp-server) or an
-        absolute path of an sftp server.  extra_config: sshd_config text; its keywords win over
+        """sftp: "internal" (internal-sftp), "external" (/usr/lib/openssh/sftp-server), an
+        absolute path of an sftp server, or "none" (no sftp subsystem at all).  extra_config: sshd_config text; its keywords win over
         the fixture's (sshd keeps the first value it reads), its Match blocks go at the end.
         port: a fixed port instead of a free one.  netns: the name of an existing network
         namespace (`ip netns add NAME`, its lo up) to run sshd in; None: this process's.
@@ -389,8 +389,10 @@ class SshServer:
             self.sftp_subsystem = EXTERNAL_SFTP_SERVER
         elif sftp.startswith("/"):
             self.sftp_subsystem = sftp
+        elif sftp == "none":
+            self.sftp_subsystem = ""
         else:
-            raise ValueError(f'sftp must be "internal", "external" or an absolute path, not {sftp!r}')
+            raise ValueError(f'sftp must be "internal", "external", "none" or an absolute path, not {sftp!r}')
         self.sftp = sftp
         self.extra_config = extra_config
         self.host = listen
@@ -738,7 +740,7 @@ class SshServer:
             "MaxSessions 64\n"
             "MaxAuthTries 10\n"
             "LoginGraceTime 30\n"
-            + ("" if re.search(r"(?im)^\s*subsystem\s+sftp\b", self.extra_config)
+            + ("" if re.search(r"(?im)^\s*subsystem\s+sftp\b", self.extra_config) or not self.sftp_subsystem
                else f"Subsystem sftp {self.sftp_subsystem}\n")
             + (match + "\n" if match else "")
         )

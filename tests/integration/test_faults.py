@@ -87,6 +87,29 @@ class Faults(SshTestCase):
         for leftover in self.srv.run_dirs(user):
             shutil.rmtree(leftover, ignore_errors=True)
 
+    def test_connection_lost_while_staging_says_so(self):
+        # Issue 45 item 8: the host's sshd killed while a file is being sent was reported by the
+        # server's last SFTP status ("failure (a full disk or quota also shows this way)") or
+        # libssh's raw "Socket error: disconnected".
+        big = os.path.join(self.tmp, "big.bin")
+        with open(big, "wb") as f:
+            f.truncate(200 * 1024 * 1024)
+        job = write_job(self.tmp, "staged", "echo never\n", interpreter="sh", timeout=10)
+        user = self.srv.user("bash")
+        proc = self.start_ferry("run", job, "--host", self.srv.alias("bash"), "--file", big,
+                                "--json", "--connect-timeout", "3")
+        self.assertTrue(self.wait_for(lambda: self.srv.run_dirs(user), timeout=30),
+                        "no run directory was made")
+        self.srv.kill_connections(user)
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 1, err)
+        rec = json.loads(out)
+        self.assertEqual(rec["status"], "error", rec)
+        self.assertIn("connection lost", rec["error"])
+        self.assertNotIn("disk", rec["error"])
+        for leftover in self.srv.run_dirs(user):
+            shutil.rmtree(leftover, ignore_errors=True)
+
     def test_params_never_appear_in_a_remote_command_line(self):
         secret = "s3cr3t-" + os.urandom(6).hex()
         job = write_job(self.tmp, "peek", '''

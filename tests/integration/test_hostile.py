@@ -286,6 +286,20 @@ class MaxSessionsOne(unittest.TestCase):
             self.assertIn("refused a second channel (MaxSessions 1?)", res.stderr.decode())
 
 
+class NoSftp(unittest.TestCase):
+    def test_a_host_without_the_sftp_subsystem_is_named_with_the_fix(self):
+        # Issue 45 item 8: a host with no sftp subsystem gave libssh's raw error.
+        with SshServer(sftp="none") as srv, tempfile.TemporaryDirectory() as tmp:
+            job = write_job(tmp, "one", "print('hi')\n")
+            env = {"FERRY_ARCHIVE": os.path.join(tmp, "a.db")}
+            res = run_ferry("run", job, "--host", srv.alias("bash"), "--ssh-config", srv.ssh_config,
+                            "--json", "--persist", "0", env=env)
+            self.assertEqual(res.code, 1, res)
+            self.assertEqual(res.record["status"], "error", res.record)
+            self.assertIn("ferry needs the sftp subsystem enabled", res.record["error"])
+            self.assertIn("Subsystem sftp internal-sftp", res.record["error"])
+
+
 class HostileLocal(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="ferry-hostile-")

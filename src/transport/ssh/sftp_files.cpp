@@ -38,6 +38,11 @@ std::string SftpFiles::error(std::string_view what, std::string_view path) const
   if (const auto cut = m_watchdog.fired()) {
     return fmt::format("{}: cannot {} {} on the host: {}", m_label, what, path, *cut);
   }
+  if (ssh_is_connected(m_session) == 0) {
+    // The server's last status says nothing of this step: the connection is gone (its sshd
+    // stopped, or the network), not the disk full that SSH_FX_FAILURE would suggest.
+    return fmt::format("{}: cannot {} {} on the host: connection lost", m_label, what, path);
+  }
   const int code = m_sftp ? sftp_get_error(m_sftp.get()) : -1;
   std::string_view reason;
   switch (code) {
@@ -115,8 +120,17 @@ Expected<void> SftpFiles::start()
     }
   }
   if (!m_sftp) {
-    return fail(ErrorKind::failed, "{}: cannot open an SFTP channel: {}", m_label,
-                m_watchdog.fired().value_or(ssh_get_error(m_session)));
+    const std::string why = m_watchdog.fired().value_or(ssh_get_error(m_session));
+    if (why.find("subsystem failed") != std::string::npos) {
+      // The server refused the subsystem request itself: no `Subsystem sftp` line in its
+      // sshd_config (or one it cannot start).
+      return fail(ErrorKind::failed,
+                  "{}: the host has no SFTP (its sshd refused the sftp subsystem); ferry needs "
+                  "the sftp subsystem enabled in the host's sshd_config (`Subsystem sftp "
+                  "internal-sftp`)",
+                  m_label);
+    }
+    return fail(ErrorKind::failed, "{}: cannot open an SFTP channel: {}", m_label, why);
   }
   {
     const auto armed = arm("start SFTP");
