@@ -96,6 +96,32 @@ class HostileJobsOverSsh(SshTestCase):
         self.assertEqual(res.code, 0, res)
         self.assertNoRunDirs("bash")
 
+    def test_a_huge_leftover_run_dir_costs_each_run_a_bounded_cleanup(self):
+        # Issue 45 item 5: a run directory left with tens of thousands of files made later,
+        # unrelated runs fail (the sweep removed it in one step, which outlived its bound). Now
+        # each run's sweep removes what it can in a bounded time, every run is ok, and the
+        # leftover is gone after a few runs.
+        job = write_job(self.tmp, "plain", "echo hi\n", interpreter="sh")
+        user = self.srv.user("bash")
+        first = self.ferry("run", job, "--json")
+        self.assertEqual(first.code, 0, first)
+        base = os.path.join(self.srv.home(user), ".cache", "ferry", "runs")
+        leftover = os.path.join(base, "ferry-20200101T000000Z-" + "ab" * 16)
+        os.makedirs(os.path.join(leftover, "many"))
+        for i in range(40000):
+            with open(os.path.join(leftover, "many", str(i)), "w"):
+                pass
+        subprocess.run(["chown", "-R", f"{user}:{user}", leftover], check=True)
+        os.utime(leftover, (0, 0))  # long unstarted: stale to the sweep
+        statuses = []
+        for _ in range(15):
+            res = self.ferry("run", job, "--json", "--connect-timeout", "2")
+            statuses.append(res.record["status"] if res.records else res.stderr.decode())
+            if not os.path.exists(leftover):
+                break
+        self.assertEqual(set(statuses), {"ok"}, statuses)
+        self.assertFalse(os.path.exists(leftover), f"still there after {len(statuses)} runs")
+
     def test_launcher_cleans_up_after_every_lost_connection(self):
         # The connection goes while the job runs; the launcher's deadline then stops the job
         # (dash reports it on the dead stderr) and the launcher must still remove its run dir.

@@ -19,6 +19,11 @@ namespace {
 constexpr std::size_t k_noise_shown = 200;
 // Cleanup runs even after a stop request, but no longer than this then.
 constexpr std::chrono::seconds k_cleanup_after_stop{3};
+// What removing leftovers may add to one run: the sweep of stale run directories, and the
+// run's own directory when its job left a tree in it. What is left then waits for the sweeps
+// of later runs, which go on from there; the run's status never depends on it.
+constexpr std::chrono::seconds k_sweep_for{2};
+constexpr std::chrono::seconds k_own_cleanup_for{5};
 } // namespace
 
 SftpFiles::SftpFiles(ssh_session session, std::string label, std::string user,
@@ -398,6 +403,7 @@ void SftpFiles::sweep_stale(const std::string& new_dir, long long now)
 {
   // Each step is bounded on its own (not the sweep as a whole: over a slow link a sweep of a
   // few directories takes many round trips, and it must not cost the run its connection).
+  const auto sweep_until = std::chrono::steady_clock::now() + k_sweep_for;
   std::vector<std::pair<std::string, long long>> candidates;
   JobCacheListing cache;
   {
@@ -427,8 +433,11 @@ void SftpFiles::sweep_stale(const std::string& new_dir, long long now)
       check.state = read_small(path + "/" + k_launcher_state_file);
       check.launcher_alive = check.state && launcher_alive(path, *check.state);
     }
+    if (std::chrono::steady_clock::now() > sweep_until) {
+      return; // the next run's sweep goes on from here
+    }
     if (is_stale_run(check) && !m_watchdog.fired()) {
-      (void)remove_tree(path, true);
+      (void)remove_tree(path, true, sweep_until);
     }
   }
 }
@@ -628,44 +637,70 @@ Expected<bool> SftpFiles::file_exists(const std::string& path)
 // Removes `path` and everything under it, without recursion (no depth is too deep) and without
 // following links: a directory's entries first, then the directories themselves, deepest first.
 // With `each_call_bounded`, every SFTP call is one bounded step of its own (over a slow link a
-// walk takes many round trips); otherwise the caller bounds the whole walk.
-Expected<void> SftpFiles::remove_tree(const std::string& path, bool each_call_bounded)
+// walk takes many round trips; a directory of 95k files is not one step); otherwise the caller
+// bounds the whole walk. Past `until` it stops, so that a huge tree costs each run a bounded
+// time and the sweeps of later runs finish it (issue 45 item 5).
+Expected<void> SftpFiles::remove_tree(const std::string& path, bool each_call_bounded,
+                                      std::chrono::steady_clock::time_point until)
 {
-  sftp_session sftp = m_sftp.get();
-  const auto step = [&](const std::string& what) {
-    return each_call_bounded ? arm(what) : CallWatchdog::Armed();
-  };
   std::vector<std::string> pending = {path};
   std::vector<std::string> directories;
   while (!pending.empty()) {
     const std::string dir_path = std::move(pending.back());
     pending.pop_back();
     directories.push_back(dir_path);
-    const auto listing = step("list " + dir_path);
-    Dir dir(sftp_opendir(sftp, dir_path.c_str()));
-    if (!dir) {
-      return fail(ErrorKind::failed, "{}", error("list", dir_path));
-    }
-    while (Attributes entry{sftp_readdir(sftp, dir.get())}) {
-      const std::string name = entry->name != nullptr ? entry->name : "";
-      if (name == "." || name == ".." || name.empty()) {
-        continue;
-      }
-      const std::string child = dir_path + "/" + name;
-      if (entry->type == SSH_FILEXFER_TYPE_DIRECTORY) {
-        pending.push_back(child);
-      } else if (sftp_unlink(sftp, child.c_str()) != SSH_OK) {
-        return fail(ErrorKind::failed, "{}", error("remove", child));
-      }
-    }
+    FERRY_TRY(remove_entries(dir_path, pending, each_call_bounded, until));
   }
   for (auto it = directories.rbegin(); it != directories.rend(); ++it) {
-    const auto removing = step("remove the directory " + *it);
-    if (sftp_rmdir(sftp, it->c_str()) != SSH_OK) {
+    const auto removing =
+        each_call_bounded ? arm("remove the directory " + *it) : CallWatchdog::Armed();
+    if (sftp_rmdir(m_sftp.get(), it->c_str()) != SSH_OK) {
       return fail(ErrorKind::failed, "{}", error("remove the directory", *it));
     }
   }
   return {};
+}
+
+// One directory of remove_tree: its files removed, its directories added to `pending`.
+Expected<void> SftpFiles::remove_entries(const std::string& dir_path,
+                                         std::vector<std::string>& pending, bool each_call_bounded,
+                                         std::chrono::steady_clock::time_point until)
+{
+  sftp_session sftp = m_sftp.get();
+  const auto step = [&](const std::string& what) {
+    return each_call_bounded ? arm(what) : CallWatchdog::Armed();
+  };
+  Dir dir;
+  {
+    const auto listing = step("list " + dir_path);
+    dir.reset(sftp_opendir(sftp, dir_path.c_str()));
+  }
+  if (!dir) {
+    return fail(ErrorKind::failed, "{}", error("list", dir_path));
+  }
+  for (;;) {
+    if (std::chrono::steady_clock::now() > until) {
+      return fail(ErrorKind::failed,
+                  "{}: {} holds more than one run's cleanup removes; a later run's sweep removes "
+                  "the rest",
+                  m_label, dir_path);
+    }
+    const auto armed = step("remove what " + dir_path + " holds");
+    const Attributes entry{sftp_readdir(sftp, dir.get())};
+    if (!entry) {
+      return {};
+    }
+    const std::string name = entry->name != nullptr ? entry->name : "";
+    if (name == "." || name == ".." || name.empty()) {
+      continue;
+    }
+    const std::string child = dir_path + "/" + name;
+    if (entry->type == SSH_FILEXFER_TYPE_DIRECTORY) {
+      pending.push_back(child);
+    } else if (sftp_unlink(sftp, child.c_str()) != SSH_OK) {
+      return fail(ErrorKind::failed, "{}", error("remove", child));
+    }
+  }
 }
 
 Expected<void> SftpFiles::remove_run_dir(const std::string& path)
@@ -696,7 +731,7 @@ Expected<void> SftpFiles::remove_run_dir(const std::string& path)
       return {};
     }
   }
-  return remove_tree(path, !stopped);
+  return remove_tree(path, !stopped, std::chrono::steady_clock::now() + k_own_cleanup_for);
 }
 
 } // namespace ferry::ssh

@@ -109,7 +109,14 @@ private:
                                                  const Error& why);
   // From the sweep's listing of the base: what the cache holds, and what it removes.
   void job_cache_listed(const JobCacheListing& listing, long long now);
-  [[nodiscard]] Expected<void> remove_tree(const std::string& path, bool each_call_bounded);
+  // `until`: past it the walk stops where it is (what is left waits for a later run's sweep).
+  [[nodiscard]] Expected<void> remove_tree(
+      const std::string& path, bool each_call_bounded,
+      std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
+  [[nodiscard]] Expected<void> remove_entries(const std::string& dir_path,
+                                              std::vector<std::string>& pending,
+                                              bool each_call_bounded,
+                                              std::chrono::steady_clock::time_point until);
   // `now`: the host's clock, as the new run directory's mtime tells it.
   void sweep_stale(const std::string& new_dir, long long now);
   [[nodiscard]] std::optional<std::string> read_small(const std::string& path);
