@@ -91,6 +91,16 @@ struct Candidate {
   std::string line; // "ID  JOB @ HOST  STARTED"
 };
 
+// The run whose whole id is REF, if any: the primary key's index answers it, where the prefix
+// search below reads every run (no index covers the part after the timestamp).
+Expected<bool> has_run(Database& db, const fs::path& path, std::string_view ref)
+{
+  FERRY_TRY_ASSIGN(auto stmt, explained(db.prepare("SELECT 1 FROM runs WHERE run_id = ?1"), path,
+                                        "read archive", &db));
+  stmt.bind(1, ref);
+  return explained(stmt.step(), path, "read archive", &db);
+}
+
 // The runs whose id, or whose random part (after the timestamp's '-'), starts with PREFIX; the
 // whole id itself first. At most max_listed_candidates + 1.
 Expected<std::vector<Candidate>> candidates(Database& db, const fs::path& path,
@@ -152,6 +162,10 @@ Expected<std::string> resolve_run(Database& db, const fs::path& path, std::strin
                 "run '{}': --job and --host narrow 'last' and 'last~N' only; a run id already "
                 "names one run",
                 ref);
+  }
+  FERRY_TRY_ASSIGN(const bool whole_id, has_run(db, path, ref));
+  if (whole_id) {
+    return std::string(ref);
   }
   FERRY_TRY_ASSIGN(const auto found, candidates(db, path, ref));
   if (found.empty()) {
