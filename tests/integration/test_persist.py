@@ -978,6 +978,19 @@ class Persistence(unittest.TestCase):
         res = self.ferry("-v", "run", self.job, "--json")
         self.assertEqual(res.code, 0, res)
         self.assertIn(f"using the connection held by process {held['pid']}".encode(), res.stderr)
+        # Issue 45 item 6: a directory at the socket's name, where no holder can ever listen,
+        # turned persistence off unseen; it is said without -v.
+        run_ferry("disconnect", "--all", env=self.env)
+        self.assertTrue(wait_until(lambda: not alive(held["pid"]), 10))
+        if os.path.exists(sock):
+            os.unlink(sock)
+        os.mkdir(sock, 0o700)
+        try:
+            res = self.ferry("run", self.job, "--json")
+        finally:
+            os.rmdir(sock)
+        self.assertEqual(res.code, 0, res)
+        self.assertIn(f"{sock} is not a socket".encode(), res.stderr)
 
 
 if __name__ == "__main__":

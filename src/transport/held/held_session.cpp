@@ -382,7 +382,15 @@ Expected<bool> PersistentSession::use_holder()
   auto fd = held::dial(m_socket);
   if (!fd) {
     std::error_code ec;
-    if (fs::exists(m_socket, ec)) { // a dead holder's, or not this user's: replaced after the run
+    const auto status = fs::symlink_status(m_socket, ec);
+    if (!ec && status.type() != fs::file_type::socket &&
+        status.type() != fs::file_type::not_found && m_target.warn) {
+      // No holder can ever listen there: without this line persistence would be off unseen.
+      m_target.warn(fmt::format("{} is not a socket, so no connection holder can start there "
+                                "and every run connects anew; remove it (or use --persist 0)",
+                                m_socket.string()));
+    } else if (!ec && status.type() == fs::file_type::socket) {
+      // A dead holder's, or not this user's: replaced after the run.
       debug(fmt::format("the connection holder is not used: {}", fd.error().message));
     }
     return false;
