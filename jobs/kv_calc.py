@@ -2,6 +2,7 @@
 # description = "KV-cache and recurrent-state capacity per GPU as SGLang or vLLM allocate it (mode=size), or a plan of GPU count, TP/DP-attention split and KV dtype for a workload (mode=plan)"
 # interpreter = "python3"
 # timeout = 120
+# summary = ["/kv/*/max_tokens", "/pick/gpus", "/pick/tp", "/pick/dp", "/pick/kv_dtype", "/pick/concurrent_requests"]
 #
 # [params.mode]
 # type = "string"
@@ -41,12 +42,11 @@
 #
 # [params.kv_memory_gib]
 # type = "float"
-# help = "GiB per GPU for the KV pool (and recurrent state); unset = probe with nvidia-smi (mode=size)"
+# help = "mode=size: the KV pool's size per GPU in GiB (recurrent state included), as the engine reports it: SGLang's log 'KV size', vLLM's 'Available KV cache memory'; for DeepSeek-V3.2 in SGLang the tokens are those whose tensors (788 B/layer FP8 rows + one padding page) fit it, where the memory SGLang sizes from is smaller; unset = derive the memory available for the pool from nvidia-smi (GPU memory x mem_fraction - weights - reserve) and size it as the engine does"
 #
 # [params.mem_fraction]
 # type = "float"
-# default = 0.9
-# help = "fraction of GPU memory for weights + cache when probing or planning (vLLM --gpu-memory-utilization default 0.9; SGLang --mem-fraction-static, whose default depends on the GPU)"
+# help = "fraction of GPU memory for weights + cache when probing or planning; unset = the engine's own default as its code computes it (vLLM --gpu-memory-utilization 0.9; SGLang --mem-fraction-static from the GPU's memory, TP, DP attention and a vision encoder)"
 #
 # [params.weights_gib]
 # type = "float"
@@ -96,7 +96,7 @@
 # [params.allow_unknown]
 # type = "bool"
 # default = false
-# help = "size a model_type or layer kind kv_calc has no rule for as full attention, with an unknown-layer-kind warning, instead of failing"
+# help = "size a config whose field or layer kind kv_calc does not know (and that may change what is cached) without it: an unknown layer kind as full attention (one unknown-layer-kind warning per kind), an unknown field ignored (unknown-config-field), instead of failing"
 #
 # [params.gpus]
 # type = "list"
@@ -157,7 +157,7 @@ PARAM_TYPES = {
     "dp": ("int", 1),
     "kv_dtype": ("list:string", ["bf16", "fp8_e4m3"]),
     "kv_memory_gib": ("float", None),
-    "mem_fraction": ("float", 0.9),
+    "mem_fraction": ("float", None),
     "weights_gib": ("float", None),
     "activation_reserve_gib": ("float", None),
     "context": ("list:int", None),
@@ -219,6 +219,24 @@ CITE = {
     "sg_nemotron": "SGLang configs/nemotron_h.py@01144484",
     "sg_falcon": "SGLang configs/falcon_h1.py@0464817a",
     "sg_model_config": "SGLang configs/model_config.py@001adf56",
+    "sg_mem_fraction": "SGLang server_args.py ServerArgs._handle_gpu_memory_settings (PR "
+                       "#10975) and adjust_mem_fraction_for_vlm; newer SGLang "
+                       "(arg_groups/memory_hook.py handle_gpu_memory_settings) also reserves for "
+                       "prefill CUDA graphs",
+    "vl_cache_config": "vLLM config/cache.py@c1d86421 CacheConfig.gpu_memory_utilization; "
+                       "0.92 from config/cache.py@002f10e0",
+    "sg_context_len": "SGLang utils/hf_transformers_utils.py get_context_length, "
+                      "CONTEXT_LENGTH_KEYS",
+    "sg_kimi": "SGLang configs/kimi_linear.py@008b79d2 KimiLinearConfig.mamba2_cache_params, "
+               "configs/mamba_utils.py KimiLinearStateShape.create",
+    "sg_lfm2": "SGLang configs/lfm2.py@05319dc0 Lfm2Config.mamba2_cache_params",
+    "vl_kda": "vLLM model_executor/layers/mamba/mamba_utils.py kda_state_shape / "
+              "kda_state_dtype",
+    "vl_shortconv": "vLLM model_executor/layers/mamba/mamba_utils.py short_conv_state_shape, "
+                    "models/lfm2.py get_mamba_state_shape_from_config",
+    "sg_nsa_pool": "SGLang mem_cache/memory_pool.py NSATokenToKVPool, "
+                   "MLATokenToKVPool._create_buffers (the stored version's commit is not shown "
+                   "by the index)",
     "sg_server_args": "SGLang server_args.py _handle_model_specific_adjustments (excerpts; "
                       "the stored version's commit is not shown by the index)",
     "vl_iface": "vLLM v1/kv_cache_interface.py@001cabc1",
@@ -261,7 +279,11 @@ def _typed_value(name, kind, text):
                 return False
             raise ValueError(text)
         if kind == "json":
-            return json.loads(text)
+            # config=PATH by hand: text that is not JSON is taken as the path it names.
+            try:
+                return json.loads(text)
+            except ValueError:
+                return text
         if kind.startswith("list:"):
             item = kind.split(":", 1)[1]
             parts = [p.strip() for p in text.split(",") if p.strip()]
@@ -350,7 +372,8 @@ def check_params(params):
     for key in ("kv_memory_gib", "weights_gib", "activation_reserve_gib", "gpu_memory_gib"):
         _check_gib(params, key)
     frac = params["mem_fraction"]
-    _want(isinstance(frac, (int, float)) and 0 < frac <= 1,
+    _want(frac is None or isinstance(frac, (int, float)) and not isinstance(frac, bool)
+          and 0 < frac <= 1,
           f"mem_fraction must be in (0, 1] (got {frac!r})", "mem_fraction", frac)
     ratio = params["mamba_full_memory_ratio"]
     _want(isinstance(ratio, (int, float)) and ratio > 0,
@@ -470,6 +493,12 @@ TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
 NOT_TEXT_KEYS = ("vision_config", "audio_config", "vision_tower", "projector_config")
 
 
+def vision_config(source):
+    """The vision encoder's config of a multimodal checkpoint, or None."""
+    vision = source.config.get("vision_config")
+    return vision if isinstance(vision, dict) else None
+
+
 def text_config(config):
     """The language model's fields; those it lacks (quantization_config, torch_dtype) fall back
     to the wrapper's top level. Returns (merged config, the wrapper key or None)."""
@@ -498,15 +527,16 @@ class Attention:
 @dataclass
 class Recurrent:
     """A recurrent mixer that keeps a fixed state per request: its kind and dimensions."""
-    kind: str  # "gdn", "mamba2", "mamba1" or "lightning"
+    kind: str  # one of RECURRENT_KINDS
     dims: dict
 
 
 ATTENTION_KINDS = ("full", "sliding", "chunked")
-RECURRENT_KINDS = ("gdn", "mamba2", "mamba1", "lightning")
+RECURRENT_KINDS = ("gdn", "kda", "mamba2", "mamba1", "lightning", "shortconv")
 KIND_NAMES = {"full": "full_attention", "sliding": "sliding_attention",
-              "chunked": "chunked_attention", "gdn": "gated_delta_net", "mamba2": "mamba2",
-              "mamba1": "mamba1", "lightning": "lightning_attention"}
+              "chunked": "chunked_attention", "gdn": "gated_delta_net",
+              "kda": "kimi_delta_attention", "mamba2": "mamba2", "mamba1": "mamba1",
+              "lightning": "lightning_attention", "shortconv": "short_conv"}
 
 
 @dataclass
@@ -524,6 +554,7 @@ class Model:
     config_ssm_dtype: str = None  # config.json mamba_ssm_dtype
     architectures: list = field(default_factory=list)
     model_type: str = None
+    rule: dict = None  # the layer rule used: reader, family, how it was chosen
 
     def count(self, kind):
         return sum(1 for mixers in self.layers if kind in mixers)
@@ -564,8 +595,11 @@ def field_or_default(cfg, key, default, notes):
 
 # ---------------------------------------------------------------------------------------
 # Layer rules: which layers cache K/V for every token, which a window or chunk, which hold a
-# recurrent state. One rule per family; an unknown model_type or layer kind never defaults
-# silently to full attention.
+# recurrent state. A family's rule reads the fields its config class defines, with that class's
+# defaults; a model_type that only renames a family (a wrapper's "_text" model, a "_lite" or
+# "_vl" sibling) takes the family's rule; any other model_type is placed from its fields. A
+# field or layer-type value kv_calc does not know, and that could change what is cached, stops
+# the run with its name: nothing defaults silently to full attention.
 
 LAYER_TYPE_NAMES = {
     "full_attention": "full", "attention": "full", "global_attention": "full",
@@ -573,7 +607,110 @@ LAYER_TYPE_NAMES = {
     "chunked_attention": "chunked",
     "linear_attention": "linear", "gated_delta_net": "gdn",
     "mamba": "mamba",
+    "conv": "shortconv", "short_conv": "shortconv",
 }
+
+# The fields the readers below take what a layer caches from.
+CACHE_FIELDS = frozenset({
+    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "attention_head_dim", "hidden_size", "v_head_dim", "kv_lora_rank", "qk_rope_head_dim",
+    "index_head_dim", "index_topk", "layer_types", "sliding_window", "use_sliding_window",
+    "max_window_layers", "sliding_window_pattern", "sliding_window_size", "attention_chunk_size",
+    "no_rope_layers", "no_rope_layer_interval", "full_attention_interval",
+    "linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads",
+    "linear_num_value_heads", "linear_value_head_dim", "linear_attn_config",
+    "hybrid_override_pattern", "layers_block_type", "attn_type_list", "attn_layer_period",
+    "attn_layer_offset", "mamba_num_heads", "mamba_head_dim", "mamba_n_heads", "mamba_d_head",
+    "mamba_n_groups", "n_groups", "ssm_state_size", "mamba_d_state", "conv_kernel",
+    "mamba_d_conv", "mamba_d_ssm", "mamba_expand", "mamba_ssm_dtype", "conv_L_cache",
+    "full_attn_idxs", "num_nextn_predict_layers", "mtp_num_hidden_layers",
+    "max_position_embeddings", "model_max_length", "torch_dtype", "dtype", "quantization_config",
+})
+# Fields that change nothing a layer caches: MLP and MoE shapes and routing, RoPE, norms,
+# softcapping and scaling, the query side of MLA, token ids, bookkeeping.
+NEUTRAL_FIELDS = frozenset({
+    "architectures", "model_type", "auto_map", "transformers_version", "_name_or_path",
+    "_commit_hash", "vocab_size", "intermediate_size", "intermediate_size_mlp", "hidden_act",
+    "hidden_activation", "mlp_hidden_act", "mamba_hidden_act", "initializer_range",
+    "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "use_cache",
+    "cache_implementation", "tie_word_embeddings", "bos_token_id", "eos_token_id",
+    "pad_token_id", "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor",
+    "attention_bias", "attention_dropout", "attention_out_bias", "attn_output_gate",
+    "attn_logit_softcapping", "final_logit_softcapping", "attn_scale", "attn_temperature_tuning",
+    "floor_scale", "query_pre_attn_scalar", "use_qk_norm", "mlp_bias", "hidden_dropout",
+    "use_bias", "pretraining_tp", "initial_context_length", "num_experts", "num_local_experts",
+    "n_routed_experts", "n_shared_experts", "num_shared_experts", "num_experts_per_tok",
+    "num_experts_per_token", "experts_per_token", "moe_intermediate_size",
+    "shared_expert_intermediate_size", "moe_layer_freq", "first_k_dense_replace",
+    "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob", "routed_scaling_factor",
+    "n_group", "topk_group", "topk_method", "scoring_func", "router_aux_loss_coef",
+    "router_z_loss_coef", "output_router_logits", "moe_router_activation_func",
+    "moe_renormalize", "use_grouped_topk", "num_expert_group", "ep_size", "swiglu_limit",
+    "interleave_moe_layer_step", "expert_layer_offset", "expert_layer_period",
+    "q_lora_rank", "qk_nope_head_dim", "index_n_heads", "mla_use_nope", "image_token_id",
+    "image_token_index", "video_token_id", "boi_token_index", "eoi_token_index",
+    "mm_tokens_per_image", "vision_start_token_id", "vision_end_token_id", "chunk_size",
+    "mamba_chunk_size", "mamba_conv_bias", "use_conv_bias", "conv_bias", "mamba_proj_bias",
+    "mamba_dt_rank", "expand", "conv_dim", "conv_dim_out", "conv_use_xavier_init",
+    "num_heads", "use_pos_enc", "block_dim", "block_ff_dim", "block_multiple_of",
+    "block_auto_adjust_ff_dim", "block_ffn_dim_multiplier", "block_use_swiglu",
+    "block_norm_eps", "block_use_xavier_init", "block_mlp_init_scale", "block_out_init_scale",
+    "moe_layers", "rope_local_base_freq", "attn_implementation", "_attn_implementation",
+})
+# Name endings of numeric knobs (multipliers, scales, biases, norms, dropouts, initialisation),
+# which never change what a layer caches.
+NEUTRAL_SUFFIXES = ("_multiplier", "_multipliers", "_scale", "_scaling", "_bias", "_eps",
+                    "_epsilon", "_dropout", "_init", "_std", "_range", "_act", "_activation",
+                    "_softcapping", "_norm", "_layernorm")
+# Words in a field's name that say it may be about what a layer caches.
+CACHE_HINT_WORDS = frozenset({
+    "attn", "attention", "kv", "cache", "window", "sliding", "swa", "chunk", "chunked",
+    "mamba", "ssm", "conv", "state", "linear", "lora", "index", "indexer", "sparse",
+    "compress", "compression", "nope", "local", "global", "mla", "kda", "gdn", "delta",
+    "recurrent", "hybrid", "sharing", "cross", "types", "pattern", "head", "heads",
+})
+# Kimi-Linear's linear_attn_config (KimiLinearConfig) and what kv_calc reads of it.
+KDA_FIELDS = frozenset({"kda_layers", "full_attn_layers", "num_heads", "head_dim",
+                        "short_conv_kernel_size", "gate_lower_bound", "use_full_rank_gate"})
+
+
+def may_change_cache(name):
+    if name.endswith(NEUTRAL_SUFFIXES):
+        return False
+    words = name.lower().split("_")
+    return any(w in CACHE_HINT_WORDS for w in words) or name.endswith(("_layers", "_idxs"))
+
+
+def unknown_cache_fields(cfg):
+    """Fields kv_calc does not know whose names say they may change what is cached; a field
+    that is null or false asks for nothing and is let pass."""
+    found = []
+    for key, value in cfg.items():
+        if key in CACHE_FIELDS or key in NEUTRAL_FIELDS or key in TEXT_CONFIG_KEYS:
+            continue
+        if value not in (None, False) and may_change_cache(key):
+            found.append((key, value))
+    kda = cfg.get("linear_attn_config")
+    if isinstance(kda, dict):
+        found.extend((f"linear_attn_config.{k}", v) for k, v in kda.items()
+                     if k not in KDA_FIELDS and v not in (None, False) and may_change_cache(k))
+    return found
+
+
+def check_fields(cfg, notes, allow_unknown):
+    found = unknown_cache_fields(cfg)
+    if not found:
+        return
+    names = ", ".join(f"'{k}'" for k, _ in found)
+    if not allow_unknown:
+        key, value = found[0]
+        raise InputError(
+            f"config.json field {names} is not one kv_calc knows, and its name says it may "
+            "change what the layers cache; kv_calc will not guess (pass allow_unknown=true to "
+            "size the model without it, with a warning)", key, value)
+    notes.warn("unknown-config-field",
+               f"config.json field {names} is not one kv_calc knows and may change what the "
+               "layers cache: sized without it (allow_unknown=true)")
 
 
 @dataclass
@@ -586,7 +723,7 @@ class LayerRule:
     mamba: str = None  # what "mamba" means (granite: mamba2, jamba: mamba1)
 
     def unknown(self, field_name, value, count, what, known=None):
-        """The loud failure, or with allow_unknown the warned guess."""
+        """The loud failure, or with allow_unknown the warned guess (one warning per value)."""
         if not self.allow_unknown:
             raise InputError(
                 f"config.json {field_name} = {value!r} is {what}; kv_calc will not guess (pass "
@@ -597,22 +734,34 @@ class LayerRule:
                         f"{plural(count, 'layer')} (allow_unknown=true)")
         return ("full",)
 
+    def place(self, field_name, values, kind_of, what, known=None):
+        """Per value its mixers (kind_of returns None for a value kv_calc cannot place); each
+        unknown value is refused, or warned about once, at its first position."""
+        layers, unknown = [], {}
+        for i, value in enumerate(values):
+            mixers = kind_of(value)
+            if mixers is None:
+                unknown.setdefault(value, []).append(i)
+            layers.append(mixers)
+        for value, where in unknown.items():
+            guess = self.unknown(f"{field_name}[{where[0]}]", value, len(where), what, known)
+            for i in where:
+                layers[i] = guess
+        return layers
+
+    def type_kind(self, name):
+        kind = LAYER_TYPE_NAMES.get(str(name).lower())
+        if kind == "linear":
+            kind = self.linear
+        elif kind == "mamba":
+            kind = self.mamba
+        return (kind,) if kind else None
+
     def from_layer_types(self, layer_types):
-        layers = []
-        for i, name in enumerate(layer_types):
-            kind = LAYER_TYPE_NAMES.get(str(name).lower())
-            if kind == "linear":
-                kind = self.linear
-            elif kind == "mamba":
-                kind = self.mamba
-            if kind is None:
-                known = ", ".join(sorted(k for k, v in LAYER_TYPE_NAMES.items()
-                                         if v not in ("mamba",) or self.mamba))
-                count = sum(1 for t in layer_types if t == name)
-                layers.append(self.unknown(f"layer_types[{i}]", name, count,
-                                           "not a layer type kv_calc knows", known))
-            else:
-                layers.append((kind,))
+        known = ", ".join(sorted(k for k, v in LAYER_TYPE_NAMES.items()
+                                 if v != "mamba" or self.mamba))
+        layers = self.place("layer_types", layer_types, self.type_kind,
+                            "not a layer type kv_calc knows", known)
         if len(layers) != self.num_layers:
             self.notes.warn("config-inconsistent",
                             f"layer_types lists {len(layers)} layers but num_hidden_layers is "
@@ -735,18 +884,15 @@ def rule_nemotron_h(rule):
     cfg = rule.cfg
     blocks = cfg.get("layers_block_type")
     if isinstance(blocks, list) and blocks:
-        return [NEMOTRON_BLOCKS[b] if b in NEMOTRON_BLOCKS else
-                rule.unknown(f"layers_block_type[{i}]", b, 1, "not one of mamba, attention, mlp, "
-                             "moe") for i, b in enumerate(blocks)]
+        return rule.place("layers_block_type", blocks, NEMOTRON_BLOCKS.get,
+                          "not one of mamba, attention, mlp, moe")
     pattern = cfg.get("hybrid_override_pattern")
     if not isinstance(pattern, str) or not pattern:
         raise InputError("config.json of a nemotron_h model has neither hybrid_override_pattern "
                          "nor layers_block_type; they place its Mamba-2 and attention layers",
                          "hybrid_override_pattern")
-    return [NEMOTRON_PATTERN[c] if c in NEMOTRON_PATTERN else
-            rule.unknown(f"hybrid_override_pattern[{i}]", c, pattern.count(c),
-                         "a character kv_calc cannot place (M Mamba-2, * attention, - MLP, E MoE)")
-            for i, c in enumerate(pattern)]
+    return rule.place("hybrid_override_pattern", pattern, NEMOTRON_PATTERN.get,
+                      "a character kv_calc cannot place (M Mamba-2, * attention, - MLP, E MoE)")
 
 
 def rule_falcon_h1(rule):
@@ -775,6 +921,9 @@ def rule_jamba(rule):
     return [("full",) if i % period == offset else ("mamba1",) for i in range(rule.num_layers)]
 
 
+MINIMAX_FLAGS = {0: ("lightning",), 1: ("full",)}
+
+
 def rule_minimax(rule):
     """MiniMax-Text-01 / M1: attn_type_list, 0 = lightning (linear) attention, 1 = softmax."""
     types = rule.layer_types()
@@ -785,35 +934,97 @@ def rule_minimax(rule):
         raise InputError("config.json of a MiniMax model has neither attn_type_list nor "
                          "layer_types; they place its lightning and softmax attention layers",
                          "attn_type_list")
-    return [("full",) if f == 1 else ("lightning",) if f == 0 else
-            rule.unknown(f"attn_type_list[{i}]", f, 1, "neither 0 (lightning) nor 1 (softmax)")
-            for i, f in enumerate(flags)]
+    return rule.place("attn_type_list", flags, MINIMAX_FLAGS.get,
+                      "neither 0 (lightning) nor 1 (softmax)")
 
 
-def rule_generic(rule):
-    """A config without model_type: its fields alone (the reading before family rules)."""
-    cfg = rule.cfg
+def rule_kimi_linear(rule):
+    """Kimi-Linear: linear_attn_config lists the KDA layers, 1-based; every other layer is a
+    full-attention (MLA) layer (KimiLinearConfig.is_kda_layer / full_attention_layer_ids, the
+    same in SGLang configs/kimi_linear.py and vLLM transformers_utils/configs/kimi_linear.py)."""
+    kda_cfg = rule.cfg.get("linear_attn_config")
+    if not isinstance(kda_cfg, dict) or not isinstance(kda_cfg.get("kda_layers"), list):
+        raise InputError("config.json of a kimi_linear model has no linear_attn_config.kda_layers;"
+                         " it places its KDA and MLA layers", "linear_attn_config.kda_layers")
+    kda = set(kda_cfg["kda_layers"])
+    full = set(kda_cfg.get("full_attn_layers") or [])
+    stray = [n for n in range(1, rule.num_layers + 1) if (n in kda) == (n in full)]
+    if full and stray:
+        rule.notes.warn("config-inconsistent",
+                        f"linear_attn_config lists layer {stray[0]} (1-based) in both or neither "
+                        "of kda_layers and full_attn_layers; the engines take every layer not "
+                        "in kda_layers as full attention")
+    return [("kda",) if i + 1 in kda else ("full",) for i in range(rule.num_layers)]
+
+
+def rule_lfm2(rule):
+    """LFM2: layer_types ("conv" / "full_attention"), or in the first checkpoints
+    full_attn_idxs; every other layer a short-convolution layer (SGLang configs/lfm2.py
+    Lfm2Config.linear_layer_ids; vLLM models/lfm2.py)."""
     types = rule.layer_types()
     if types:
         return rule.from_layer_types(types)
+    idxs = rule.cfg.get("full_attn_idxs")
+    if not isinstance(idxs, list):
+        raise InputError("config.json of an lfm2 model has neither layer_types nor "
+                         "full_attn_idxs; they place its attention and short-convolution layers",
+                         "layer_types")
+    return [("full",) if i in idxs else ("shortconv",) for i in range(rule.num_layers)]
+
+
+def rule_fields(rule):
+    """A model_type without a family rule: each layer placed from the config's fields, which
+    are all known (check_fields); a sliding window no field places is refused."""
+    cfg = rule.cfg
+    if isinstance(cfg.get("linear_attn_config"), dict):
+        return rule_kimi_linear(rule)
+    if cfg.get("conv_L_cache") is not None and (cfg.get("full_attn_idxs") is not None or
+                                               rule.layer_types()):
+        return rule_lfm2(rule)
+    types = rule.layer_types()
+    if types:
+        return rule.from_layer_types(types)
+    if cfg.get("hybrid_override_pattern") or cfg.get("layers_block_type"):
+        return rule_nemotron_h(rule)
+    if cfg.get("attn_type_list"):
+        return rule_minimax(rule)
     interval = cfg.get("full_attention_interval")
     if interval and cfg.get("linear_num_value_heads"):
         return [("full",) if (i + 1) % interval == 0 else ("gdn",) for i in range(rule.num_layers)]
+    if cfg.get("attention_chunk_size"):
+        return rule_llama4(rule)
+    return fields_sliding(rule)
+
+
+def fields_sliding(rule):
+    """Where a sliding window applies, from the fields that say so."""
+    cfg = rule.cfg
     window = cfg.get("sliding_window")
-    if window and cfg.get("use_sliding_window") is not False:
-        pattern = cfg.get("sliding_window_pattern")
-        if pattern:
-            return [("full",) if (i + 1) % pattern == 0 else ("sliding",)
-                    for i in range(rule.num_layers)]
-        max_pos = cfg.get("max_position_embeddings")
-        if not max_pos or window < max_pos:
-            rule.notes.assume(f"sliding_window {window} with no layer_types or pattern: every "
-                              "layer is taken as sliding-window (Mistral-style)")
-            return [("sliding",)] * rule.num_layers
-    return [("full",)] * rule.num_layers
+    pattern = cfg.get("sliding_window_pattern")
+    if not window or cfg.get("use_sliding_window") is False:
+        return [("full",)] * rule.num_layers
+    if pattern:
+        return [("full",) if (i + 1) % pattern == 0 else ("sliding",)
+                for i in range(rule.num_layers)]
+    if cfg.get("use_sliding_window"):
+        return rule_qwen2(rule)
+    max_pos = cfg.get("max_position_embeddings")
+    if max_pos and window >= max_pos:
+        rule.notes.assume(f"sliding_window {window} >= max_position_embeddings {max_pos}: no "
+                          "request outgrows it, every layer caches like full attention")
+        return [("full",)] * rule.num_layers
+    if not rule.allow_unknown:
+        raise InputError(
+            f"config.json sets sliding_window = {window} but no field places it (layer_types, "
+            "sliding_window_pattern, use_sliding_window) and its model_type has no family rule; "
+            "kv_calc will not guess which layers slide (pass allow_unknown=true to take every "
+            "layer as sliding-window, with a warning)", "sliding_window", window)
+    rule.notes.warn("unknown-layer-kind", f"sliding_window {window} placed by no field: every "
+                    "layer taken as sliding-window, Mistral-style (allow_unknown=true)")
+    return [("sliding",)] * rule.num_layers
 
 
-# model_type -> (rule, what "linear_attention" and "mamba" mean in its layer_types)
+# model_type -> (rule, what "mamba" means in its layer_types)
 FAMILIES = {
     "llama": (rule_dense, None), "deepseek_v2": (rule_dense, None),
     "deepseek_v3": (rule_dense, None), "deepseek_v32": (rule_dense, None),
@@ -836,34 +1047,44 @@ FAMILIES = {
     "minimax": (rule_minimax, None), "minimaxtext01": (rule_minimax, None),
     "minimax_text_01": (rule_minimax, None), "minimax_m1": (rule_minimax, None),
     "minimaxm1": (rule_minimax, None),
+    "kimi_linear": (rule_kimi_linear, None),
+    "lfm2": (rule_lfm2, None), "lfm2_moe": (rule_lfm2, None),
 }
+# Words of a model_type that rename a family without changing its layers: a multimodal
+# wrapper's text model (qwen3_vl_moe_text), a smaller sibling (glm4_moe_lite), a
+# vision-language variant (qwen3_vl_moe).
+ALIAS_WORDS = ("text", "lite", "vl")
+
+
+def resolve_family(model_type):
+    """(family, how) for a model_type with a family rule, or (None, None)."""
+    key = str(model_type).lower()
+    if key in FAMILIES:
+        return key, f"family rule of model_type {key!r}"
+    base = "_".join(w for w in key.split("_") if w not in ALIAS_WORDS)
+    if base != key and base in FAMILIES:
+        dropped = ", ".join(f"'_{w}'" for w in key.split("_") if w in ALIAS_WORDS)
+        return base, (f"family rule of {base!r}: model_type {model_type!r} only renames it "
+                      f"({dropped} dropped)")
+    return None, None
 
 
 def read_layers(cfg, model_type, num_layers, notes, allow_unknown):
-    """(family, per-layer mixer kinds) from the family's rule."""
+    """(the rule used, per-layer mixer kinds)."""
+    check_fields(cfg, notes, allow_unknown)
     rule = LayerRule(cfg, num_layers, notes, allow_unknown)
-    if model_type is None:
-        notes.assume("config.json has no model_type: layers are read from its fields "
-                     "(layer_types, full_attention_interval, sliding_window)")
-        return "generic", rule_generic(rule)
-    key = str(model_type).lower()
-    if key not in FAMILIES:
-        if not allow_unknown:
-            raise InputError(
-                f"config.json model_type = {model_type!r} has no rule in kv_calc, which will not "
-                "guess which layers cache what (pass allow_unknown=true to size it from its "
-                f"fields, with a warning); known: {', '.join(sorted(FAMILIES))}",
-                "model_type", model_type)
-        layers = rule_generic(rule)
-        notes.warn("unknown-layer-kind",
-                   f"model_type {model_type!r} has no rule: sized from its fields as "
-                   f"{plural(sum(1 for m in layers if 'full' in m), 'full-attention layer')} "
-                   f"of {len(layers)} (allow_unknown=true)")
-        return "generic", layers
-    rule_fn, mamba = FAMILIES[key]
+    family, how = resolve_family(model_type) if model_type is not None else (None, None)
+    if family is None:
+        layers = rule_fields(rule)
+        why = "config.json has no model_type" if model_type is None else \
+            f"model_type {model_type!r} has no family rule"
+        return {"reader": "fields", "family": None,
+                "how": f"{why}: each layer placed from its fields, every one of which kv_calc "
+                       "knows"}, layers
+    rule_fn, mamba = FAMILIES[family]
     rule.linear = "lightning" if rule_fn is rule_minimax else "gdn"
     rule.mamba = mamba
-    return rule_fn.__name__[len("rule_"):], rule_fn(rule)
+    return {"reader": rule_fn.__name__[len("rule_"):], "family": family, "how": how}, rule_fn(rule)
 
 
 def read_attention(cfg, notes):
@@ -935,11 +1156,40 @@ def read_lightning(cfg, attention):
     return {"heads": heads, "head_dim": cfg.get("head_dim") or attention.head_dim}
 
 
+def read_kda(cfg, notes):
+    """Kimi Delta Attention: heads, head dim and short-conv kernel from linear_attn_config
+    (KimiLinearStateShape.create takes num_heads, head_dim, short_conv_kernel_size)."""
+    kda = cfg.get("linear_attn_config") or {}
+
+    def field_of(key):
+        if kda.get(key) is None:
+            raise InputError(f"config.json has no 'linear_attn_config.{key}'; it is needed to "
+                             "size the KDA state", f"linear_attn_config.{key}")
+        return kda[key]
+
+    kernel = kda.get("short_conv_kernel_size")
+    if kernel is None:
+        kernel = 4
+        notes.warn("config-field-missing", "config.json has no 'linear_attn_config."
+                   "short_conv_kernel_size'; assumed 4 (KimiLinearStateShape default)")
+    return {"heads": field_of("num_heads"), "head_dim": field_of("head_dim"),
+            "conv_kernel": kernel}
+
+
+def read_shortconv(cfg):
+    """LFM2's short convolution: hidden_size channels, conv_L_cache - 1 of them kept (SGLang
+    Lfm2Config.mamba2_cache_params, vLLM Lfm2ForCausalLM.get_mamba_state_shape_from_config)."""
+    return {"hidden": need(cfg, "hidden_size"),
+            "conv_kernel": need(cfg, "conv_L_cache", "the short convolution's cache length")}
+
+
 def read_recurrent(cfg, family, kinds, attention, notes):
     readers = {"gdn": lambda: read_gdn(cfg, notes),
+               "kda": lambda: read_kda(cfg, notes),
                "mamba2": lambda: read_mamba2(cfg, family, notes),
                "mamba1": lambda: read_mamba1(cfg, notes),
-               "lightning": lambda: read_lightning(cfg, attention)}
+               "lightning": lambda: read_lightning(cfg, attention),
+               "shortconv": lambda: read_shortconv(cfg)}
     return {kind: Recurrent(kind, readers[kind]()) for kind in RECURRENT_KINDS if kind in kinds}
 
 
@@ -986,18 +1236,25 @@ def parse_model(source, notes, allow_unknown=False):
         notes.warn("config-field-missing",
                    "config.json has no 'torch_dtype'; assumed bfloat16 for 'auto' and the "
                    "conv state")
-    family, layers = read_layers(cfg, model_type, num_layers, notes, allow_unknown)
+    rule, layers = read_layers(cfg, model_type, num_layers, notes, allow_unknown)
     kinds = {k for mixers in layers for k in mixers}
     architectures = list(source.config.get("architectures") or cfg.get("architectures") or [])
     model = Model(
-        name=source.label, family=family, attention=Attention(), layers=layers,
+        name=source.label, family=rule["reader"], attention=Attention(), layers=layers,
         torch_dtype=str(torch_dtype).replace("torch.", ""),
         max_position_embeddings=cfg.get("max_position_embeddings"),
         architectures=architectures, model_type=source.config.get("model_type") or model_type,
-        mtp_layers=read_mtp_layers(cfg), config_ssm_dtype=cfg.get("mamba_ssm_dtype"))
+        mtp_layers=read_mtp_layers(cfg), config_ssm_dtype=cfg.get("mamba_ssm_dtype"),
+        rule=dict(rule, model_type=model_type))
+    family = model.family
     if model.max_position_embeddings is None and family in ("gemma3",):
         model.max_position_embeddings = 131072
         notes.assume("max_position_embeddings absent: 131,072, the Gemma3TextConfig default")
+    if model.max_position_embeddings is None and cfg.get("model_max_length"):
+        model.max_position_embeddings = int(cfg["model_max_length"])
+        notes.assume(f"max_position_embeddings absent: the context is model_max_length "
+                     f"{fmt_int(model.max_position_embeddings)}, the next key the engines read "
+                     f"for it ({CITE['sg_context_len']})")
     if model.max_position_embeddings is None:
         notes.warn("config-field-missing", "config.json has no 'max_position_embeddings'; "
                    "the concurrency table uses only the given/default context lengths")
@@ -1131,6 +1388,12 @@ def attention_params_estimate(model, cfg):
         if rec:
             inner = rec.dims["intermediate"]
             total += (hidden * 2 * inner + inner * hidden) * model.count(kind)
+    kda = model.recurrent.get("kda")
+    if kda:  # q, k, v, gate and output projections
+        total += 5 * hidden * kda.dims["heads"] * kda.dims["head_dim"] * model.count("kda")
+    conv = model.recurrent.get("shortconv")
+    if conv:  # LFM2 ShortConv: in_proj (3 x hidden) and out_proj
+        total += 4 * hidden * conv.dims["hidden"] * model.count("shortconv")
     return total
 
 
@@ -1138,15 +1401,27 @@ def attention_params_estimate(model, cfg):
 # Memory per GPU for the KV pool: given, or probed with nvidia-smi and the weights' size
 
 
+# What a pool's GiB stand for. Stated (kv_memory_gib): the pool's size as the engine reports it,
+# its tensors (SGLang's 'KV size'). Derived (probed, planned): the memory available for the pool
+# (SGLang's rest_memory), which the engine sizes its pool from. They differ for DeepSeek-V3.2 in
+# SGLang, whose profile counts 708 bytes a layer and pool stores 788 plus a padding page.
+POOL_IS_KV_SIZE = "kv_size"
+POOL_IS_AVAILABLE = "available"
+POOL_IS_WORDS = {POOL_IS_KV_SIZE: "its size as the engine reports it",
+                 POOL_IS_AVAILABLE: "memory available for the pool"}
+
+
 @dataclass
 class Memory:
     source: str  # "given", "probed" or "unknown"
     pool_gib: float = None
+    pool_is: str = None  # POOL_IS_KV_SIZE or POOL_IS_AVAILABLE
     gpus: list = None
     probe_failure: str = None  # why nvidia-smi gave nothing
     tp: int = 1
     gpu_total_mib: int = None
     mem_fraction: float = None
+    mem_fraction_source: str = None
     weights_bytes: int = None
     weights_source: str = None
     weights_per_gpu_bytes: int = None
@@ -1160,11 +1435,13 @@ class Memory:
         return None if self.pool_gib is None else int(self.pool_gib * GIB)
 
     def to_json(self):
-        out = {"source": self.source, "pool_gib": self.pool_gib, "pool_bytes": self.pool_bytes}
+        out = {"source": self.source, "pool_gib": self.pool_gib, "pool_bytes": self.pool_bytes,
+               "pool_is": self.pool_is}
         if self.gpus is not None:
             out["gpus"] = self.gpus
         if self.source == "probed":
             out.update({"gpu_total_mib": self.gpu_total_mib, "mem_fraction": self.mem_fraction,
+                        "mem_fraction_source": self.mem_fraction_source,
                         "weights_bytes": self.weights_bytes,
                         "weights_source": self.weights_source,
                         "weights_per_gpu_bytes": self.weights_per_gpu_bytes,
@@ -1255,10 +1532,82 @@ def weights_per_gpu(size, gpus, dp):
     return size.bytes // gpus + size.attention_bytes * (dp - 1) // gpus
 
 
+# The engines' defaults for the share of GPU memory that weights + cache may take.
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
+# SGLang ServerArgs._handle_gpu_memory_settings: by GPU memory (MiB, nvidia-smi memory.total),
+# (below, chunked_prefill_size, cuda_graph_max_bs below TP 4, cuda_graph_max_bs from TP 4).
+SGLANG_GPU_CLASSES = ((20 * 1024, 2048, 8, 8), (35 * 1024, 2048, 24, 80),
+                      (60 * 1024, 4096, 32, 160), (90 * 1024, 8192, 256, 512),
+                      (160 * 1024, 8192, 256, 512), (None, 16384, 512, 512))
+
+
+@dataclass
+class MemFraction:
+    value: float
+    source: str  # the rule, with the arithmetic that gave value
+
+
+def sglang_reserved_mib(gpu_mib, tp, dp, dp_attention, speculative):
+    """SGLang _handle_gpu_memory_settings: MiB kept out of mem_fraction_static for activations
+    (chunked prefill), CUDA graphs, large TP, DP attention and a speculative draft model."""
+    chunk, bs = next((c, small if tp < 4 else large) for limit, c, small, large
+                     in SGLANG_GPU_CLASSES if limit is None or gpu_mib < limit)
+    reserved = 512 + max(chunk, 2048) * 1.5 + bs * 2 + tp / 8 * 1024
+    if dp_attention:
+        reserved += bs * dp * 3
+        if bs > 300:
+            reserved += bs * dp * 1.5
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    if speculative:
+        reserved += 2 * 1024
+    return reserved, chunk, bs
+
+
+def sglang_vlm_factor(vision):
+    """SGLang adjust_mem_fraction_for_vlm: 0.95 x (1 - 0.1 x (ViT size / ViT-L size - 1)), the
+    second factor clamped to [0.8, 1.05]; layers and width default to ViT-L's 24 and 1024 when
+    the vision config does not name them (Qwen's says depth, not num_hidden_layers)."""
+    ratio = (vision.get("num_hidden_layers") or 24) * (vision.get("hidden_size") or 1024) ** 2 \
+        / (24 * 1024 ** 2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+
+
+def sglang_mem_fraction(gpu_mib, tp, dp=1, dp_attention=False, vision=None, speculative=False):
+    """SGLang's --mem-fraction-static default for this GPU and parallelism."""
+    reserved, chunk, bs = sglang_reserved_mib(gpu_mib, tp, dp, dp_attention, speculative)
+    base = round((gpu_mib - reserved) / gpu_mib, 3)
+    how = (f"SGLang default: round(({fmt_num(Fraction(gpu_mib).limit_denominator(100))} MiB - "
+           f"{fmt_num(Fraction(reserved).limit_denominator(10))} MiB reserved) / GPU, 3) = {base} "
+           f"(chunked_prefill_size {chunk}, cuda_graph_max_bs {bs}, TP {tp}"
+           + (f", DP attention {dp}" if dp_attention else "") + (", speculative" if speculative
+                                                                 else "") + ")")
+    if vision is None:
+        return MemFraction(base, f"{how}; {CITE['sg_mem_fraction']}")
+    factor = sglang_vlm_factor(vision)
+    return MemFraction(base * factor, f"{how} x {factor:.4f} for the vision encoder "
+                                      f"(adjust_mem_fraction_for_vlm) = {base * factor:.4f}; "
+                                      f"{CITE['sg_mem_fraction']}")
+
+
+def vllm_mem_fraction():
+    return MemFraction(VLLM_GPU_MEMORY_UTILIZATION,
+                       f"vLLM default --gpu-memory-utilization {VLLM_GPU_MEMORY_UTILIZATION} "
+                       f"({CITE['vl_cache_config']})")
+
+
+def engine_mem_fraction(params, engine, gpu_mib, tp, dp=1, dp_attention=False, vision=None):
+    if params["mem_fraction"] is not None:
+        return MemFraction(float(params["mem_fraction"]), "given")
+    if engine == "vllm":
+        return vllm_mem_fraction()
+    return sglang_mem_fraction(gpu_mib, tp, dp, dp_attention, vision, params["mtp"])
+
+
 def resolve_memory(params, source, weights, engine, tp, dp=1, model=None, cfg=None):
     """The GiB per GPU that the KV pool (and recurrent state) may use, and how it was found."""
     if params["kv_memory_gib"] is not None:
-        return Memory("given", float(params["kv_memory_gib"]), tp=tp)
+        return Memory("given", float(params["kv_memory_gib"]), POOL_IS_KV_SIZE, tp=tp)
     gpus, failure = probe_gpus()
     if gpus is None:
         return Memory("unknown", probe_failure=failure, tp=tp)
@@ -1270,7 +1619,9 @@ def resolve_memory(params, source, weights, engine, tp, dp=1, model=None, cfg=No
     if memory.weights_bytes is None:
         return memory
     memory.weights_per_gpu_bytes = weights_per_gpu(size, tp, dp)
-    memory.mem_fraction = float(params["mem_fraction"])
+    frac = engine_mem_fraction(params, engine, memory.gpu_total_mib, tp, dp, dp > 1,
+                               vision_config(source))
+    memory.mem_fraction, memory.mem_fraction_source = frac.value, frac.source
     memory.activation_reserve_gib, memory.activation_reserve_source = activation_reserve(
         params, engine)
     per_gpu_gib = memory.weights_bytes / tp / GIB if dp == 1 else \
@@ -1279,7 +1630,7 @@ def resolve_memory(params, source, weights, engine, tp, dp=1, model=None, cfg=No
     pool_gib = (memory.gpu_total_mib / 1024 * memory.mem_fraction - per_gpu_gib
                 - memory.activation_reserve_gib)
     memory.exhausted = pool_gib <= 0
-    memory.source = "probed"
+    memory.source, memory.pool_is = "probed", POOL_IS_AVAILABLE
     memory.pool_gib = 0.0 if memory.exhausted else pool_gib
     return memory
 
@@ -1523,8 +1874,16 @@ def extra_groups_for_head_shards(ngroups, tp):
 
 def state_elements(rec, tp):
     """(conv elements, SSM elements) of one layer's state on one GPU: SGLang Mamba2StateShape /
-    vLLM MambaStateShapeCalculator (gated_delta_net, mamba2, mamba1, linear_attention)."""
+    KimiLinearStateShape, vLLM MambaStateShapeCalculator (gated_delta_net, kda, mamba2, mamba1,
+    linear_attention, short_conv)."""
     d = rec.dims
+    if rec.kind == "kda":
+        # q, k and v each keep (heads x head_dim / TP, kernel - 1) of conv state.
+        proj = d["heads"] * d["head_dim"] // tp
+        return 3 * proj * (d["conv_kernel"] - 1), (d["heads"] // tp) * d["head_dim"] ** 2
+    if rec.kind == "shortconv":
+        # SGLang passes state_size 0 to Mamba2StateShape: no SSM state, only the conv's.
+        return (d["hidden"] // tp) * (d["conv_kernel"] - 1), 0
     if rec.kind == "gdn":
         conv_dim = d["key_heads"] * d["key_dim"] * 2 + d["value_heads"] * d["value_dim"]
         return (conv_dim // tp) * (d["conv_kernel"] - 1), \
@@ -1542,6 +1901,10 @@ def state_elements(rec, tp):
 
 def conv_width(rec):
     d = rec.dims
+    if rec.kind == "kda":
+        return 3 * d["heads"] * d["head_dim"]
+    if rec.kind == "shortconv":
+        return d["hidden"]
     if rec.kind == "gdn":
         return d["key_heads"] * d["key_dim"] * 2 + d["value_heads"] * d["value_dim"]
     if rec.kind == "mamba2":
@@ -1555,7 +1918,8 @@ def recurrent_states(inp, dtypes):
     out = {}
     for kind, rec in model.recurrent.items():
         conv, ssm = state_elements(rec, tp)
-        ssm_dtype = dtypes.ssm
+        # vLLM kda_state_dtype keeps the KDA recurrent state in float32 whatever the flags say.
+        ssm_dtype = "float32" if kind == "kda" and inp.engine == "vllm" else dtypes.ssm
         conv_bytes = int(conv * DTYPE_BYTES[dtypes.conv])
         ssm_bytes = int(ssm * DTYPE_BYTES[ssm_dtype])
         layers = model.count(kind)
@@ -1647,6 +2011,8 @@ def sglang_capacity(inp, dtype, state_bytes):
     elif windowed and sglang_swa_pool(inp):
         tokens = sglang_tokens(pool_gib, row.profiled * windowed, page)
         detail = {"swa_tokens": tokens}
+    elif model.is_dsa:
+        tokens, detail = dsa_pool(inp, row, layers)
     else:
         tokens = sglang_tokens(pool_gib, row.profiled * layers, page)
     context_len = model.max_position_embeddings or max(inp.contexts)
@@ -1654,11 +2020,52 @@ def sglang_capacity(inp, dtype, state_bytes):
     if state_bytes:
         running = min(running, detail["state_slots"] // SGLANG_STATE_SLOTS_PER_REQUEST)
     detail["max_running_requests"] = running
-    if row.allocated != row.profiled:
-        detail["profiled_bytes_per_token"] = json_number(row.profiled * layers)
-        detail["allocated_kv_bytes"] = int(tokens * row.allocated * layers)
+    if model.is_dsa:  # no recurrent state: all memory already goes to KV, read as given
+        return Capacity(tokens, tokens, detail, concurrency(tokens, inp.contexts))
     return Capacity(tokens, all_to_kv(inp, dtype, row, layers), detail,
                     concurrency(tokens, inp.contexts))
+
+
+def sglang_pool_tensor_bytes(tokens, bytes_per_token, page_size):
+    """What SGLang's pool tensors take, and its log prints as 'KV size': tokens + one padding
+    page of rows (MLATokenToKVPool / NSATokenToKVPool buffers of size + page_size; the indexer
+    keys in (size + page_size + 1) // page_size pages)."""
+    return int((tokens + page_size) * bytes_per_token)
+
+
+def sglang_tokens_within(pool_bytes, bytes_per_token, page_size):
+    """The most page-aligned tokens whose tensors, padding page included, fit pool_bytes."""
+    pages = int(Fraction(pool_bytes) / bytes_per_token) // page_size - 1
+    return max(0, pages * page_size)
+
+
+def sglang_available_gib_for(tokens, profiled_bytes_per_token):
+    """The least memory available for the pool (GiB, to 4 decimals, rounded up) from which
+    SGLang's profile allocates `tokens`: int(rest x 2^30) // cell size >= tokens."""
+    return math.ceil(tokens * profiled_bytes_per_token / GIB * 10000) / 10000
+
+
+def dsa_pool(inp, row, layers):
+    """DeepSeek-V3.2 in SGLang: the profile divides the memory available for the pool by the
+    plain 576-byte MLA row + the indexer key (get_cell_size_per_token: 708 bytes a layer), while
+    NSATokenToKVPool stores the FP8 row with its scales (calculate_mla_kv_cache_dim: 656 + 132 =
+    788) in size + page_size rows. A pool's GiB read both ways: as the KV size SGLang's log
+    prints (the tensors: the tokens whose rows, padding page included, fit it; PR #11309's log:
+    #tokens 975424, KV size 43.67 GB), and as the memory available for the pool (what SGLang's
+    profile allocates from it, its tensors then past it). (max tokens, detail): the max tokens
+    of the reading memory.pool_is names, with the memory SGLang sizes them from and the KV size
+    their tensors take."""
+    page, pool = inp.page_size, inp.memory.pool_bytes
+    allocated, profiled = row.allocated * layers, row.profiled * layers
+    kv_size = sglang_tokens_within(pool, allocated, page)
+    available = sglang_tokens(inp.memory.pool_gib, profiled, page)
+    tokens = kv_size if inp.memory.pool_is == POOL_IS_KV_SIZE else available
+    return tokens, {"pool_is": inp.memory.pool_is,
+                    "profiled_bytes_per_token": json_number(profiled),
+                    "max_tokens_from_kv_size": kv_size,
+                    "max_tokens_from_available": available,
+                    "available_gib_for_max_tokens": sglang_available_gib_for(tokens, profiled),
+                    "kv_size_bytes": sglang_pool_tensor_bytes(tokens, allocated, page)}
 
 
 def all_to_kv(inp, dtype, row, layers):
@@ -1953,6 +2360,16 @@ def calibrate(observed, kv_results):
     if entry.get("max_tokens") and observed.get("tokens"):
         result["modelled_max_tokens"] = entry["max_tokens"]
         result["tokens_ratio"] = round(observed["tokens"] / entry["max_tokens"], 4)
+    split = entry.get("engine_split") or {}
+    if "max_tokens_from_kv_size" in split and observed.get("kv_bytes") and observed.get("tokens"):
+        # The log's KV size is the pool's tensors: how many tokens they hold, and the memory
+        # available for the pool that SGLang's profile sized them from.
+        page = observed["pool_slots"] - observed["tokens"]
+        per_token = Fraction(entry["bytes_per_token"])
+        result["tokens_within_logged_kv_size"] = sglang_tokens_within(observed["kv_bytes"],
+                                                                      per_token, page)
+        result["implied_available_gib"] = round(
+            observed["tokens"] * split["profiled_bytes_per_token"] / GIB, 4)
     slots = entry.get("engine_split", {}).get("state_slots")
     if slots is not None and "state_slots" in observed:
         result["modelled_state_slots"] = slots
@@ -1980,8 +2397,8 @@ def explain_auto(inp, notes):
 
 def explain_fp8_scales(inp, notes):
     fp8 = sorted({d for d in inp.dtypes.values() if d.startswith("fp8")})
-    if not fp8 and inp.ckpt_quant != "fp8_e4m3":
-        return
+    if not fp8 and inp.ckpt_quant != "fp8_e4m3" or inp.model.is_dsa:
+        return  # DeepSeek-V3.2's FP8 row carries its own scales
     why = f"FP8 KV requested ({', '.join(fp8)})" if fp8 else "the checkpoint asks for FP8 KV"
     weights = inp.weights
     if weights is not None and weights.files:
@@ -2066,19 +2483,51 @@ def explain_dsa(inp, notes):
                    f"pool and requests; pass dp={inp.tp} to size that deployment")
 
 
-def explain_pool_overshoot(inp, kv, notes):
+def explain_dsa_pool(inp, kv, notes):
+    """DeepSeek-V3.2 in SGLang: which reading of the pool max_tokens follows, with the other
+    beside it; pool-overshoot only where the pool is the memory available, which SGLang's
+    tensors outgrow."""
     for name, entry in kv.items():
         split = entry.get("engine_split") or {}
-        if "profiled_bytes_per_token" not in split or not entry.get("max_tokens"):
+        if "max_tokens_from_kv_size" not in split:
             continue
-        extra = split["allocated_kv_bytes"] - inp.memory.pool_bytes
+        notes.assume(dsa_pool_sentence(inp, name, entry, split))
+        if split["pool_is"] != POOL_IS_AVAILABLE or not entry["max_tokens"] or \
+                split["profiled_bytes_per_token"] == entry["bytes_per_token"]:
+            continue
+        extra = split["kv_size_bytes"] - inp.memory.pool_bytes
         notes.warn("pool-overshoot",
-                   f"{name}: SGLang sizes the DSA pool with "
+                   f"{name}: SGLang sizes DeepSeek-V3.2's pool at "
                    f"{fmt_num(split['profiled_bytes_per_token'])} bytes/token (plain MLA row + "
-                   f"indexer) but its tensors hold "
-                   f"{fmt_num(entry['bytes_per_token'])}: {fmt_int(entry['max_tokens'])} tokens "
-                   f"take {extra / GIB:.2f} GiB more than the pool, out of the headroom "
-                   f"({CITE['sg_mixin']} get_cell_size_per_token vs calculate_mla_kv_cache_dim)")
+                   f"indexer) but its tensors hold {fmt_num(entry['bytes_per_token'])}: the "
+                   f"{fmt_int(entry['max_tokens'])} tokens it allocates from the "
+                   f"{inp.memory.pool_gib:.2f} GiB available for the pool take "
+                   f"{split['kv_size_bytes'] / GIB:.2f} GiB with the padding page, "
+                   f"{extra / GIB:.2f} GiB more, out of the headroom ({CITE['sg_mixin']} "
+                   f"get_cell_size_per_token vs calculate_mla_kv_cache_dim; {CITE['sg_nsa_pool']})")
+
+
+def dsa_pool_sentence(inp, name, entry, split):
+    pool, page = inp.memory.pool_gib, inp.page_size
+    tensors = (f"its tensors hold {fmt_num(entry['bytes_per_token'])} bytes a token in tokens + "
+               f"one {page}-token padding page (MLA rows: size + page_size; indexer keys: (size "
+               f"+ page_size + 1) // page_size pages; {CITE['sg_nsa_pool']})")
+    profile = (f"{fmt_num(split['profiled_bytes_per_token'])} bytes a token ({CITE['sg_mixin']} "
+               "get_cell_size_per_token, profile_max_num_token)")
+    if split["pool_is"] == POOL_IS_KV_SIZE:
+        return (f"{name}: kv_memory_gib = {pool} GiB is the pool's KV size, what SGLang's log "
+                f"prints for DeepSeek-V3.2: {tensors}, so max tokens = the most {page}-aligned "
+                f"tokens with {fmt_num(entry['bytes_per_token'])} x (tokens + {page}) <= the pool "
+                f"= {fmt_int(entry['max_tokens'])}; SGLang's profile sizes the pool from the "
+                f"memory available for it at {profile} and gets there from "
+                f"{split['available_gib_for_max_tokens']} GiB; {pool} GiB available would give "
+                f"{fmt_int(split['max_tokens_from_available'])} tokens (max_tokens_from_available)")
+    return (f"{name}: the {pool:.2f} GiB available for the pool sized as SGLang's profile does: "
+            f"int(GiB x 2^30) // {profile}, aligned down to {page} = "
+            f"{fmt_int(entry['max_tokens'])} tokens; {tensors} = "
+            f"{split['kv_size_bytes'] / GIB:.2f} GiB, the KV size its log prints; a KV size of "
+            f"{pool:.2f} GiB holds {fmt_int(split['max_tokens_from_kv_size'])} tokens "
+            "(max_tokens_from_kv_size)")
 
 
 def explain_windows(inp, notes):
@@ -2156,9 +2605,11 @@ def explain_pool(memory, notes):
         notes.warn("memory-exhausted", f"{total} MiB x {frac} - weights {weights_gib:.2f} GiB / TP "
                    f"{tp} - reserve {reserve} GiB leaves nothing for the KV cache")
     notes.assume(f"KV pool per GPU = GPU memory x mem_fraction - weights / TP - activation "
-                 f"reserve = {total} MiB (probed) x {frac} - {weights_gib:.2f} GiB "
+                 f"reserve = {total} MiB (probed) x {frac:.4g} - {weights_gib:.2f} GiB "
                  f"({memory.weights_source}) / {tp} - {reserve} GiB "
-                 f"({memory.activation_reserve_source}) = {memory.pool_gib:.2f} GiB")
+                 f"({memory.activation_reserve_source}) = {memory.pool_gib:.2f} GiB available "
+                 f"for the pool (SGLang's rest memory); "
+                 f"mem_fraction: {memory.mem_fraction_source}")
 
 
 def explain_naive(inp, kv, notes):
@@ -2182,6 +2633,9 @@ def explain_naive(inp, kv, notes):
 STATE_FORMULAS = {
     "gdn": "conv ((2 x key heads x key dim + value heads x value dim) // TP) x (kernel - 1) + "
            "SSM value heads/TP x value dim x key dim",
+    "kda": "conv 3 x (heads x head dim // TP) x (kernel - 1) for q, k, v + SSM heads/TP x "
+           "head dim x head dim",
+    "shortconv": "conv (hidden // TP) x (conv_L_cache - 1), no SSM state",
     "mamba2": "conv ((intermediate + 2 x groups x state) // TP) x (kernel - 1) + SSM heads/TP x "
               "head dim x state",
     "mamba1": "conv (intermediate // TP) x (kernel - 1) + SSM (intermediate // TP) x state",
@@ -2210,6 +2664,16 @@ def explain_state(inp, states, dtypes, notes):
                    f"{CITE['vl_mamba']} MambaStateShapeCalculator / MambaStateDtypeCalculator")
     notes.assume(f"state shapes and dtypes follow {engine_rule}; attention TP {inp.attn_tp}; "
                  f"conv {dtypes.conv}, SSM {dtypes.ssm} ({dtypes.how})")
+    if "kda" in states:
+        notes.assume("KDA state: " + (
+            f"{CITE['sg_kimi']} (q, k, v conv states + one (heads, head dim, head dim) "
+            "recurrent state, in mamba2_state_dtype)" if inp.engine == "sglang" else
+            f"{CITE['vl_kda']} (q, k, v conv states in the model dtype, the recurrent state "
+            "always float32)"))
+    if "shortconv" in states:
+        notes.assume("short-convolution state: " + (
+            CITE["sg_lfm2"] + " (Mamba2StateShape with state_size 0: conv state only, bf16)"
+            if inp.engine == "sglang" else CITE["vl_shortconv"] + " (the model dtype)"))
     if inp.engine == "vllm" and inp.ssm_dtype == "auto" and inp.model.config_ssm_dtype and \
             inp.model.config_ssm_dtype != dtypes.ssm:
         notes.warn("ssm-dtype-default", f"config.json asks for mamba_ssm_dtype "
@@ -2222,7 +2686,9 @@ def explain_engine(inp, state_bytes, notes):
     model, memory, page = inp.model, inp.memory, inp.page_size
     if memory.pool_gib is None:
         return
-    if inp.engine == "sglang":
+    if inp.engine == "sglang" and model.is_dsa:
+        pass  # explain_dsa_pool says which reading of the pool max tokens follow
+    elif inp.engine == "sglang":
         notes.assume("max tokens follow SGLang: int(pool_GiB x 2^30) // bytes_per_token, "
                      f"aligned down to page_size {page} ({CITE['sg_mixin']} "
                      "profile_max_num_token, init_memory)")
@@ -2420,11 +2886,12 @@ def compute(params):
     if inp.memory.source == "given":
         pool = inp.memory.pool_gib
         notes.assume(f"KV pool per GPU = kv_memory_gib = {pool} GiB = int({pool} x 2^30) = "
-                     f"{fmt_int(inp.memory.pool_bytes)} bytes (given)")
+                     f"{fmt_int(inp.memory.pool_bytes)} bytes (given: the pool's size as the "
+                     "engine reports it, recurrent state included)")
     explain_state(inp, states, dtypes, notes)
     explain_engine(inp, state["bytes_per_request"], notes)
     explain_mtp(inp, kv, notes)
-    explain_pool_overshoot(inp, kv, notes)
+    explain_dsa_pool(inp, kv, notes)
     explain_state_slots(inp, state["bytes_per_request"], kv, notes)
     if params["calibrate_log"] and calibration is None:
         notes.warn("calibration-unparsed",
@@ -2442,7 +2909,7 @@ def result_document(inp, state, states, kv, calibration, notes):
         "mode": "size",
         "model": {"name": model.name, "source": inp.source.kind, "preset": inp.source.preset,
                   "architectures": model.architectures, "model_type": model.model_type,
-                  "family": model.family, "attention": att.style,
+                  "family": model.family, "rule": model.rule, "attention": att.style,
                   "sparse_attention": "dsa" if model.is_dsa else None,
                   "torch_dtype": model.torch_dtype,
                   "max_position_embeddings": model.max_position_embeddings},
@@ -2498,7 +2965,8 @@ def render_layers(result):
             parts.append(f"{item['count']} chunked ({fmt_int(item['chunk_size'])} tokens)")
         elif kind == "gated_delta_net":
             parts.append(f"{item['count']} linear attention")
-        elif kind in ("mamba2", "mamba1", "lightning_attention"):
+        elif kind in ("mamba2", "mamba1", "lightning_attention", "kimi_delta_attention",
+                      "short_conv"):
             parts.append(f"{item['count']} {kind.replace('_', ' ')}")
         elif kind == "mlp_only":
             parts.append(f"{item['count']} MLP/MoE only")
@@ -2515,7 +2983,7 @@ def render_report(result):
     origin = f"preset {m['preset']}" if m["preset"] else m["source"]
     dp = f" - DP attention {result['dp']}" if result.get("dp", 1) > 1 else ""
     lines = [f"kv_calc: {m['name']} ({origin}) - TP {result['tp']}{dp} - engine "
-             f"{result['engine']}", render_layers(result)]
+             f"{result['engine']}", render_layers(result), f"layer rule: {m['rule']['how']}"]
     if m["attention"] == "mla":
         lines.append("KV per GPU: one MLA latent per token and layer (not split by TP)")
     elif result["layers"]["full_attention"] or result["layers"].get("sliding_window") or \
@@ -2524,7 +2992,7 @@ def render_report(result):
                      f"{result['kv_heads_total']}, TP {result['attention_tp']})")
     if mem["pool_gib"] is not None:
         lines.append(f"KV pool per GPU: {mem['pool_gib']:.2f} GiB = {fmt_int(mem['pool_bytes'])} "
-                     f"bytes ({mem['source']})")
+                     f"bytes ({mem['source']}: {POOL_IS_WORDS[mem['pool_is']]})")
     else:
         lines.append("KV pool per GPU: unknown (pass kv_memory_gib)")
     lines.append("")
@@ -2616,11 +3084,8 @@ def render_engine(result):
                 f"{g['spec']} x{g.get('groups', 1)}" for g in split["kv_cache_groups"])
             lines.append(f"vLLM ({name}): {fmt_int(split['num_blocks'])} blocks of "
                          f"{split['block_size']} tokens; KV cache groups: {groups}")
-        if "profiled_bytes_per_token" in split:
-            profiled = fmt_num(split["profiled_bytes_per_token"])
-            lines.append(f"SGLang ({name}): pool sized at {profiled} bytes/token, tensors hold "
-                         f"{fmt_num(entry['bytes_per_token'])} = "
-                         f"{split['allocated_kv_bytes'] / GIB:.2f} GiB")
+        if "max_tokens_from_kv_size" in split:
+            lines.append(render_dsa_pool(result, name, entry, split))
         draft = entry.get("mtp_draft")
         if draft:
             text = f"MTP draft ({name}): {plural(draft['layers'], 'layer')}, " \
@@ -2629,6 +3094,22 @@ def render_engine(result):
                 text += f"; SGLang draft pool {draft['pool_bytes'] / GIB:.2f} GiB"
             lines.append(text)
     return [""] + lines if lines else []
+
+
+def render_dsa_pool(result, name, entry, split):
+    pool, page = result["memory"]["pool_gib"], result["page_size"]
+    profiled, stored = fmt_num(split["profiled_bytes_per_token"]), fmt_num(entry["bytes_per_token"])
+    if split["pool_is"] == POOL_IS_KV_SIZE:
+        return (f"SGLang ({name}): {pool:.2f} GiB read as its log's KV size: "
+                f"{fmt_int(entry['max_tokens'])} tokens + a {page}-token padding page x {stored} "
+                f"bytes; its profile ({profiled} bytes/token) gets there from "
+                f"{split['available_gib_for_max_tokens']} GiB available; {pool:.2f} GiB "
+                f"available would give {fmt_int(split['max_tokens_from_available'])} tokens")
+    return (f"SGLang ({name}): {pool:.2f} GiB available, sized at {profiled} bytes/token: "
+            f"{fmt_int(entry['max_tokens'])} tokens, whose tensors ({stored} bytes/token, with "
+            f"a {page}-token padding page) take {split['kv_size_bytes'] / GIB:.2f} GiB, its log's "
+            f"KV size; a KV size of {pool:.2f} GiB holds "
+            f"{fmt_int(split['max_tokens_from_kv_size'])} tokens")
 
 
 def render_calibration(result):
@@ -2645,11 +3126,14 @@ def render_calibration(result):
     if cal.get("tokens_ratio") is not None:
         text += (f"; modelled max tokens {fmt_int(cal['modelled_max_tokens'])} "
                  f"(observed/modelled {cal['tokens_ratio']:.4f})")
+    if cal.get("tokens_within_logged_kv_size") is not None:
+        text += (f"; the log's KV size holds {fmt_int(cal['tokens_within_logged_kv_size'])} "
+                 f"tokens, sized from {cal['implied_available_gib']} GiB available for the pool")
     return ["", text]
 
 
 # ---------------------------------------------------------------------------------------
-# mode=plan: which GPU count, TP/DP-attention split and KV dtype serve a workload
+# mode=plan: which GPU count, parallel layout and KV dtype serve a workload
 
 
 @dataclass
@@ -2660,6 +3144,7 @@ class Workload:
     gpu_source: str
     gpu_name: str = None
     counts: list = field(default_factory=list)  # GPU counts to consider
+    gpu_mib: float = None  # what SGLang's memory rules read (nvidia-smi memory.total)
 
     @property
     def long_context(self):
@@ -2667,12 +3152,13 @@ class Workload:
 
 
 def plan_gpus(params):
-    """(memory per GPU in GiB, how it was found, GPU name, GPU counts to consider)."""
+    """The workload's GPUs: memory each, how it was found, their name, the counts to consider."""
     probed, failure = (None, None)
     if params["gpu_memory_gib"] is None or params["gpus"] is None:
         probed, failure = probe_gpus()
     if params["gpu_memory_gib"] is not None:
         memory, how = float(params["gpu_memory_gib"]), "given"
+        mib = memory * 1024
     elif probed:
         mib = min(g["memory_total_mib"] for g in probed)
         memory, how = mib / 1024, f"probed: {fmt_int(mib)} MiB ({probed[0]['name']})"
@@ -2680,7 +3166,60 @@ def plan_gpus(params):
         raise InputError(f"mode=plan needs the memory per GPU: pass gpu_memory_gib=GIB ({failure})",
                          "gpu_memory_gib")
     counts = params["gpus"] or ([len(probed)] if probed else [1, 2, 4, 8])
-    return memory, how, probed[0]["name"] if probed else None, sorted(set(counts))
+    return Workload(0, params["concurrency"], memory, how, probed[0]["name"] if probed else None,
+                    sorted(set(counts)), mib)
+
+
+# Fields whose presence makes a model mixture-of-experts.
+MOE_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def is_moe(cfg):
+    return any(cfg.get(k) for k in MOE_FIELDS)
+
+
+@dataclass
+class Layout:
+    """GPUs and how the engine spreads the model over them: plain TP over every GPU; DP
+    attention (one model over all GPUs, attention split in dp groups, experts over all: SGLang
+    --enable-dp-attention, vLLM --data-parallel-size with --enable-expert-parallel); or dp
+    replicas of a TP gpus/dp model."""
+    gpus: int
+    dp: int
+    mode: str  # "tp", "dp_attention" or "replicas"
+    engine: str = "sglang"
+
+    @property
+    def attn_tp(self):
+        return self.gpus // self.dp
+
+    @property
+    def instance_tp(self):
+        """TP of one engine instance (SGLang --tp, vLLM --tensor-parallel-size)."""
+        if self.mode == "replicas" or (self.mode == "dp_attention" and self.engine == "vllm"):
+            return self.gpus // self.dp
+        return self.gpus
+
+    def describe(self):
+        if self.mode == "tp":
+            return f"TP {self.gpus}"
+        if self.mode == "replicas":
+            return f"{self.dp} replicas of TP {self.gpus // self.dp}"
+        if self.engine == "vllm":
+            return f"DP {self.dp} x TP {self.gpus // self.dp}, expert parallel"
+        return f"TP {self.gpus}, DP attention {self.dp}"
+
+
+def plan_layouts(n, engine, moe, forced_dp_attention=False):
+    """The layouts an engine runs on n GPUs: DP splits a MoE model's attention (SGLang models
+    that split attention by get_attention_tp_size, vLLM with expert parallelism); a dense
+    model's DP runs as full replicas (SGLang models/llama.py shards by the plain TP size; vLLM
+    DP of a dense model). Where SGLang turns DP attention on by itself, plain TP is not run."""
+    layouts = [] if forced_dp_attention and n > 1 else [Layout(n, 1, "tp", engine)]
+    for dp in range(2, n + 1):
+        if n % dp == 0:
+            layouts.append(Layout(n, dp, "dp_attention" if moe else "replicas", engine))
+    return layouts
 
 
 def layout_refusal(model, attn_tp):
@@ -2689,72 +3228,122 @@ def layout_refusal(model, attn_tp):
     if att.style == "mha" and att.num_kv_heads > attn_tp and att.num_kv_heads % attn_tp:
         return f"{att.num_kv_heads} KV heads do not divide over attention TP {attn_tp}"
     for rec in model.recurrent.values():
+        if rec.kind == "shortconv":
+            if rec.dims["hidden"] % attn_tp:
+                return (f"{rec.dims['hidden']} short-convolution channels do not divide over "
+                        f"attention TP {attn_tp}")
+            continue
         heads = rec.dims.get("value_heads") or rec.dims.get("heads") or 0
         if heads % attn_tp:
             return f"{heads} {KIND_NAMES[rec.kind]} heads do not divide over attention TP {attn_tp}"
     return None
 
 
-def plan_inputs(params, source, model, cfg, weights, n, dp, pool_gib, dtype_name, dtype, ctx):
+def layout_weights_per_gpu(size, layout):
+    if layout.mode == "replicas":
+        return size.bytes // layout.attn_tp
+    return weights_per_gpu(size, layout.gpus, layout.dp)
+
+
+@dataclass
+class PlanModel:
+    """What the planner read once: the model, its checkpoint, its weights and KV-scale facts."""
+    source: Source
+    model: Model
+    cfg: dict
+    weights: Weights
+    size: WeightsSize
+    scales: dict
+    ckpt_quant: str = None
+
+
+def plan_inputs(params, pm, layout, pool_gib, dtype_name, dtype, ctx):
+    """The sizing of one engine instance's rank: a replica is a TP gpus/dp model of its own."""
+    replicas = layout.mode == "replicas"
+    tp = layout.attn_tp if replicas else layout.gpus
     return Inputs(
-        source=source, model=model, tp=n, dp=dp, engine=params["engine"],
-        page_size=default_page_size(params, params["engine"], model),
+        source=pm.source, model=pm.model, tp=tp, dp=1 if replicas else layout.dp,
+        engine=params["engine"], page_size=default_page_size(params, params["engine"], pm.model),
         ssm_dtype=params["ssm_dtype"], mamba_ratio=float(params["mamba_full_memory_ratio"]),
-        contexts=[ctx], memory=Memory("given", pool_gib, tp=n), dtypes={dtype_name: dtype},
-        attention_backend=params["attention_backend"], mtp=params["mtp"], weights=weights,
-        cfg=cfg)
+        contexts=[ctx], memory=Memory("given", pool_gib, POOL_IS_AVAILABLE, tp=tp),
+        dtypes={dtype_name: dtype},
+        attention_backend=params["attention_backend"], mtp=params["mtp"], weights=pm.weights,
+        cfg=pm.cfg, ckpt_quant=pm.ckpt_quant)
 
 
-def plan_candidate(params, inp, size, work, reserve):
-    """One (GPU count, DP split, KV dtype): the figures the plan lists."""
-    n, dp, ctx = inp.tp, inp.dp, work.context
-    per_gpu = weights_per_gpu(size, n, dp)
-    model = inp.model
+def plan_candidate(inp, layout, per_gpu, frac, work):
+    """One layout and KV dtype: the figures the plan lists."""
+    model, ctx = inp.model, work.context
     dtypes = state_dtypes(inp) if model.recurrent else None
     states = recurrent_states(inp, dtypes) if model.recurrent else {}
     state = state_summary(model, states)
     name, dtype = next(iter(inp.dtypes.items()))
     entry = kv_entry(inp, dtype, state["bytes_per_request"], states)
-    per_rank = (entry.get("concurrent_requests") or {}).get(str(ctx), 0.0)
+    per_rank = exact_requests(inp.engine, entry, ctx)
     running = (entry.get("engine_split") or {}).get("max_running_requests")
     if inp.engine == "sglang" and running is not None:
         per_rank = min(per_rank, running)
-    requests = round(per_rank * dp, 2)
-    return {"gpus": n, "tp": n, "dp": dp, "attention_tp": inp.attn_tp, "kv_dtype": name,
-            "dtype": dtype, "weights_per_gpu_gib": round(per_gpu / GIB, 2),
+    requests = round(per_rank * layout.dp, 2)
+    return {"gpus": layout.gpus, "mode": layout.mode, "layout": layout.describe(),
+            "tp": layout.instance_tp, "dp": layout.dp, "attention_tp": layout.attn_tp,
+            "kv_dtype": name, "dtype": dtype, "mem_fraction": round(frac.value, 4),
+            "mem_fraction_source": frac.source,
+            "weights_per_gpu_gib": round(per_gpu / GIB, 2),
             "kv_pool_gib": round(inp.memory.pool_gib, 2),
             "bytes_per_token": entry["bytes_per_token"],
             "state_bytes_per_request": state["bytes_per_request"],
-            "max_tokens_per_rank": entry.get("max_tokens"), "concurrent_requests": requests,
+            "max_tokens_per_rank": entry.get("max_tokens"),
+            "requests_per_rank": round(per_rank, 2),
+            "whole_requests_per_rank": max(1, int(per_rank)), "concurrent_requests": requests,
             "headroom_requests": round(requests - work.concurrency, 2),
             "headroom": round(requests / work.concurrency - 1, 4)}
 
 
-def plan_candidates(params, source, model, cfg, weights, size, work):
-    ckpt_quant, _ = checkpoint_kv_quant(source, cfg)
-    reserve, _ = activation_reserve(params, params["engine"])
+def exact_requests(engine, entry, ctx):
+    """Requests of ctx tokens one rank holds, unrounded (kv_entry rounds them for show)."""
+    if not entry.get("max_tokens"):
+        return 0.0
+    split = entry.get("engine_split") or {}
+    if engine == "vllm":
+        return split["num_blocks"] / split["blocks_per_request"][str(ctx)]
+    return entry["max_tokens"] / ctx
+
+
+def plan_candidates(params, pm, work):
+    """Every layout x KV dtype: the rows that serve at least one request at the context, and
+    the rest with why not (refused by the engine, or infeasible)."""
+    engine = params["engine"]
+    reserve, _ = activation_reserve(params, engine)
+    vision = vision_config(pm.source)
     fits, rejected = [], []
+    # SGLang turns on DP attention with dp = tp for DeepSeek NSA (server_args).
+    forced = engine == "sglang" and pm.model.is_dsa
     for n in work.counts:
-        for dp in [d for d in range(1, n + 1) if n % d == 0]:
-            refusal = layout_refusal(model, n // dp)
-            per_gpu = weights_per_gpu(size, n, dp)
-            pool_gib = work.gpu_memory_gib * float(params["mem_fraction"]) - per_gpu / GIB - \
-                reserve
-            if refusal is None and pool_gib <= 0:
-                refusal = f"weights {per_gpu / GIB:.2f} GiB per GPU leave no KV pool"
+        for layout in plan_layouts(n, engine, is_moe(pm.cfg), forced):
+            frac = engine_mem_fraction(params, engine, work.gpu_mib, layout.instance_tp,
+                                       layout.dp, layout.mode == "dp_attention", vision)
+            per_gpu = layout_weights_per_gpu(pm.size, layout)
+            pool_gib = work.gpu_memory_gib * frac.value - per_gpu / GIB - reserve
+            why = layout_refusal(pm.model, layout.attn_tp)
+            kind = "refused"
+            if why is None and pool_gib <= 0:
+                why, kind = (f"{per_gpu / GIB:.2f} GiB of weights per GPU leave no "
+                             f"KV pool ({work.gpu_memory_gib:.2f} GiB x {frac.value:.4g} - "
+                             f"weights - {reserve} GiB reserve)"), "infeasible"
             for name in dict.fromkeys(params["kv_dtype"]):
-                if refusal:
-                    rejected.append({"gpus": n, "dp": dp, "kv_dtype": name, "reason": refusal})
+                row = {"gpus": n, "mode": layout.mode, "layout": layout.describe(),
+                       "dp": layout.dp, "kv_dtype": name, "kind": kind, "reason": why}
+                if why:
+                    rejected.append(row)
                     continue
-                dtype = resolve_kv_dtype(name, model, ckpt_quant, params["engine"],
-                                         work.gpu_name)
-                inp = plan_inputs(params, source, model, cfg, weights, n, dp, pool_gib, name,
-                                  dtype, work.context)
-                cand = plan_candidate(params, inp, size, work, reserve)
+                dtype = resolve_kv_dtype(name, pm.model, pm.ckpt_quant, engine, work.gpu_name)
+                inp = plan_inputs(params, pm, layout, pool_gib, name, dtype, work.context)
+                cand = plan_candidate(inp, layout, per_gpu, frac, work)
                 if cand["concurrent_requests"] < 1:
-                    rejected.append({"gpus": n, "dp": dp, "kv_dtype": name, "reason":
-                                     f"not one {fmt_int(work.context)}-token request fits "
-                                     f"({cand['concurrent_requests']:.2f})"})
+                    row.update(kind="infeasible", reason=(
+                        f"not one {fmt_int(work.context)}-token request fits "
+                        f"({cand['concurrent_requests']:.2f})"))
+                    rejected.append(row)
                 else:
                     fits.append(cand)
     return fits, rejected
@@ -2763,10 +3352,61 @@ def plan_candidates(params, source, model, cfg, weights, size, work):
 QUANTIZED_KV = ("fp8_e4m3", "fp8_e5m2", "nvfp4")
 
 
-def pick_candidate(fits, work, calibrated, notes):
+def kv_scale_facts(source, cfg, weights, model):
+    """What the checkpoint read says of quantized KV, and only that: the quantization config's
+    KV dtype (hf_quant_config.json or config.json, as size mode reads it) and whether its
+    safetensors carry k_scale/v_scale; nothing is claimed of a checkpoint not read."""
+    if model.is_dsa:
+        return {"status": "row-scales", "declared_kv_dtype": None,
+                "fact": "DeepSeek-V3.2's FP8 KV row stores its own fp32 scale per 128 values "
+                        "(vLLM fp8_ds_mla, SGLang calculate_mla_kv_cache_dim): it needs no "
+                        "k_scale/v_scale from the checkpoint"}
+    ckpt_quant, where = checkpoint_kv_quant(source, cfg)
+    read_files = weights is not None and weights.files
+    scales = read_files and has_kv_scales(weights.tensor_names)
+    if ckpt_quant:
+        status = "declared"
+        fact = f"the checkpoint declares {ckpt_quant} KV ({where})"
+        if read_files:
+            fact += ("; its safetensors carry k_scale/v_scale" if scales else
+                     f"; none of its {plural(weights.files, '*.safetensors file')} has "
+                     "k_scale/v_scale tensors")
+    elif scales:
+        status, fact = "calibrated", (f"the checkpoint's safetensors carry k_scale/v_scale "
+                                      f"({plural(weights.files, 'file')} read)")
+    elif read_files:
+        status, fact = "absent", (f"none of the checkpoint's "
+                                  f"{plural(weights.files, '*.safetensors file')} has "
+                                  "k_scale/v_scale tensors and its quantization config declares "
+                                  "no KV dtype: FP8 KV would run with scale 1.0")
+    else:
+        status = "unknown"
+        fact = ("no checkpoint read (" + ("a preset" if source.preset else "a config only") +
+                "): whether FP8 KV scales exist is not known; pass model_dir to read them")
+    return {"status": status, "fact": fact, "declared_kv_dtype": ckpt_quant}
+
+
+def accuracy_rule(pool, work, scales, reasons):
+    """Unquantized KV at long context unless the checkpoint declares or calibrates FP8 KV."""
+    quantized = [c for c in pool if c["dtype"] in QUANTIZED_KV]
+    plain = [c for c in pool if c["dtype"] not in QUANTIZED_KV]
+    trusted = scales["status"] in ("declared", "calibrated", "row-scales")
+    if quantized and plain and work.long_context and not trusted:
+        reasons.append(f"accuracy rule: {scales['fact']}; at {fmt_int(work.context)} tokens "
+                       f"(long context, >= {fmt_int(LONG_CONTEXT_TOKENS)}) prefer unquantized "
+                       "KV, which serves the workload")
+        return plain
+    if quantized and plain:
+        reasons.append("quantized KV allowed: " + (scales["fact"] if trusted else
+                                                   "the workload is short-context"))
+    elif quantized and work.long_context and not trusted:
+        reasons.append(f"only quantized KV serves the workload; {scales['fact']}")
+    return pool
+
+
+def pick_candidate(fits, work, scales, notes):
     """The plan's choice and its reasons, rule by rule: serve the workload; then the accuracy
-    rule (unquantized KV when FP8 has no calibrated scales and the context is long); then the
-    fewest GPUs; then the most concurrent requests (plain TP on a tie)."""
+    rule; then the fewest GPUs; then the most concurrent requests (plain TP on a tie)."""
     reasons = []
     pool = [c for c in fits if c["concurrent_requests"] >= work.concurrency]
     if not pool:
@@ -2776,86 +3416,124 @@ def pick_candidate(fits, work, calibrated, notes):
     else:
         reasons.append(f"{len(pool)} of {len(fits)} candidates serve {work.concurrency} "
                        f"concurrent {fmt_int(work.context)}-token requests")
-    quantized = [c for c in pool if c["dtype"] in QUANTIZED_KV]
-    plain = [c for c in pool if c["dtype"] not in QUANTIZED_KV]
-    if quantized and plain and work.long_context and not calibrated:
-        pool = plain
-        reasons.append(f"accuracy rule: the checkpoint has no calibrated k_scale/v_scale, so FP8 "
-                       f"KV runs with scale 1.0, and {fmt_int(work.context)} tokens is long-"
-                       f"context (>= {fmt_int(LONG_CONTEXT_TOKENS)}): prefer unquantized KV, "
-                       "which serves the workload")
-    elif quantized and plain:
-        reasons.append("FP8 KV allowed: " + ("the checkpoint carries calibrated KV scales" if
-                                              calibrated else "the workload is short-context"))
-    elif quantized and work.long_context and not calibrated:
-        reasons.append("only quantized KV serves the workload; its scales are uncalibrated "
-                       "(see the fp8-kv-no-scales warning)")
+    pool = accuracy_rule(pool, work, scales, reasons)
     fewest = min(c["gpus"] for c in pool)
     pool = [c for c in pool if c["gpus"] == fewest]
     reasons.append(f"fewest GPUs among those: {fewest}")
     best = max(pool, key=lambda c: (c["concurrent_requests"], -c["dp"]))
     reasons.append(f"most concurrent requests among those: {best['concurrent_requests']:.2f} "
-                   f"with TP {best['tp']}, DP attention {best['dp']}, KV {best['kv_dtype']}")
-    return best, pool, reasons
+                   f"with {best['layout']}, KV {best['kv_dtype']}")
+    return best, reasons
 
 
-def plan(params):
-    notes = Notes()
+# The engines' --kv-cache-dtype spelling of each dtype when it is not what auto gives.
+# SGLang's choices (server_args.py): auto, fp8_e5m2, fp8_e4m3, bf16, bfloat16, fp4_e2m1.
+KV_DTYPE_FLAGS = {"sglang": {"bf16": "bfloat16", "fp8_e4m3": "fp8_e4m3",
+                             "fp8_e5m2": "fp8_e5m2", "nvfp4": "fp4_e2m1"},
+                  "vllm": {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
+                           "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "nvfp4": "nvfp4"}}
+
+
+def fraction_flag(value):
+    return f"{value:.4f}".rstrip("0").rstrip(".")
+
+
+def launch_flags(engine, pick, pm, work):
+    """The pick as the engine's command line, to paste: its parallelism, KV dtype, context,
+    memory fraction and the requests it holds (SGLang's --max-running-requests is the total
+    under DP attention, each rank taking its share; vLLM's --max-num-seqs is per DP rank)."""
+    auto = resolve_kv_dtype("auto", pm.model, pm.ckpt_quant, engine, work.gpu_name)
+    kv = "auto" if pick["dtype"] == auto else KV_DTYPE_FLAGS[engine].get(pick["dtype"], "auto")
+    per_rank = pick["whole_requests_per_rank"]
+    model = str(pm.source.checkpoint) if pm.source.checkpoint else (
+        pm.source.label if pm.source.preset else "MODEL")
+    if engine == "sglang":
+        flags = ["--tp", str(pick["tp"])]
+        if pick["dp"] > 1:
+            flags += ["--dp", str(pick["dp"])]
+        if pick["mode"] == "dp_attention":
+            flags.append("--enable-dp-attention")
+        running = per_rank * pick["dp"] if pick["mode"] == "dp_attention" else per_rank
+        flags += ["--kv-cache-dtype", kv, "--context-length", str(work.context),
+                  "--mem-fraction-static", fraction_flag(pick["mem_fraction"]),
+                  "--max-running-requests", str(running)]
+        command = ["python3", "-m", "sglang.launch_server", "--model-path", model] + flags
+    else:
+        flags = ["--tensor-parallel-size", str(pick["tp"])]
+        if pick["dp"] > 1:
+            flags += ["--data-parallel-size", str(pick["dp"])]
+        if pick["mode"] == "dp_attention":
+            flags.append("--enable-expert-parallel")
+        flags += ["--kv-cache-dtype", kv, "--max-model-len", str(work.context),
+                  "--gpu-memory-utilization", fraction_flag(pick["mem_fraction"]),
+                  "--max-num-seqs", str(per_rank)]
+        command = ["vllm", "serve", model] + flags
+    return {"engine": engine, "flags": flags, "command": " ".join(command)}
+
+
+def read_plan_model(params, notes):
     source = resolve_source(params)
     model, cfg = parse_model(source, notes, params["allow_unknown"])
     weights = scan_safetensors(source.checkpoint) if source.checkpoint else None
-    memory_gib, how, gpu_name, counts = plan_gpus(params)
-    ctx = max(params["context"]) if params["context"] else (
-        model.max_position_embeddings or DEFAULT_CONTEXTS[0])
-    work = Workload(ctx, params["concurrency"], memory_gib, how, gpu_name, counts)
     size = weights_size(params, source, weights, model, cfg)
     if size.bytes is None:
         raise InputError("mode=plan needs the weights' size: a model_dir with *.safetensors, "
                          "weights_gib=GIB, or a preset", "weights_gib")
-    probe = Inputs(source=source, model=model, tp=1, engine=params["engine"], page_size=1,
-                   ssm_dtype=params["ssm_dtype"], mamba_ratio=0.9, contexts=[ctx], memory=None,
-                   dtypes={}, weights=weights)
+    ckpt_quant, _ = checkpoint_kv_quant(source, cfg)
+    return PlanModel(source, model, cfg, weights, size,
+                     kv_scale_facts(source, cfg, weights, model), ckpt_quant)
+
+
+def plan(params):
+    notes = Notes()
+    pm = read_plan_model(params, notes)
+    work = plan_gpus(params)
+    work.context = max(params["context"]) if params["context"] else (
+        pm.model.max_position_embeddings or DEFAULT_CONTEXTS[0])
+    probe = Inputs(source=pm.source, model=pm.model, tp=1, engine=params["engine"], page_size=1,
+                   ssm_dtype=params["ssm_dtype"], mamba_ratio=0.9, contexts=[work.context],
+                   memory=None, dtypes={}, weights=pm.weights)
     explain_dtype_support(probe, notes)
-    fits, rejected = plan_candidates(params, source, model, cfg, weights, size, work)
-    calibrated = fp8_scales_calibrated(probe)
-    result = plan_document(params, source, model, work, size, fits, rejected, calibrated)
+    fits, rejected = plan_candidates(params, pm, work)
+    result = plan_document(params, pm, work, fits, rejected)
     if fits:
-        best, _, reasons = pick_candidate(fits, work, calibrated, notes)
+        best, reasons = pick_candidate(fits, work, pm.scales, notes)
         result["pick"], result["reasons"] = best, reasons
-        plain = [c for c in fits if c["dp"] == 1 and c["gpus"] == best["gpus"]
+        result["launch"] = launch_flags(params["engine"], best, pm, work)
+        plain = [c for c in fits if c["mode"] == "tp" and c["gpus"] == best["gpus"]
                  and c["kv_dtype"] == best["kv_dtype"]]
-        if best["dp"] > 1 and plain:
+        if best["mode"] != "tp" and plain:
             result["best_plain_tp"] = plain[0]
-            flags = (f"--enable-dp-attention --tp {best['tp']} --dp {best['dp']}"
-                     if params["engine"] == "sglang" else
-                     f"--tensor-parallel-size {best['attention_tp']} --data-parallel-size "
-                     f"{best['dp']} --enable-expert-parallel")
-            reasons.append(f"DP attention needs the engine's support for this model ({flags}); "
-                           f"with plain TP {plain[0]['tp']} the same KV dtype serves "
+            reasons.append(f"with plain TP {plain[0]['tp']} the same KV dtype serves "
                            f"{plain[0]['concurrent_requests']:.2f}")
     else:
-        notes.warn("nothing-fits", "no GPU count, DP split and KV dtype fits the model and one "
-                   f"{fmt_int(ctx)}-token request")
-    explain_plan(params, model, work, size, calibrated, notes)
+        notes.warn("nothing-fits", "no GPU count, layout and KV dtype fits the model and one "
+                   f"{fmt_int(work.context)}-token request")
+    explain_plan(params, pm, work, notes)
     result["warnings"], result["assumptions"] = notes.warnings, notes.assumptions
     return result
 
 
-def plan_document(params, source, model, work, size, fits, rejected, calibrated):
+def plan_document(params, pm, work, fits, rejected):
+    model = pm.model
     return {
         "mode": "plan",
-        "model": {"name": model.name, "source": source.kind, "preset": source.preset,
-                  "family": model.family, "architectures": model.architectures,
-                  "model_type": model.model_type},
+        "model": {"name": model.name, "source": pm.source.kind, "preset": pm.source.preset,
+                  "family": model.family, "rule": model.rule,
+                  "architectures": model.architectures, "model_type": model.model_type,
+                  "moe": is_moe(pm.cfg)},
         "engine": params["engine"],
         "workload": {"context": work.context, "concurrency": work.concurrency,
                      "long_context": work.long_context},
         "gpu": {"memory_gib": round(work.gpu_memory_gib, 2), "source": work.gpu_source,
-                "mem_fraction": params["mem_fraction"], "counts": work.counts},
-        "weights": {"bytes": size.bytes, "source": size.source,
-                    "attention_bytes": size.attention_bytes,
-                    "attention_source": size.attention_source},
-        "fp8_kv_scales": "calibrated" if calibrated else "absent or unknown",
+                "counts": work.counts},
+        "mem_fraction": params["mem_fraction"] if params["mem_fraction"] is not None else
+        f"{params['engine']} default, per candidate",
+        "weights": {"bytes": pm.size.bytes, "source": pm.size.source,
+                    "attention_bytes": pm.size.attention_bytes,
+                    "attention_source": pm.size.attention_source},
+        "fp8_kv_scales": pm.scales["status"],
+        "fp8_kv_scales_fact": pm.scales["fact"],
         "candidates": fits,
         "rejected": rejected,
         "pick": None,
@@ -2863,26 +3541,48 @@ def plan_document(params, source, model, work, size, fits, rejected, calibrated)
     }
 
 
-def explain_plan(params, model, work, size, calibrated, notes):
+def explain_plan(params, pm, work, notes):
     reserve, reserve_how = activation_reserve(params, params["engine"])
-    notes.assume(f"KV pool per GPU = {work.gpu_memory_gib:.2f} GiB ({work.gpu_source}) x "
-                 f"mem_fraction {params['mem_fraction']} - weights per GPU - {reserve} GiB "
-                 f"activation reserve ({reserve_how})" + (
-                     "; SGLang's own --mem-fraction-static default depends on the GPU, pass "
-                     "mem_fraction to match a deployment" if params["engine"] == "sglang" else ""))
-    notes.assume(f"weights {size.bytes / GIB:.2f} GiB ({size.source}); under DP attention each "
-                 "rank also holds the attention side whole: weights per GPU = weights / GPUs + "
-                 "attention-side x (dp - 1) / GPUs, attention side "
-                 f"{(size.attention_bytes or 0) / GIB:.2f} GiB ({size.attention_source})"
-                 if size.attention_bytes else
-                 f"weights {size.bytes / GIB:.2f} GiB ({size.source}), split evenly over the GPUs")
+    size = pm.size
+    notes.assume(f"KV pool per GPU = {work.gpu_memory_gib:.2f} GiB ({work.gpu_source}) x the "
+                 "candidate's mem_fraction - weights per GPU - "
+                 f"{reserve} GiB activation reserve ({reserve_how}); mem_fraction: " + (
+                     "given" if params["mem_fraction"] is not None else
+                     f"{params['engine']}'s own default for the GPU and layout (each row's "
+                     "mem_fraction_source)"))
+    notes.assume("layouts: " + (
+        "a mixture-of-experts model runs DP as DP attention (attention split in dp groups, "
+        "experts over every GPU)" if is_moe(pm.cfg) else
+        "a dense model runs DP as full replicas, each a TP gpus/dp model with all the weights") +
+        (" (SGLang: models that split attention by get_attention_tp_size; models/llama.py "
+         "shards by the plain TP size)" if params["engine"] == "sglang" else
+         " (vLLM: --data-parallel-size, with --enable-expert-parallel for MoE)"))
+    if size.attention_bytes and is_moe(pm.cfg):
+        notes.assume(f"weights {size.bytes / GIB:.2f} GiB ({size.source}); under DP attention "
+                     "each rank also holds the attention side whole: weights per GPU = weights / "
+                     "GPUs + attention side x (dp - 1) / GPUs, attention side "
+                     f"{size.attention_bytes / GIB:.2f} GiB ({size.attention_source})")
+    else:
+        notes.assume(f"weights {size.bytes / GIB:.2f} GiB ({size.source}), split over each "
+                     "instance's TP")
     notes.assume("concurrent requests = per-rank requests at the context (SGLang: capped by its "
                  "max_running_requests) x dp; headroom = requests / concurrency - 1")
-    if not calibrated:
-        notes.warn("fp8-kv-no-scales", "no checkpoint files with k_scale/v_scale tensors: FP8 KV "
-                   "would run with scale 1.0")
-    if model.mtp_layers and not params["mtp"]:
-        notes.assume(f"{plural(model.mtp_layers, 'MTP draft layer')} not counted (mtp=false)")
+    notes.assume(f"FP8 KV scales: {pm.scales['fact']}")
+    if params["engine"] == "sglang" and pm.model.is_dsa:
+        notes.assume("SGLang turns on DP attention with dp = tp for DeepSeek NSA "
+                     f"({CITE['sg_server_args']}): plain TP is not among the layouts")
+        if any(d.startswith("fp8") for d in params["kv_dtype"]) and \
+                params["attention_backend"] != "trtllm":
+            notes.warn("pool-overshoot", "SGLang sizes DeepSeek-V3.2's pool at 576 + 132 bytes "
+                       "per token and layer but stores the 656-byte FP8 row: an FP8 row's "
+                       "tensors take 788/708 of its KV pool column (the memory available for "
+                       "the pool, which SGLang sizes from), out of the headroom "
+                       f"({CITE['sg_mixin']} get_cell_size_per_token vs "
+                       "calculate_mla_kv_cache_dim)")
+    if pm.scales["status"] == "absent":
+        notes.warn("fp8-kv-no-scales", pm.scales["fact"])
+    if pm.model.mtp_layers and not params["mtp"]:
+        notes.assume(f"{plural(pm.model.mtp_layers, 'MTP draft layer')} not counted (mtp=false)")
 
 
 def render_plan(result):
@@ -2890,30 +3590,33 @@ def render_plan(result):
     m = result["model"]
     lines = [f"kv_calc plan: {m['name']} - engine {result['engine']} - "
              f"{work['concurrency']} x {fmt_int(work['context'])}-token requests",
-             f"GPU memory {gpu['memory_gib']:.2f} GiB each ({gpu['source']}), mem_fraction "
-             f"{gpu['mem_fraction']}; GPU counts {', '.join(str(c) for c in gpu['counts'])}",
-             ""]
-    header = ["gpus", "tp", "dp", "attn_tp", "kv", "weights/GPU GiB", "KV pool GiB",
+             f"GPU memory {gpu['memory_gib']:.2f} GiB each ({gpu['source']}); GPU counts "
+             f"{', '.join(str(c) for c in gpu['counts'])}; layer rule: {m['rule']['how']}",
+             f"FP8 KV scales: {result['fp8_kv_scales_fact']}", ""]
+    header = ["gpus", "layout", "kv", "mem_frac", "weights/GPU GiB", "KV pool GiB",
               "max tokens/rank", f"req@{fmt_int(work['context'])}", "headroom"]
-    rows = [[str(c["gpus"]), str(c["tp"]), str(c["dp"]), str(c["attention_tp"]),
+    rows = [[str(c["gpus"]), c["layout"],
              c["kv_dtype"] if c["kv_dtype"] == c["dtype"] else f"{c['kv_dtype']} ({c['dtype']})",
-             f"{c['weights_per_gpu_gib']:.2f}", f"{c['kv_pool_gib']:.2f}",
-             fmt_int(c["max_tokens_per_rank"] or 0), f"{c['concurrent_requests']:,.2f}",
-             f"{c['headroom']:+.0%}"] for c in result["candidates"]]
+             f"{c['mem_fraction']:.4g}", f"{c['weights_per_gpu_gib']:.2f}",
+             f"{c['kv_pool_gib']:.2f}", fmt_int(c["max_tokens_per_rank"] or 0),
+             f"{c['concurrent_requests']:,.2f}", f"{c['headroom']:+.0%}"]
+            for c in result["candidates"]]
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     for r in [header] + rows:
-        lines.append("  ".join(c.rjust(w) if i else c.ljust(w)
+        lines.append("  ".join(c.rjust(w) if i > 1 else c.ljust(w)
                                for i, (c, w) in enumerate(zip(r, widths))).rstrip())
     for rej in result["rejected"]:
-        lines.append(f"rejected: {rej['gpus']} GPUs, DP {rej['dp']}, KV {rej['kv_dtype']}: "
+        lines.append(f"{rej['kind']}: {rej['gpus']} GPUs, {rej['layout']}, KV {rej['kv_dtype']}: "
                      f"{rej['reason']}")
     pick = result.get("pick")
     lines.append("")
     if pick:
-        lines.append(f"pick: {pick['gpus']} GPUs, TP {pick['tp']}, DP attention {pick['dp']}, KV "
-                     f"{pick['kv_dtype']}: {pick['concurrent_requests']:,.2f} concurrent "
+        lines.append(f"pick: {pick['gpus']} GPUs, {pick['layout']}, KV {pick['kv_dtype']}: "
+                     f"{pick['concurrent_requests']:,.2f} concurrent "
                      f"{fmt_int(work['context'])}-token requests")
         lines.extend(f"reason: {r}" for r in result["reasons"])
+        lines.append(f"mem_fraction: {pick['mem_fraction_source']}")
+        lines.append(f"launch: {result['launch']['command']}")
     else:
         lines.append("pick: none fits")
     lines.append("")
@@ -2985,6 +3688,7 @@ PRESETS = {
         "config": {
             "architectures": ["Qwen3_5MoeForConditionalGeneration"],
             "model_type": "qwen3_5_moe",
+            "vision_config": {"depth": 27, "hidden_size": 1152},
             "text_config": {
                 "model_type": "qwen3_5_moe_text",
                 "dtype": "bfloat16",
@@ -2999,6 +3703,7 @@ PRESETS = {
                 "linear_num_key_heads": 16,
                 "linear_num_value_heads": 64,
                 "linear_value_head_dim": 128,
+                "num_experts": 512,
                 "max_position_embeddings": 262144,
             },
         },
@@ -3021,6 +3726,7 @@ PRESETS = {
             "linear_num_key_heads": 16,
             "linear_num_value_heads": 32,
             "linear_value_head_dim": 128,
+            "num_experts": 512,
             "max_position_embeddings": 262144,
         },
     },
@@ -3068,6 +3774,7 @@ PRESETS = {
             "qk_nope_head_dim": 128,
             "qk_rope_head_dim": 64,
             "v_head_dim": 128,
+            "n_routed_experts": 256,
             "max_position_embeddings": 163840,
             "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
                                     "activation_scheme": "dynamic",
@@ -3088,6 +3795,7 @@ PRESETS = {
             "head_dim": 64,
             "sliding_window": 128,
             "layer_types": ["sliding_attention", "full_attention"] * 18,
+            "num_local_experts": 128,
             "max_position_embeddings": 131072,
             "quantization_config": {"quant_method": "mxfp4"},
         },
@@ -3103,7 +3811,10 @@ PRESETS = {
         "config": {
             "architectures": ["Qwen3_5MoeForConditionalGeneration"],
             "model_type": "qwen3_5_moe",
-            "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"},
+            # The export declares FP8 KV (hf_quant_config.json kv_cache_quant_algo).
+            "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4",
+                                    "kv_cache_quant_algo": "FP8"},
+            "vision_config": {"depth": 27, "hidden_size": 1152},
             "text_config": {
                 "model_type": "qwen3_5_moe_text",
                 "dtype": "bfloat16",
@@ -3121,6 +3832,7 @@ PRESETS = {
                 "linear_value_head_dim": 128,
                 "mamba_ssm_dtype": "float32",
                 "mtp_num_hidden_layers": 1,
+                "num_experts": 512,
                 "max_position_embeddings": 262144,
             },
         },
@@ -3145,6 +3857,7 @@ PRESETS = {
             "index_n_heads": 64,
             "index_topk": 2048,
             "num_nextn_predict_layers": 1,
+            "n_routed_experts": 256,
             "max_position_embeddings": 163840,
             "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
                                     "activation_scheme": "dynamic",
@@ -3203,6 +3916,7 @@ PRESETS = {
                 "head_dim": 128,
                 "attention_chunk_size": 8192,
                 "no_rope_layers": [],
+                "num_local_experts": 16,
                 "max_position_embeddings": 10485760,
             },
         },
@@ -3271,6 +3985,7 @@ PRESETS = {
             "hidden_size": 2688,
             "num_hidden_layers": 52,
             "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+            "n_routed_experts": 128,
             "num_attention_heads": 32,
             "num_key_value_heads": 2,
             "head_dim": 128,
@@ -3323,6 +4038,7 @@ PRESETS = {
             "mamba_d_state": 128,
             "mamba_d_conv": 4,
             "mamba_expand": 2,
+            "num_local_experts": 72,
             "max_position_embeddings": 131072,
         },
     },
@@ -3339,6 +4055,7 @@ PRESETS = {
             "num_key_value_heads": 8,
             "attn_layer_period": 8,
             "attn_layer_offset": 4,
+            "num_experts": 16,
             "mamba_d_state": 16,
             "mamba_d_conv": 4,
             "mamba_expand": 2,
@@ -3358,6 +4075,7 @@ PRESETS = {
             "num_key_value_heads": 8,
             "head_dim": 128,
             "attn_type_list": ([0] * 7 + [1]) * 10,
+            "num_local_experts": 32,
             "max_position_embeddings": 10240000,
         },
     },

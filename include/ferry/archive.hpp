@@ -82,7 +82,11 @@ struct RunSize {
 struct PruneOutcome {
   std::vector<RunSize> removed; // oldest first (with dry_run: what would be removed)
   std::uint64_t removed_bytes = 0;
-  std::int64_t scripts_removed = 0; // scripts no run refers to any more
+  // Blobs no remaining run refers to any more, by the role they had: a run's script, a file
+  // sent with it (`files`, --file), an output fetched from it.
+  std::int64_t scripts_removed = 0;
+  std::int64_t files_removed = 0;
+  std::int64_t outputs_removed = 0;
   std::uint64_t file_bytes_before = 0;
   std::uint64_t file_bytes_after = 0;
 };

@@ -10,20 +10,12 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/dir_entry.hpp"
 #include "ferry/expected.hpp"
 
 namespace ferry {
 
 struct Job;
-
-// One entry of a directory, as lstat sees it: a link is `other`, never what it points to.
-struct DirEntry {
-  enum class Kind { file, dir, other };
-  std::string name;
-  Kind kind = Kind::other;
-  std::uint64_t size = 0;
-  std::string what; // other: "a symbolic link", "a FIFO", ...
-};
 
 // The entries of the directory `rel` ("" for the root) under the glob's root; nullopt when it
 // does not exist.

@@ -51,6 +51,9 @@ struct JobMeta {
   // `volatile = ["/cwd", "/hostname"]`: JSON Pointers into the result whose values legitimately
   // vary from run to run; `replay` leaves them (and what is below them) out of its comparison.
   std::vector<std::string> volatile_pointers;
+  // `summary = ["/tp", "/kv/*/max_tokens"]`: JSON Pointers to the result's headline figures
+  // ("*": every member at its level), shown for a run in a sweep's table and by `ferry log`.
+  std::vector<std::string> summary;
   // `files`: globs relative to the job file's directory, staged beside the job; `outputs`: globs
   // relative to the run directory, fetched after the run.
   std::vector<std::string> files;

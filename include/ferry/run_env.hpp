@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ferry/expected.hpp"
 
@@ -36,5 +37,9 @@ inline constexpr std::string_view k_inherited_env[] = {"PATH", "HOME", "USER", "
 [[nodiscard]] Expected<void>
 add_env_assignment(EnvVars& env, std::string_view assignment,
                    const std::function<const char*(const char*)>& lookup);
+
+// A command line's `--env` options (`run`, `replay`), each checked; `--env KEY` takes ferry's own
+// value (getenv).
+[[nodiscard]] Expected<EnvVars> env_from_options(const std::vector<std::string>& assignments);
 
 } // namespace ferry

@@ -15,7 +15,14 @@ namespace ferry {
 
 enum class RunStatus { ok, failed, timeout, bad_result, no_result, error, interrupted };
 
+// Every status, in the order docs/record.md lists them.
+inline constexpr RunStatus k_run_statuses[] = {
+    RunStatus::ok,        RunStatus::failed, RunStatus::timeout,    RunStatus::bad_result,
+    RunStatus::no_result, RunStatus::error,  RunStatus::interrupted};
+
 [[nodiscard]] std::string_view to_string(RunStatus status);
+// The names of k_run_statuses, for messages, help, completion and schemas.
+[[nodiscard]] std::vector<std::string> run_status_names();
 [[nodiscard]] std::optional<RunStatus> run_status_from(std::string_view text);
 
 struct Timings {
@@ -60,6 +67,10 @@ struct RunRecord {
   // [{"path","size","sha256","archived"}]; absent from the JSON record when empty.
   nlohmann::json files = nlohmann::json::array();
   nlohmann::json outputs = nlohmann::json::array();
+  // The job's headline figures (its `summary` pointers), [{"name","value"}] in the order the job
+  // declares them: what a sweep's table and `ferry log` show of the result. Null when the job
+  // declares none (then absent from the JSON record).
+  nlohmann::json summary;
 
   // Not part of the JSON record: the exact bytes that ran, the name they travelled under, and
   // the result file's bytes as they came back.
@@ -72,6 +83,15 @@ struct RunRecord {
   std::string host_label;   // what the user called the target ("gpu1", "local")
   bool unreachable = false; // the host could not be reached or trusted (exit 3)
 };
+
+// The values of RESULT at POINTERS (a job's `summary`), [{"name","value"}] in their order. A
+// token "*" stands for every member (or element) at its level. Each is named by the tokens "*"
+// matched and its last token ("/kv/*/max_tokens" -> "bf16/max_tokens"); one the result lacks
+// is left out.
+[[nodiscard]] nlohmann::json result_summary(const nlohmann::json& result,
+                                            const std::vector<std::string>& pointers);
+// The summary as one line for a table: "bf16/max_tokens=641164 fp8_e4m3/max_tokens=1282328".
+[[nodiscard]] std::string summary_text(const nlohmann::json& summary);
 
 // A fresh run id: "<UTC compact>-<8 random hex>".
 [[nodiscard]] std::string new_run_id();

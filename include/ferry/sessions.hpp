@@ -57,6 +57,8 @@ public:
   // Called (holding the session's lock: it must only take note) when a run takes the standby,
   // so that the holder opens the next one while this run's job runs.
   virtual void on_standby_taken(std::function<void()> callback) { (void)callback; }
+  // Starts SFTP now rather than at the first run's staging (a holder, as it starts).
+  virtual void prepare_files() {}
 };
 
 [[nodiscard]] std::unique_ptr<HostSession> make_ssh_session(const SshTarget& target);

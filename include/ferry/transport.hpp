@@ -1,7 +1,9 @@
 #pragma once
-// The seam between "what to run" and "where": a session with one host (or this machine) that
-// stages files in a private run directory, executes a fixed argv, fetches files and cleans up.
-// The runner, the archive and the CLI know nothing of libssh or Boost.Process.
+// The seam between "what to run" and "where": a session with one host (or this machine, or a
+// scheduler) that stages a run (its private run directory, the job, the launcher and the job's
+// files, as the target sees fit), launches it, lets the runner fetch and list files of the run,
+// and finishes it. The runner, the archive and the CLI know nothing of libssh, SFTP, standbys or
+// Boost.Process; the transports keep their file and exec primitives to themselves.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -14,12 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ferry/bundle.hpp"
+#include "ferry/dir_entry.hpp"
 #include "ferry/expected.hpp"
+#include "ferry/remote/launcher.hpp"
 
 namespace ferry {
-
-struct Job;
 
 // One output stream of a job, kept up to a cap: its first and its last half; what came between
 // them is counted, never stored.
@@ -44,42 +45,6 @@ using OutputSink = std::function<void(OutputStream, std::string_view)>;
 // What a target has to say about a run while it waits or runs, for the user and not part of the
 // job's output ("job 4242 pending: Resources"); called from the thread that runs the job.
 using NoteSink = std::function<void(std::string_view)>;
-
-// Feeds raw stream bytes; sets aside what precedes the launcher's sentinel line and the report
-// the launcher prints after its `end_marker` (at most `report_cap` bytes; more means the job
-// printed the marker itself), keeps at most `cap` bytes of the rest (its first and last half)
-// and passes all of it to `sink` as it comes. Memory stays bounded however much arrives.
-class OutputCapture {
-public:
-  static constexpr std::size_t k_default_report_cap = 64 * 1024;
-  OutputCapture(std::string sentinel, std::size_t cap, std::string end_marker = {},
-                std::function<void(std::string_view)> sink = {},
-                std::size_t report_cap = k_default_report_cap);
-  void feed(std::string_view data);
-  // The launcher's sentinel has arrived (or none was expected).
-  [[nodiscard]] bool started() const { return m_out.saw_sentinel; }
-  // What came after the end marker so far (the launcher's report, as finish() will tell it);
-  // nullopt before the marker.
-  [[nodiscard]] std::optional<std::string_view> report_so_far() const;
-  [[nodiscard]] CapturedStream finish() &&;
-
-private:
-  void take(std::string_view job_bytes);
-  void keep(std::string_view job_bytes);
-
-  std::string m_marker; // sentinel + "\n"
-  std::string m_end;    // end_marker + " ": the start of the launcher's report, not the job's
-  std::size_t m_cap;
-  std::function<void(std::string_view)> m_sink;
-  std::size_t m_report_cap;
-  CapturedStream m_out;
-  std::string m_pending;     // bytes before the sentinel, not yet known to be noise
-  std::string m_held;        // the last bytes, held back while they could be the end marker
-  std::uint64_t m_total = 0; // the job's bytes so far
-  std::string m_tail;        // a ring of the last cap/2 bytes past the first cap/2
-  std::size_t m_tail_pos = 0;
-  std::size_t m_tail_filled = 0;
-};
 
 // Set from the signal handler; every transport polls it while it waits.
 [[nodiscard]] bool interrupt_requested();
@@ -108,39 +73,6 @@ private:
   explicit StopToken(std::shared_ptr<std::atomic<bool>> flag) : m_flag(std::move(flag)) {}
   std::shared_ptr<std::atomic<bool>> m_flag;
 };
-
-struct ExecRequest {
-  std::vector<std::string> argv; // shell-neutral tokens
-  std::string sentinel;
-  std::string end_marker; // starts the launcher's report, the end of stdout
-  std::size_t output_cap = 16u << 20;
-  // The launcher's report may be this long (it may carry result.json's bytes).
-  std::size_t report_cap = OutputCapture::k_default_report_cap;
-  // ferry's own backstop: past it, the job is signalled (the launcher's deadline comes first).
-  std::chrono::steady_clock::duration deadline = std::chrono::seconds(300);
-  std::chrono::steady_clock::duration grace = std::chrono::seconds(2);
-  // The launcher's first line must arrive within this (the login shell runs first).
-  std::chrono::steady_clock::duration start_limit = std::chrono::seconds(20);
-  // The launcher's job is a python3 job that becomes the interpreter a python standby started
-  // ahead (runs_on_python_standby): a run with no standby free may open a python standby of its
-  // own.
-  bool python_standby = false;
-  // The launcher's job may run on a python standby at all (runs_on_standby: it declares no
-  // environment): a holder's next standby is a python one after such a run, else a sh one.
-  bool runs_on_standby = false;
-  // No run follows on this session (a direct connection's last planned run): a python standby
-  // that runs it ends after it rather than staying for a next one.
-  bool last = false;
-  StopToken stop;       // stopped: the job is stopped as on an interrupt
-  OutputSink on_output; // optional: the job's output as it arrives
-  NoteSink on_note;     // optional: the target's notes about the run
-};
-
-// The capture of one stream of `request`'s job, passing what arrives to its on_output. Only
-// stdout carries the launcher's report; `stderr_ends` gives stderr the end marker too (a python
-// standby ends a run's stderr with `END_MARKER stay` when it stays for the next run).
-[[nodiscard]] OutputCapture capture_for(const ExecRequest& request, OutputStream stream,
-                                        bool stderr_ends = false);
 
 // How an exec ended.
 enum class ExecEnd {
@@ -182,8 +114,65 @@ struct FetchedFile {
   std::string other; // other: what it is instead ("a directory", "a symbolic link", ...)
 };
 
-// Takes the bytes of a file as they are read (fetch_stream); an error stops the read.
+// Takes the bytes of a file as they are read (fetch); an error stops the read.
 using ChunkSink = std::function<Expected<void>(std::string_view)>;
+
+// A file that travels with the job, under `path` relative to the run directory (its
+// directories are made 0700 on the way).
+struct RunFile {
+  std::string path;
+  std::string bytes;
+  unsigned mode = 0600;
+};
+
+// Everything a run puts on its target, before the target has named its run directory.
+struct RunBundle {
+  // The launcher's fields but `run_dir`, which the target fills in (docs/run-protocol.md); its
+  // `keep_run_dir` is the runner's wish (a target that reads files there after the launcher's
+  // end keeps the directory anyway).
+  LauncherSpec launcher;
+  std::string job_bytes;
+  std::string job_sha256;
+  std::vector<RunFile> files;
+  // What a scheduler reads of the job (its `[slurm]` table, as JSON; null elsewhere).
+  nlohmann::json scheduler;
+};
+
+// A run its target has staged.
+struct StagedRun {
+  std::string run_dir;         // absolute, on the target
+  LauncherSpec launcher;       // the bundle's, its run_dir filled in (its params left out)
+  bool job_from_cache = false; // the job's bytes were already on the target
+  std::uint64_t id = 0;        // the target's own name for the run (what it keeps of it)
+  StopToken stop;              // asks the run's later steps to end within moments
+};
+
+// How a launched run is followed.
+struct LaunchRequest {
+  std::size_t output_cap = 16u << 20; // per stream
+  // The launcher's report may be this long (it may carry result.json's bytes).
+  std::size_t report_cap = 64 * 1024;
+  // ferry's own backstop: past it, the job is signalled (the launcher's deadline comes first).
+  std::chrono::steady_clock::duration deadline = std::chrono::seconds(300);
+  std::chrono::steady_clock::duration grace = std::chrono::seconds(2);
+  StopToken stop;       // stopped: the job is stopped as on an interrupt
+  OutputSink on_output; // optional: the job's output as it arrives
+  NoteSink on_note;     // optional: the target's notes about the run
+};
+
+// What becomes of the run directory at the end of a run.
+enum class Finish {
+  remove,     // removed by the target (what ferry put there and whatever the job left)
+  keep,       // --keep-remote: left in place
+  by_launcher // the launcher removed it (its report said so), or will once it finds nobody
+              // reading (the connection was lost): nothing is sent
+};
+
+// How the runs of one session may go.
+struct SessionTraits {
+  // Several runs may use this session at once, from as many threads (each its own channel).
+  bool concurrent_runs = false;
+};
 
 class HostSession {
 public:
@@ -192,62 +181,35 @@ public:
   // {"host","user","port","host_key_sha256"} or {"local": true}
   [[nodiscard]] virtual nlohmann::json target() const = 0;
   [[nodiscard]] virtual std::string label() const = 0;
+  [[nodiscard]] virtual SessionTraits traits() const { return {}; }
 
   [[nodiscard]] virtual Expected<void> connect() = 0;
-  // Whether several runs may use this session at once, from as many threads (each its own
-  // channel); false: one run at a time.
-  [[nodiscard]] virtual bool concurrent_runs() const { return false; }
-  // The job the next run stages, its timeout, and whether its launcher may run on a python
-  // standby (runs_on_python_standby): a scheduler reads the job's own options (its `[slurm]`
-  // table) from it; an SSH session's first run opens its channel ahead of its exec (a python
-  // standby for such a job, when the host's job cache holds the standby's script). Called
-  // before create_run_dir.
-  virtual void prepare_run(const Job& /*job*/, int /*timeout_s*/, bool /*python_standby*/) {}
-  // How many runs this session will be given in all (a fan-out's jobs for the host), before the
-  // first, and how many of them run at once (-j): a python standby that stays after its run
-  // serves the run that starts as its run ends, so the runs with fewer than `at_once` runs after
-  // them end theirs with them rather than starting an interpreter for nothing. Not called:
-  // unknown, and a python standby stays.
-  virtual void expect_runs(std::size_t /*runs*/, std::size_t /*at_once*/) {}
-  // Whether the launcher may remove the run directory itself once it has reported; false when
-  // the target still reads files there after the launcher's end (a scheduler's output file).
-  [[nodiscard]] virtual bool launcher_cleans_up() const { return true; }
-  // What later calls honour as a request to stop (a run's own token; the process's interrupt is
-  // always honoured): blocking steps end within a few seconds of it.
-  virtual void bind_stop(const StopToken& /*stop*/) {}
-  // A new, private (0700) run directory; returns its absolute path.
-  [[nodiscard]] virtual Expected<std::string> create_run_dir() = 0;
-  // Writes a 0600 file under a temporary name and renames it into place.
-  [[nodiscard]] virtual Expected<void> put_file(const std::string& path,
-                                                std::string_view bytes) = 0;
-  // The job's own file at `path` in a run directory: where the target keeps a cache of job
-  // files (SSH: docs/run-protocol.md, "The job cache"), a link to the cached copy of these
-  // bytes, uploaded to the cache first when missing; elsewhere written as put_file does.
-  // True when the cache already held them.
-  [[nodiscard]] virtual Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
-                                                    const std::string& /*sha256*/)
-  {
-    FERRY_TRY(put_file(path, bytes));
-    return false;
-  }
-  [[nodiscard]] virtual Expected<ExecOutcome> exec(const ExecRequest& request) = 0;
-  // The file, read only when it is a regular file (lstat first: a symbolic link, FIFO, device
-  // or directory is never opened or followed), at most `cap` + 1 bytes of it.
-  [[nodiscard]] virtual Expected<FetchedFile> fetch_file(const std::string& path,
-                                                         std::size_t cap) = 0;
-  // The same rules as fetch_file, the bytes handed to `sink` piece by piece (no copy is held);
-  // `bytes` of the result stays empty.
-  [[nodiscard]] virtual Expected<FetchedFile> fetch_stream(const std::string& path,
-                                                           const ChunkSink& sink) = 0;
-  // A new 0700 directory; one that exists already (a link included) is an error.
-  [[nodiscard]] virtual Expected<void> make_dir(const std::string& path) = 0;
-  // The entries of a directory as lstat sees them; nullopt when it does not exist.
+  // How many runs this session will be given in all (a fan-out's jobs for the host), before
+  // the first, and how many of them run at once (-j). Not called: unknown.
+  virtual void plan(std::size_t /*runs*/, std::size_t /*at_once*/) {}
+  // A new, private (0700) run directory with the bundle's files in it (or, where the target
+  // knows a quicker way, whatever lets launch() run it as if they were).
+  [[nodiscard]] virtual Expected<StagedRun> stage(const RunBundle& bundle,
+                                                  const StopToken& stop) = 0;
+  // Runs the staged launcher; the outcome once it has ended (or was stopped, or lost).
+  [[nodiscard]] virtual Expected<ExecOutcome> launch(StagedRun& run,
+                                                     const LaunchRequest& request) = 0;
+  // The file `rel` of the run directory, read only when it is a regular file (lstat first: a
+  // symbolic link, FIFO, device or directory is never opened or followed), handed to `sink`
+  // piece by piece. `bytes` of the result stays empty (fetch_capped keeps them).
+  [[nodiscard]] virtual Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
+                                                    const ChunkSink& sink) = 0;
+  // The entries of the directory `rel` ("" for the run directory) as lstat sees them; nullopt
+  // when it does not exist.
   [[nodiscard]] virtual Expected<std::optional<std::vector<DirEntry>>>
-  list_dir(const std::string& path) = 0;
-  [[nodiscard]] virtual Expected<bool> file_exists(const std::string& path) = 0;
-  [[nodiscard]] virtual Expected<void> remove_run_dir(const std::string& path) = 0;
-  // The launcher removed the run directory itself: whatever the session remembers of it can go.
-  virtual void forget_run_dir(const std::string& /*path*/) {}
+  list(const StagedRun& run, const std::string& rel) = 0;
+  // The run is over: its directory removed or kept (`how`), and whatever the session kept of
+  // the run forgotten.
+  [[nodiscard]] virtual Expected<void> finish(StagedRun& run, Finish how) = 0;
 };
+
+// fetch, its bytes kept: at most `cap` + 1 of them (more than the cap means it is over it).
+[[nodiscard]] Expected<FetchedFile> fetch_capped(HostSession& session, const StagedRun& run,
+                                                 const std::string& rel, std::size_t cap);
 
 } // namespace ferry

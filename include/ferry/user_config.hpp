@@ -10,6 +10,7 @@
 
 #include "ferry/expected.hpp"
 #include "ferry/run_env.hpp"
+#include "ferry/util.hpp"
 
 namespace ferry {
 
@@ -37,6 +38,9 @@ struct UserConfig {
   // ssh_config). `host` is the name the user gave ([user@]host[:port] or "local").
   [[nodiscard]] HostConfig for_host(std::string_view host) const;
 };
+
+// How much of the config file ferry reads: a few KiB is a large one.
+inline constexpr SmallFile k_config_file{"the config file", std::uint64_t{1} << 20};
 
 // $XDG_CONFIG_HOME/ferry/config.toml, else ~/.config/ferry/config.toml.
 [[nodiscard]] std::filesystem::path default_user_config_path();

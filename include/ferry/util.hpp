@@ -38,6 +38,23 @@ private:
 [[nodiscard]] std::string utc_iso(std::chrono::system_clock::time_point t);
 
 [[nodiscard]] Expected<std::string> read_file(const std::filesystem::path& path);
+
+// What ferry reads whole from a file the user names: its size cap, and the words for messages
+// ("the config file", "--hosts-file").
+struct SmallFile {
+  std::string_view what;
+  std::uint64_t limit;
+};
+
+// The bytes of the regular file PATH. A FIFO, device, socket or directory is refused before
+// anything is read (the open does not wait for a FIFO's writer), and so is a file over the
+// limit, each with a message naming the file and what to do; ErrorKind::usage. A missing file:
+// the error's message says so, as strerror does.
+[[nodiscard]] Expected<std::string> read_small_file(const std::filesystem::path& path,
+                                                    SmallFile file);
+// The same from an already open descriptor (stdin, for `--hosts-file -`), which may be a pipe:
+// read up to the limit; NAME names it in messages.
+[[nodiscard]] Expected<std::string> read_small_fd(int fd, std::string_view name, SmallFile file);
 // Writes all of `bytes` to `fd` (retrying short writes and EINTR); 0 or the errno.
 [[nodiscard]] int write_all(int fd, std::string_view bytes);
 

@@ -248,10 +248,8 @@ Expected<LogQuery> log_query(const LogFilter& filter, std::string_view columns)
     FERRY_TRY_ASSIGN(query.since, normalize_since(*filter.since));
   }
   if (filter.status && !run_status_from(*filter.status)) {
-    return fail(ErrorKind::usage,
-                "--status '{}': expected one of ok, failed, timeout, bad-result, error, "
-                "interrupted",
-                *filter.status);
+    return fail(ErrorKind::usage, "--status '{}': expected one of {}", *filter.status,
+                fmt::join(run_status_names(), ", "));
   }
   if (filter.limit < 0) {
     return fail(ErrorKind::usage, "--limit {}: expected 0 (no limit) or more", filter.limit);

@@ -1,6 +1,8 @@
 #include "archive/prune.hpp"
 #include "archive/errors.hpp"
 
+#include <map>
+
 namespace ferry::archive {
 
 namespace fs = std::filesystem;
@@ -82,19 +84,88 @@ SqliteResult<PruneOutcome> choose(Database& db, const PruneOptions& options)
   return outcome;
 }
 
-// Inside the caller's transaction: the chosen runs, then the scripts nothing refers to any more.
+// Where a blob (a row of `scripts`) served a run: its script, a file sent with it, or an output
+// fetched from it. A blob that served several roles is counted under the first of these.
+enum class BlobRole { script, file, output };
+
+// The scripts of RUNS, by sha256: blobs that may go with them.
+SqliteResult<std::map<std::string, BlobRole>> scripts_of(Database& db,
+                                                         const std::vector<RunSize>& runs)
+{
+  std::map<std::string, BlobRole> roles;
+  FERRY_TRY_ASSIGN(auto stmt, db.prepare("SELECT script_sha256 FROM runs WHERE run_id = ?1 "
+                                         "AND script_sha256 IS NOT NULL"));
+  for (const auto& run : runs) {
+    stmt.reset();
+    FERRY_TRY_ASSIGN(const bool row, stmt.bind(1, run.run_id).step());
+    if (row) {
+      roles.emplace(stmt.column_bytes(0), BlobRole::script);
+    }
+  }
+  return roles;
+}
+
+// The file rows of runs that are gone (those just removed, and any an older ferry's prune
+// left), their blobs' roles added to ROLES first.
+SqliteResult<> remove_file_rows(Database& db, std::map<std::string, BlobRole>& roles)
+{
+  constexpr std::string_view gone = "run_id NOT IN (SELECT run_id FROM runs)";
+  FERRY_TRY_ASSIGN(auto stmt, db.prepare(fmt::format("SELECT kind, sha256 FROM run_files WHERE "
+                                                     "archived = 1 AND {} ORDER BY kind",
+                                                     gone)));
+  for (;;) {
+    FERRY_TRY_ASSIGN(const bool row, stmt.step());
+    if (!row) {
+      break;
+    }
+    roles.try_emplace(stmt.column_bytes(1),
+                      stmt.column_view(0) == "file" ? BlobRole::file : BlobRole::output);
+  }
+  return db.exec(fmt::format("DELETE FROM run_files WHERE {}", gone));
+}
+
+void count_removed(PruneOutcome& outcome, BlobRole role)
+{
+  switch (role) {
+  case BlobRole::script:
+    ++outcome.scripts_removed;
+    break;
+  case BlobRole::file:
+    ++outcome.files_removed;
+    break;
+  case BlobRole::output:
+    ++outcome.outputs_removed;
+    break;
+  }
+}
+
+// Inside the caller's transaction: the chosen runs and their file rows, then every blob that no
+// remaining run refers to by any role (its script, a file sent, an output kept), counted by the
+// role it had. One that no run referred to at all counts as a script if it was stored with a
+// script's name, else as a file.
 SqliteResult<> remove(Database& db, PruneOutcome& outcome)
 {
+  FERRY_TRY_ASSIGN(auto roles, scripts_of(db, outcome.removed));
   FERRY_TRY_ASSIGN(auto stmt, db.prepare("DELETE FROM runs WHERE run_id = ?1"));
   for (const auto& run : outcome.removed) {
     stmt.reset();
     FERRY_TRY(stmt.bind(1, run.run_id).run());
   }
-  // Other tables that hold what only some runs use get their own sweep here.
-  FERRY_TRY(db.exec("DELETE FROM scripts WHERE sha256 NOT IN "
-                    "(SELECT script_sha256 FROM runs WHERE script_sha256 IS NOT NULL)"));
-  outcome.scripts_removed = sqlite3_changes(db.handle());
-  return {};
+  FERRY_TRY(remove_file_rows(db, roles));
+  FERRY_TRY_ASSIGN(auto unused,
+                   db.prepare("DELETE FROM scripts WHERE sha256 NOT IN "
+                              "(SELECT script_sha256 FROM runs WHERE script_sha256 IS NOT NULL) "
+                              "AND sha256 NOT IN (SELECT sha256 FROM run_files WHERE archived = 1) "
+                              "RETURNING sha256, name"));
+  for (;;) {
+    FERRY_TRY_ASSIGN(const bool row, unused.step());
+    if (!row) {
+      return {};
+    }
+    const auto known = roles.find(unused.column_bytes(0));
+    const BlobRole unreferenced = unused.column_view(1).empty() ? BlobRole::file : BlobRole::script;
+    count_removed(outcome, known != roles.end() ? known->second : unreferenced);
+  }
 }
 
 SqliteResult<std::int64_t> auto_vacuum_mode(Database& db)

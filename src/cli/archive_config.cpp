@@ -2,6 +2,7 @@
 
 #include "cli/archive_config.hpp"
 #include "ferry/archive.hpp"
+#include "ferry/user_config.hpp"
 #include "ferry/util.hpp"
 
 namespace ferry::cli {
@@ -23,12 +24,13 @@ Expected<std::optional<std::uint64_t>> configured_archive_max_size(const fs::pat
   if (!fs::exists(file, ec)) {
     return std::optional<std::uint64_t>();
   }
+  FERRY_TRY_ASSIGN(const auto config_text, read_small_file(file, k_config_file));
   toml::table config;
   try {
-    config = toml::parse_file(file.string());
+    config = toml::parse(config_text, file.string());
   } catch (const toml::parse_error& e) {
-    return fail(ErrorKind::usage, "{}:{}: invalid TOML: {}", file.string(), e.source().begin.line,
-                e.description());
+    return fail(ErrorKind::usage, "{}:{}:{}: invalid TOML: {}", file.string(),
+                e.source().begin.line, e.source().begin.column, e.description());
   }
   const toml::node* value = config.at_path("archive.max_size").node();
   if (value == nullptr) {
@@ -43,8 +45,8 @@ Expected<std::optional<std::uint64_t>> configured_archive_max_size(const fs::pat
   if (!text) {
     return fail(ErrorKind::usage, "{} must be a size such as \"2GiB\" or a number of bytes", what);
   }
-  FERRY_TRY_ASSIGN(const auto bytes, parse_size(*text, what));
-  return std::optional<std::uint64_t>(bytes);
+  FERRY_TRY_ASSIGN(const auto size, parse_size(*text, what));
+  return std::optional<std::uint64_t>(size);
 }
 
 } // namespace ferry::cli

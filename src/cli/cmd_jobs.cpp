@@ -300,6 +300,11 @@ void add_jobs_command(CLI::App& app, Context& ctx)
   sub->add_option("JOB", cmd->job, "a job name, builtin:NAME or a path: show its parameters");
   sub->add_flag("--path", cmd->path, "show the directories searched for jobs, in order");
   sub->add_flag("--json", cmd->json, "JSON output");
+  sub->footer(R"(Examples:
+  ferry jobs
+  ferry jobs kv_calc
+  ferry jobs ./jobs/my_probe.py --json
+  ferry jobs --path)");
   on_chosen(*sub, ctx, [cmd, &ctx] { return list(ctx, *cmd); });
 }
 
@@ -316,6 +321,10 @@ void add_new_command(CLI::App& app, Context& ctx)
   sub->add_flag("--force", cmd->force,
                 "write it even when a job of that name exists (a file never is overwritten)");
   sub->add_flag("--json", cmd->json, "print {\"path\", \"run\"} as JSON");
+  sub->footer(R"(Examples:
+  ferry new my_probe
+  ferry new disk_check --lang sh
+  ferry new my_probe --dir ~/.config/ferry/jobs)");
   on_chosen(*sub, ctx, [cmd, &ctx] { return write_new(ctx, *cmd); });
 }
 

@@ -164,10 +164,9 @@ void add_log_command(CLI::App& app, Context& ctx)
   cmd->job_option = sub->add_option("--job", cmd->job, "only runs of this job");
   cmd->host_option =
       sub->add_option("--host", cmd->host, "only runs on this host (its name or the alias given)");
-  cmd->status_option =
-      sub->add_option("--status", cmd->status,
-                      "only runs with this status: ok, failed, timeout, bad-result, "
-                      "error, interrupted");
+  cmd->status_option = sub->add_option(
+      "--status", cmd->status,
+      fmt::format("only runs with this status: {}", fmt::join(run_status_names(), ", ")));
   cmd->since_option = sub->add_option(
       "--since", cmd->since,
       "only runs started at or after this UTC date or time (2026-11-29, 2026-11-29T14:12) or "

@@ -72,10 +72,16 @@ std::string summary_text(const PruneOutcome& outcome, bool dry_run)
     return fmt::format("would remove {} run{} ({}); nothing was changed (--dry-run)\n", runs,
                        runs == 1 ? "" : "s", size_text(outcome.removed_bytes));
   }
-  return fmt::format("removed {} run{} ({}) and {} script{} no run uses; archive {} -> {}\n", runs,
-                     runs == 1 ? "" : "s", size_text(outcome.removed_bytes),
-                     outcome.scripts_removed, outcome.scripts_removed == 1 ? "" : "s",
-                     size_text(outcome.file_bytes_before), size_text(outcome.file_bytes_after));
+  const auto count = [](std::int64_t n, std::string_view one, std::string_view many) {
+    return fmt::format("{} {}", n, n == 1 ? one : many);
+  };
+  return fmt::format(
+      "removed {} ({}) and what no remaining run uses: {}, {}, {}; archive {} -> {}\n",
+      count(static_cast<std::int64_t>(runs), "run", "runs"), size_text(outcome.removed_bytes),
+      count(outcome.scripts_removed, "script", "scripts"),
+      count(outcome.files_removed, "file sent", "files sent"),
+      count(outcome.outputs_removed, "output fetched", "outputs fetched"),
+      size_text(outcome.file_bytes_before), size_text(outcome.file_bytes_after));
 }
 
 json summary_json(const PruneOutcome& outcome, bool dry_run)
@@ -88,6 +94,8 @@ json summary_json(const PruneOutcome& outcome, bool dry_run)
           {"removed", ids},
           {"removed_bytes", outcome.removed_bytes},
           {"scripts_removed", outcome.scripts_removed},
+          {"files_removed", outcome.files_removed},
+          {"outputs_removed", outcome.outputs_removed},
           {"file_bytes_before", outcome.file_bytes_before},
           {"file_bytes_after", outcome.file_bytes_after}};
 }

@@ -1,12 +1,14 @@
 // `ferry replay RUN`: the archived run again, with its archived script, params and options, and
 // what changed: status and exit code first, then the result (docs/cli.md).
 #include <algorithm>
+#include <set>
 
 #include "cli/archive_view.hpp"
 #include "cli/execute.hpp"
 #include "cli/targets.hpp"
 #include "ferry/bundle.hpp"
 #include "ferry/json_diff.hpp"
+#include "ferry/run_env.hpp"
 #include "ferry/sessions.hpp"
 #include "ferry/util.hpp"
 
@@ -25,6 +27,7 @@ struct ReplayCommand {
   std::vector<std::string> ignore;    // JSON Pointers left out of the comparison
   std::optional<int> timeout_s;       // else the archived run's
   std::optional<std::size_t> cap_mib; // else the archived run's
+  std::vector<std::string> env;       // --env KEY=VALUE | KEY, as for `run`
 };
 
 // The job as the job path (or the file the run came from) has it now, beside the archived one.
@@ -236,9 +239,9 @@ std::string diff_text(const RunRecord& record, const RunRecord& original,
 class ReplayView final : public RunObserver {
 public:
   ReplayView(Reporter& reporter, const RunRecord& original, std::vector<std::string> ignored,
-             json job)
+             json job, std::vector<std::string> missing_env)
       : m_reporter(reporter), m_original(original), m_ignored(std::move(ignored)),
-        m_job(std::move(job))
+        m_job(std::move(job)), m_missing_env(std::move(missing_env))
   {
   }
 
@@ -248,9 +251,20 @@ public:
     m_failed |= record.status != RunStatus::ok;
     m_differs |= !comparison.identical();
     if (m_reporter.format() == ReportFormat::json_lines) {
-      m_reporter.record(record, {{"compare", compare_json(comparison, m_ignored, m_job)}});
+      json compared = compare_json(comparison, m_ignored, m_job);
+      if (!m_missing_env.empty()) {
+        compared["missing_env"] = m_missing_env;
+      }
+      m_reporter.record(record, {{"compare", std::move(compared)}});
     } else {
-      m_reporter.document(diff_text(record, m_original, comparison, m_ignored), json());
+      std::string text = diff_text(record, m_original, comparison, m_ignored);
+      if (!comparison.identical() && !m_missing_env.empty()) {
+        text += fmt::format("(replayed without {}: run {} had {}; --env gives {})\n",
+                            fmt::join(m_missing_env, ", "), m_original.run_id,
+                            m_missing_env.size() == 1 ? "it" : "them",
+                            m_missing_env.size() == 1 ? "it" : "them");
+      }
+      m_reporter.document(text, json());
     }
   }
 
@@ -270,6 +284,7 @@ private:
   const RunRecord& m_original;
   std::vector<std::string> m_ignored;
   json m_job;
+  std::vector<std::string> m_missing_env; // names the archived run had and the replay lacks
   bool m_failed = false;
   bool m_differs = false;
 };
@@ -333,6 +348,36 @@ Expected<std::vector<BundleFile>> archived_files(const RunRecord& original)
   return files;
 }
 
+// The variables the archived run was given (the record keeps their names only) that nothing
+// gives the replay on some target: neither the job's [env], nor the config file for that host,
+// nor --env.
+std::vector<std::string> missing_env(const RunRecord& original, const Job& job,
+                                     const RunOptions& options,
+                                     const std::vector<std::unique_ptr<HostSession>>& sessions)
+{
+  std::set<std::string> missing;
+  for (const auto& session : sessions) {
+    const EnvVars from_config = options.host_settings(session->label()).env;
+    for (const auto& name : original.env) {
+      if (!job.meta.env.contains(name) && !from_config.contains(name) &&
+          !options.env.contains(name)) {
+        missing.insert(name);
+      }
+    }
+  }
+  return {missing.begin(), missing.end()};
+}
+
+std::string missing_env_note(const RunRecord& original, const std::vector<std::string>& missing)
+{
+  const std::string names = fmt::format("{}", fmt::join(missing, ", "));
+  return fmt::format("run {} was given {} {}, whose value{} the archive never keeps; the replay "
+                     "runs without {} — pass --env {} (ferry's own value) or --env {}=VALUE",
+                     original.run_id, missing.size() == 1 ? "the variable" : "the variables", names,
+                     missing.size() == 1 ? "" : "s", missing.size() == 1 ? "it" : "them",
+                     missing.front(), missing.front());
+}
+
 Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
 {
   ctx.use_json(cmd.json);
@@ -354,14 +399,20 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
   FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target, std::span<const Job>(&job, 1)));
   RunOptions options = replay_options(ctx, cmd, original);
   options.remote_base = target.remote_base;
-  // The config file applies as for `run`; --env values were never archived, so they are not
-  // replayed (the record names them).
+  // The config file applies as for `run`. --env values were never archived, so they are not
+  // replayed (the record names them): the command line gives them again, and the names nothing
+  // gives now are said before anything runs.
+  FERRY_TRY_ASSIGN(options.env, env_from_options(cmd.env));
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   options.host_settings = [config](std::string_view host) {
     return config->for_host(host).settings;
   };
+  const auto missing = missing_env(original, job, options, sessions);
+  if (!missing.empty()) {
+    ctx.reporter().note(missing_env_note(original, missing));
+  }
   const std::vector<PlannedRun> runs = {{&job, original.params}};
-  ReplayView view(ctx.reporter(), original, std::move(ignored), std::move(compare_job));
+  ReplayView view(ctx.reporter(), original, std::move(ignored), std::move(compare_job), missing);
   const BatchOptions batch{
       true, batch_parallel(target, BatchOptions{}.parallel, sessions.size()), {}};
   return view.exit_code(execute_runs(ctx, sessions, runs, options, batch, view));
@@ -387,6 +438,10 @@ void add_replay_command(CLI::App& app, Context& ctx)
                   "seconds before the job is killed (default: the "
                   "archived run's)")
       ->check(CLI::Range(1, 7 * 24 * 3600));
+  sub->add_option("--env", cmd->env,
+                  "KEY=VALUE in the job's environment (repeatable); KEY alone passes ferry's own "
+                  "value. The archive keeps names only: give again what the run had")
+      ->allow_extra_args(false);
   sub->add_option("--output-cap", cmd->cap_mib,
                   "MiB kept of each of stdout and stderr (default: the archived run's)")
       ->check(CLI::Range(1, 1024));
@@ -395,7 +450,8 @@ void add_replay_command(CLI::App& app, Context& ctx)
   ferry replay last
   ferry replay 3f9a --host gpu2 --json
   ferry replay last --job host_facts --ignore /uptime_s
-  ferry replay last --current)");
+  ferry replay last --current
+  ferry replay last --env HF_TOKEN)");
   on_chosen(*sub, ctx, [cmd, &ctx] { return replay(ctx, *cmd); });
 }
 

@@ -161,6 +161,10 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   ctx.use_json(cmd.json, TerminalOptions{cmd.raw_output, cmd.stream, cmd.no_stream});
   // Everything is checked before any host is contacted: jobs, parameters, targets.
   FERRY_TRY_ASSIGN(const auto jobs, find_jobs(cmd, ctx.job_path()));
+  if (cmd.params_file == "-" && cmd.target.hosts_file == "-") {
+    return fail(ErrorKind::usage, "--params - and --hosts-file - both read standard input; give "
+                                  "one of them a file");
+  }
   FERRY_TRY_ASSIGN(const auto file, read_params_file(cmd.params_file));
   FERRY_TRY_ASSIGN(const auto runs, plan_runs(cmd, jobs, file));
   FERRY_TRY(check_keys_used(cmd, jobs));
@@ -214,7 +218,7 @@ void add_run_command(CLI::App& app, Context& ctx)
   add_target_options(*sub, cmd->target);
   sub->add_option("-p,--param", cmd->assignments,
                   "KEY=VALUE, typed by the job's declaration; KEY=@FILE reads the value from FILE; "
-                  "repeating a list parameter appends")
+                  "repeating a list parameter appends (any other is given once)")
       ->allow_extra_args(false);
   add_environment_options(*sub, cmd->environment);
   sub->add_option("--sweep", cmd->sweeps,

@@ -36,7 +36,7 @@ const std::map<std::string, CompletionKind, std::less<>>& kinds_by_name()
       {"host", {ValueKind::host, {}}},
       {"from-host", {ValueKind::host, {}}},
       {"slurm", {ValueKind::host, {}}}, // the login node, reached as a --host is
-      {"hosts-file", {ValueKind::file, {}}},
+      {"hosts-file", {ValueKind::file_or_stdin, {}}},
       {"identity", {ValueKind::file, {}}},
       {"known-hosts", {ValueKind::file, {}}},
       {"ssh-config", {ValueKind::file, {}}},
@@ -49,9 +49,7 @@ const std::map<std::string, CompletionKind, std::less<>>& kinds_by_name()
       {"file", {ValueKind::file, {}}},
       {"out", {ValueKind::dir, {}}},
       {"to", {ValueKind::dir, {}}},
-      {"status",
-       {ValueKind::choice,
-        {"ok", "failed", "timeout", "bad-result", "no-result", "error", "interrupted"}}},
+      {"status", {ValueKind::choice, run_status_names()}},
       // Values nothing can be offered for: numbers, times, paths on the host.
       {"timeout", {ValueKind::free_text, {}}},
       {"parallel", {ValueKind::free_text, {}}},
@@ -321,6 +319,9 @@ void host_candidates(const Line& line, const std::string& text, Answer& answer)
 {
   std::vector<std::string> hosts;
   for (const auto& file : line.hosts_files) {
+    if (file == "-") {
+      continue; // standard input is the user's terminal here, not a hosts file
+    }
     TargetOptions target;
     target.hosts_file = expand_home(file);
     if (auto listed = target_hosts(target)) {

@@ -102,11 +102,19 @@ std::string no_such_job(const std::string& spec, const JobPath& path,
   for (const auto& listing : list_jobs(path)) {
     names.push_back(listing.name);
   }
+  // `ferry run my_probe.py`: a job is named without its extension.
+  const std::string stem = fs::path(spec).stem().string();
+  const bool has_extension = !fs::path(spec).extension().empty();
+  if (has_extension && std::find(names.begin(), names.end(), stem) != names.end()) {
+    return fmt::format("no file {} here, and jobs on the job path are named without their "
+                       "extension: `ferry run {}` runs the job {} (`ferry jobs {}` shows where)",
+                       spec, stem, stem, stem);
+  }
   std::string message =
       fmt::format("no job named '{}' on the job path{} (`ferry jobs` lists the jobs there, "
-                  "`ferry jobs --path` the directories searched, and a path like ./{}.py runs a "
+                  "`ferry jobs --path` the directories searched, and a path like ./{} runs a "
                   "file directly)",
-                  spec, did_you_mean(spec, names), spec);
+                  spec, did_you_mean(spec, names), has_extension ? spec : spec + ".py");
   for (const auto& file : not_jobs) {
     message += fmt::format(" ({} is not a job: it has no `/// ferry` block)", file.string());
   }
@@ -265,9 +273,14 @@ std::string job_template(std::string_view name, std::string_view lang)
 # Human-readable text goes to stdout. The working directory is "$FERRY_RUN_DIR" (private).
 set -eu
 
+# One parameter's value. $FERRY_PARAMS is one line of compact JSON ({{"greeting":"hello"}}), so
+# sed can take a plain string (one without quotes or backslashes; a number is "n":5, without
+# quotes); for anything richer use `jq -r .greeting "$FERRY_PARAMS"`, or write the job in python.
+greeting=$(sed -n 's/.*"greeting":"\([^"\\]*\)".*/\1/p' "$FERRY_PARAMS")
 host=$(uname -n)
-echo "{0} on $host"
-printf '{{"host": "%s", "params": %s}}\n' "$host" "$(cat "$FERRY_PARAMS")" > "$FERRY_RESULT"
+echo "$greeting from $host"
+printf '{{"host": "%s", "greeting": "%s", "params": %s}}\n' "$host" "$greeting" \
+  "$(cat "$FERRY_PARAMS")" > "$FERRY_RESULT"
 )JOB",
                        name);
   }
@@ -289,10 +302,12 @@ import platform
 
 
 def main():
+    # Every declared parameter is a key of $FERRY_PARAMS (null when unset and without default).
     with open(os.environ["FERRY_PARAMS"], encoding="utf-8") as f:
         params = json.load(f)
-    result = {{"host": platform.node(), "greeting": params["greeting"]}}
-    print(f"{{params['greeting']}} from {{result['host']}}")
+    greeting = params["greeting"]  # one parameter's value, typed as declared
+    result = {{"host": platform.node(), "greeting": greeting}}
+    print(f"{{greeting}} from {{result['host']}}")
     with open(os.environ["FERRY_RESULT"], "w", encoding="utf-8") as f:
         json.dump(result, f)
 

@@ -25,6 +25,9 @@ constexpr std::string_view k_block_example = "# /// ferry\n"
 struct Block {
   std::string toml;
   int first_line = 0; // 1-based line of the file where the TOML text starts
+  // Per line of `toml`: the characters its file line has before it ("#" or "# "), so that a
+  // column in the TOML is a column in the file.
+  std::vector<int> prefix_chars;
 };
 
 // "# /// ferry" → "/// ferry"; nullopt when the line is not a comment.
@@ -63,6 +66,7 @@ Expected<Block> find_block(std::string_view bytes, std::string_view label)
       }
       block.toml.append(*inner);
       block.toml.push_back('\n');
+      block.prefix_chars.push_back(static_cast<int>(lines[j].size() - inner->size()));
     }
     return fail(ErrorKind::usage, "{}:{}: the `/// ferry` block has no closing `# ///` line", label,
                 i + 1);
@@ -490,24 +494,39 @@ Expected<void> set_glob_list(std::vector<std::string>& into, std::string_view ke
   return {};
 }
 
-Expected<void> set_volatile(JobMeta& meta, const toml::node& value, const Source& source)
+// A list of JSON Pointers into the result (`volatile`, `summary`), each checked.
+Expected<void> set_pointer_list(std::vector<std::string>& pointers, std::string_view key,
+                                std::string_view example, const toml::node& value,
+                                const Source& source)
 {
   const auto* list = value.as_array();
   if (list == nullptr) {
-    return source.refuse(value, "volatile must be a list of JSON Pointers into the result, e.g. "
-                                "[\"/cwd\", \"/hostname\"]");
+    return source.refuse(value, "{} must be a list of JSON Pointers into the result, e.g. {}", key,
+                         example);
   }
   for (const auto& item : *list) {
     const auto pointer = item.value<std::string>();
     if (!pointer || !is_json_pointer(*pointer)) {
       return source.refuse(item,
-                           "volatile: {} is not a JSON Pointer; each entry is \"\" (the whole "
+                           "{}: {} is not a JSON Pointer; each entry is \"\" (the whole "
                            "result) or starts with '/', with '~' only as ~0 or ~1",
-                           pointer ? "'" + *pointer + "'" : "a non-string entry");
+                           key, pointer ? "'" + *pointer + "'" : "a non-string entry");
     }
-    meta.volatile_pointers.push_back(*pointer);
+    pointers.push_back(*pointer);
   }
   return {};
+}
+
+Expected<void> set_volatile(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  return set_pointer_list(meta.volatile_pointers, "volatile", "[\"/cwd\", \"/hostname\"]", value,
+                          source);
+}
+
+Expected<void> set_summary(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  return set_pointer_list(meta.summary, "summary", "[\"/tp\", \"/kv/*/max_tokens\"]", value,
+                          source);
 }
 
 Expected<void> set_files(JobMeta& meta, const toml::node& value, const Source& source)
@@ -531,6 +550,7 @@ constexpr std::pair<std::string_view, MetaSetter> k_meta_keys[] = {
     {"params", set_params},
     {"env", set_env},
     {"volatile", set_volatile},
+    {"summary", set_summary},
     {"files", set_files},
     {"outputs", set_outputs},
     {"slurm", set_slurm},
@@ -588,8 +608,12 @@ Expected<JobMeta> parse_job_meta(std::string_view bytes, std::string_view label)
   try {
     table = toml::parse(block.toml, std::string(label));
   } catch (const toml::parse_error& e) {
-    return fail(ErrorKind::usage, "{}:{}: invalid TOML in the `/// ferry` block: {}", label,
-                block.first_line + static_cast<int>(e.source().begin.line) - 1, e.description());
+    const auto& at = e.source().begin;
+    const std::size_t index = at.line > 0 ? at.line - 1 : 0;
+    const int prefix = index < block.prefix_chars.size() ? block.prefix_chars[index] : 0;
+    return fail(ErrorKind::usage, "{}:{}:{}: invalid TOML in the `/// ferry` block: {}", label,
+                block.first_line + static_cast<int>(index), static_cast<int>(at.column) + prefix,
+                e.description());
   }
   const Source source{label, block};
   JobMeta meta;

@@ -28,7 +28,7 @@ constexpr std::size_t k_max_pattern_value = 256;
 std::string describe(const ParamSpec& spec)
 {
   if (spec.type == ParamType::list) {
-    return fmt::format("a list of {} (comma-separated)", to_string(spec.items));
+    return fmt::format("a list of {} (comma-separated, or a JSON array)", to_string(spec.items));
   }
   switch (spec.type) {
   case ParamType::integer:
@@ -270,12 +270,30 @@ Expected<json> parse_json_text(const ParamSpec& spec, std::string_view text)
   return value;
 }
 
-// "a,b,c": every element typed by the list's `items`.
+// "[1, 2]": a JSON array, its elements checked against the list's `items`.
+Expected<json> parse_json_list_text(const ParamSpec& spec, std::string_view text)
+{
+  const std::string what = fmt::format("-p {}", spec.name);
+  FERRY_TRY(check_params_json_limits(text, what));
+  const json value = json::parse(text.begin(), text.end(), nullptr, false);
+  if (value.is_discarded() || !value.is_array()) {
+    return fail(ErrorKind::usage,
+                "parameter '{}' expects {}, but '{}' starts with [ and is not a JSON array (quote "
+                "strings: -p {}='[\"a\", \"b\"]', or give a,b)",
+                spec.name, describe(spec), shorten(text, k_shown), spec.name);
+  }
+  return check_param_value(spec, value, what);
+}
+
+// "a,b,c": every element typed by the list's `items`; "[...]" is a JSON array.
 Expected<json> parse_list_text(const ParamSpec& spec, std::string_view text)
 {
   json value = json::array();
   if (text.empty()) {
     return value;
+  }
+  if (text.front() == '[') {
+    return parse_json_list_text(spec, text);
   }
   for (std::size_t start = 0;;) {
     const std::size_t comma = text.find(',', start);
@@ -402,6 +420,16 @@ Expected<void> add_assignments(const Job& job, const std::vector<std::string>& a
         json value,
         assignment_value(*spec, std::string_view(assignment).substr(eq + 1), read_file));
     const bool again = !assigned.insert(key).second;
+    if (again && spec->type != ParamType::list) {
+      const std::string before =
+          shorten(given[key].dump(-1, ' ', false, json::error_handler_t::replace), k_shown);
+      const std::string after =
+          shorten(value.dump(-1, ' ', false, json::error_handler_t::replace), k_shown);
+      return fail(ErrorKind::usage,
+                  "-p {} is given twice ({}, then {}), but '{}' takes one value ({}); give it "
+                  "once, or --sweep {}=... for one run per value",
+                  key, before, after, key, describe(*spec), key);
+    }
     if (again && spec->type == ParamType::list) {
       given[key].insert(given[key].end(), value.begin(), value.end());
     } else {

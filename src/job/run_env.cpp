@@ -1,6 +1,7 @@
 #include "ferry/run_env.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "ferry/text.hpp"
 
@@ -59,6 +60,16 @@ Expected<void> add_env_assignment(EnvVars& env, std::string_view assignment,
   FERRY_TRY(check_env_var(name, value, "--env"));
   env[name] = std::move(value);
   return {};
+}
+
+Expected<EnvVars> env_from_options(const std::vector<std::string>& assignments)
+{
+  EnvVars env;
+  for (const auto& assignment : assignments) {
+    FERRY_TRY(
+        add_env_assignment(env, assignment, [](const char* name) { return std::getenv(name); }));
+  }
+  return env;
 }
 
 } // namespace ferry

@@ -248,8 +248,8 @@ Expected<UserConfig> parse_user_config(std::string_view text, const fs::path& fi
   try {
     table = toml::parse(text, file.string());
   } catch (const toml::parse_error& e) {
-    return fail(ErrorKind::usage, "{}:{}: invalid TOML: {}", file.string(), e.source().begin.line,
-                e.description());
+    return fail(ErrorKind::usage, "{}:{}:{}: invalid TOML: {}", file.string(),
+                e.source().begin.line, e.source().begin.column, e.description());
   }
   return parse_table(table, file);
 }
@@ -260,12 +260,8 @@ Expected<UserConfig> load_user_config(const fs::path& file)
   if (!fs::exists(file, ec)) {
     return UserConfig{};
   }
-  auto text = read_file(file);
-  if (!text) {
-    return fail(ErrorKind::usage, "cannot read the config file {}: {}", file.string(),
-                text.error().message);
-  }
-  return parse_user_config(*text, file);
+  FERRY_TRY_ASSIGN(const auto text, read_small_file(file, k_config_file));
+  return parse_user_config(text, file);
 }
 
 } // namespace ferry

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "ferry/params.hpp"
+#include "ferry/run_record.hpp"
 #include "ferry/text.hpp"
 
 namespace ferry::mcp {
@@ -244,7 +245,7 @@ std::optional<json> output_schema(const Job& job)
   if (!job.meta.result_schema) {
     return std::nullopt;
   }
-  const json status = {"ok", "failed", "timeout", "bad-result", "error", "interrupted"};
+  const json status = run_status_names();
   json run = {{"type", "object"},
               {"properties",
                {{"target", {{"type", "string"}}},

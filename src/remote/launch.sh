@@ -30,7 +30,8 @@
 # - The second line: for a job with no declared environment, `# ferry-standby 2` and this
 #   launcher's fields in hex (the interpreter last), for a python standby
 #   (src/remote/standby.py), which runs such a job as this file would, starting no process but
-#   the job; else `#`.
+#   the job (and rm -rf for what of the run directory it could not remove), and leaves to this
+#   file any run it would refuse; else `#`. tests/remote holds the two to one contract.
 trap '' PIPE
 FERRY_RUN_DIR=@run_dir@
 FERRY_PARAMS=@run_dir@/params.json

@@ -257,24 +257,54 @@ std::string env_lines(const std::map<std::string, std::string>& env)
 }
 
 // The `# ferry-standby 2` line (src/remote/standby.py reads it): launch.sh's fields in hex, in
-// the standby's order; `#` for a job the standby does not run (a declared environment, which
+// this list's order, the interpreter last. The list is the line's only definition: standby.py
+// gets the prefix and the fields' names from it (standby_script() fills them in).
+constexpr std::string_view k_standby_prefix = "# ferry-standby 2";
+struct StandbyField {
+  std::string_view name;
+  std::string (*value)(const LauncherSpec&);
+};
+const StandbyField k_standby_fields[] = {
+    {"run_dir", [](const LauncherSpec& s) { return s.run_dir; }},
+    {"job_name", [](const LauncherSpec& s) { return s.job_name; }},
+    {"job_file", [](const LauncherSpec& s) { return s.job_file; }},
+    {"sentinel", [](const LauncherSpec& s) { return s.sentinel; }},
+    {"end_marker", [](const LauncherSpec& s) { return s.end_marker; }},
+    {"timeout", [](const LauncherSpec& s) { return std::to_string(s.timeout_s); }},
+    {"grace", [](const LauncherSpec& s) { return std::to_string(s.grace_s); }},
+    {"timeout_marker", [](const LauncherSpec&) { return std::string(k_launcher_timeout_marker); }},
+    {"timeout_exit", [](const LauncherSpec&) { return std::to_string(k_launcher_timeout_exit); }},
+    {"state_file", [](const LauncherSpec&) { return std::string(k_launcher_state_file); }},
+    {"launch_file", [](const LauncherSpec&) { return std::string(k_launcher_file); }},
+    {"params_size", [](const LauncherSpec& s) { return std::to_string(s.params.size()); }},
+    {"frame_limit", [](const LauncherSpec& s) { return std::to_string(s.result_frame_limit); }},
+    {"keep", [](const LauncherSpec& s) { return std::string(s.keep_run_dir ? "1" : "0"); }},
+    {"interpreter", [](const LauncherSpec& s) { return s.interpreter; }},
+};
+
+// That line for `spec`; `#` for a job the standby does not run (a declared environment, which
 // could change how the interpreter starts).
 std::string standby_line(const LauncherSpec& spec)
 {
   if (!runs_on_standby(spec)) {
     return "#";
   }
-  std::string line = "# ferry-standby 2";
-  for (const std::string& field :
-       {spec.run_dir, spec.job_name, spec.job_file, spec.sentinel, spec.end_marker,
-        std::to_string(spec.timeout_s), std::to_string(spec.grace_s),
-        std::string(k_launcher_timeout_marker), std::to_string(k_launcher_timeout_exit),
-        std::string(k_launcher_state_file), std::string(k_launcher_file),
-        std::to_string(spec.params.size()), std::to_string(spec.result_frame_limit),
-        std::string(spec.keep_run_dir ? "1" : "0"), spec.interpreter}) {
-    line += " " + (field.empty() ? std::string("-") : lower_hex(field));
+  std::string line(k_standby_prefix);
+  for (const auto& field : k_standby_fields) {
+    const std::string value = field.value(spec);
+    line += " " + (value.empty() ? std::string("-") : lower_hex(value));
   }
   return line;
+}
+
+// The names of those fields, in order, as standby.py's @standby_fields@.
+std::string standby_field_names()
+{
+  std::string names;
+  for (const auto& field : k_standby_fields) {
+    names += (names.empty() ? "" : " ") + std::string(field.name);
+  }
+  return names;
 }
 } // namespace
 
@@ -388,12 +418,13 @@ exec(_ferry_code())
 std::string_view standby_script()
 {
   static const std::string text = [] {
-    const std::string_view body = remote_script(k_standby_script);
-    if (body.find(R"(""")") != std::string_view::npos || body.ends_with("\\")) {
+    const std::string body = fill_template(remote_script(k_standby_script),
+                                           {{"standby_prefix", std::string(k_standby_prefix)},
+                                            {"standby_fields", standby_field_names()}});
+    if (body.find(R"(""")") != std::string::npos || body.ends_with("\\")) {
       throw std::logic_error("src/remote/standby.py cannot go in a raw string literal");
     }
-    return std::string(k_standby_loader_head) + std::string(body) +
-           std::string(k_standby_loader_tail);
+    return std::string(k_standby_loader_head) + body + std::string(k_standby_loader_tail);
   }();
   return text;
 }

@@ -12,25 +12,20 @@
 # LAUNCH JOB ENTRY SIZE` and launch.sh's SIZE bytes: it makes the run directory, the job's link to
 # its job cache ENTRY and launch.sh itself, then goes on as for that line.
 #
-# A direct connection's only run, when this machine's note says the job cache held this file at
-# its last sweep, makes no SFTP step at all: its channel runs `python3 -I -S ENTRY once
-# ferry-standby` (nothing started ahead), and its line is `stage-first RUN_DIR LAUNCH JOB ENTRY
-# SIZE JOB_SIZE`, then launch.sh's and the job's bytes: the run base is checked, the job cache's
-# entry made when it lacks the job, and the run staged as above.
-#
 # launch.sh carries a `# ferry-standby 2 ...` line when its job may run here: no declared
 # environment; its last field is the job's interpreter. Then this process does what launch.sh
 # does, in the same order and with the same report (docs/run-protocol.md), starting no process
-# but the job: the sentinels, params.json and the state file (umask 077), the job, the deadline,
-# stops by TERM, INT and HUP, the job's group killed at its end, the result section, the run
-# directory removed. A python3 job is the interpreter started ahead, told the run directory and
-# the FERRY_* variables: it becomes `python3 RUN_DIR/JOB`. Any other job (or a python3 job whose
-# interpreter started ahead has gone) is started as launch.sh's `setsid env -i ... INTERPRETER
-# RUN_DIR/JOB` starts it, the interpreter looked up in the login PATH. Any other line, a
-# launch.sh without that line, an interpreter not found there, or a login environment with
-# SLURM_JOB_ID set (launch.sh passes the scheduler's variables on): this process execs
-# `/bin/sh RUN_DIR/launch.sh` as the sh would have, with the environment it was started with and
-# default signal dispositions.
+# but the job: the sentinels, params.json and the state file (umask 077), the job, the deadline
+# (or USR1), stops by TERM, INT and HUP, the job's group killed at its end, the result section,
+# the run directory removed (what it could not remove itself, by `rm -rf`). A python3 job is the
+# interpreter started ahead, told the run directory and the FERRY_* variables: it becomes
+# `python3 RUN_DIR/JOB`. Any other job (or a python3 job whose interpreter started ahead has gone)
+# is started as launch.sh's `setsid env -i ... INTERPRETER RUN_DIR/JOB` starts it, the
+# interpreter looked up in the login PATH. Any other line, a
+# launch.sh without that line, an interpreter or setsid not found there, a login environment with
+# SLURM_JOB_ID set (launch.sh passes the scheduler's variables on), or a run launch.sh refuses (its
+# directory gone, params.json not written): this process execs `/bin/sh RUN_DIR/launch.sh` as the
+# sh would have, with the environment it was started with and default signal dispositions.
 #
 # After the report of a job it ran, this process stays for the next run on the same channel: it
 # ends the run's stderr with `END_MARKER stay`, starts the next interpreter ahead (after a python3
@@ -56,12 +51,15 @@ LOGIN_NAMES = [b"PATH", b"HOME", b"USER", b"LANG", b"TERM", b"LC_ALL", b"LC_CTYP
                b"LC_TIME", b"LC_COLLATE", b"LC_MONETARY", b"LC_MESSAGES", b"LC_PAPER",
                b"LC_NAME", b"LC_ADDRESS", b"LC_TELEPHONE", b"LC_MEASUREMENT",
                b"LC_IDENTIFICATION"]
-SPEC_PREFIX = b"# ferry-standby 2 "
-SPEC_FIELDS = ("run_dir", "job_name", "job_file", "sentinel", "end_marker", "timeout", "grace",
-               "timeout_marker", "timeout_exit", "state_file", "launch_file", "params_size",
-               "frame_limit", "keep", "interpreter")
+# The `# ferry-standby` line's prefix and its fields' names, in their order: standby_script()
+# fills them in from the list that writes the line (src/remote/launcher.cpp), the only one. As it
+# is in the source tree, unfilled, this file matches no launch.sh, and leaves every run to it.
+SPEC_PREFIX = b"@standby_prefix@ "
+SPEC_FIELDS = "@standby_fields@".split()
 STOPS = {_signal.SIGTERM: 143, _signal.SIGINT: 130, _signal.SIGHUP: 129}
-WATCHED = {_signal.SIGCHLD, *STOPS}
+# USR1 is how launch.sh's watchdog tells it the deadline has passed; from anyone, it is the
+# deadline.
+WATCHED = {_signal.SIGCHLD, _signal.SIGUSR1, *STOPS}
 
 
 def fsdecode(name):
@@ -195,6 +193,16 @@ def write_all(fd, data):
         view = view[os.write(fd, view):]
 
 
+def say(fd, data):
+    # A line of the launcher's own (a sentinel, a message) on stdout or stderr. A write that fails
+    # changes nothing, as a failed printf changes nothing for launch.sh: nobody reads any more (the
+    # connection has gone), the run goes on, and its end removes the run directory.
+    try:
+        write_all(fd, data)
+    except OSError:
+        pass
+
+
 def original_environment():
     # [(name, value)] as this process was given them; None without /proc.
     try:
@@ -211,10 +219,9 @@ def original_environment():
 
 
 def job_environment(environment):
-    # launch.sh's set: each login name that is set, in its order (the first of a repeated one).
-    given = {}
-    for name, value in environment:
-        given.setdefault(name, value)
+    # launch.sh's set: each login name that is set, in its order; of a name given twice, the last
+    # value, as /bin/sh (dash, bash) takes it.
+    given = dict(environment)
     return {name: given[name] for name in LOGIN_NAMES if name in given}
 
 
@@ -442,32 +449,24 @@ def stage(words, interpreter):
     if (not size.isdigit() or not run_dir.startswith(b"/") or not plain_name(launch_name)
             or not plain_name(job_file)):
         interpreter.dismiss()
-        write_all(2, b"ferry-standby: not a stage line\n")
+        say(2, b"ferry-standby: not a stage line\n")
         os._exit(125)
     payload = read_exact(int(size))
     if payload is None:
         interpreter.dismiss()
         os._exit(0)
-    return make_run_files(run_dir, launch_name, job_file, entry, None, payload, interpreter)
+    return make_run_files(run_dir, launch_name, job_file, entry, payload, interpreter)
 
 
-def make_run_files(run_dir, launch_name, job_file, entry, job, payload, interpreter):
-    # The run directory, the job (a link to ENTRY, or JOB's bytes when there is no entry) and
-    # launch.sh (PAYLOAD); launch.sh's path.
-    if not plain_name(launch_name) or not plain_name(job_file):
-        interpreter.dismiss()
-        write_all(2, b"ferry-standby: not a stage line\n")
-        os._exit(125)
+def make_run_files(run_dir, launch_name, job_file, entry, payload, interpreter):
+    # The run directory, the job (a link to ENTRY) and launch.sh (PAYLOAD); launch.sh's path.
     launch = run_dir + b"/" + launch_name
     made = False
     try:
         os.mkdir(run_dir, 0o700)
         made = True
         os.chmod(run_dir, 0o700)
-        if entry is not None:
-            os.symlink(entry, run_dir + b"/" + job_file)
-        else:
-            write_new(run_dir + b"/" + job_file, job)
+        os.symlink(entry, run_dir + b"/" + job_file)
         write_new(launch, payload)
     except OSError as e:
         interpreter.dismiss()
@@ -475,10 +474,10 @@ def make_run_files(run_dir, launch_name, job_file, entry, job, payload, interpre
             remove_tree(fsdecode(run_dir))
         spec = spec_of(payload[:16384])
         if spec is not None:
-            write_all(1, spec["sentinel"] + b"\n")
-            write_all(2, spec["sentinel"] + b"\n")
-        write_all(2, ("ferry-standby: cannot stage the run in %s: %s\n"
-                      % (fsdecode(run_dir), e.strerror)).encode())
+            say(1, spec["sentinel"] + b"\n")
+            say(2, spec["sentinel"] + b"\n")
+        say(2, ("ferry-standby: cannot stage the run in %s: %s\n"
+                % (fsdecode(run_dir), e.strerror)).encode())
         os._exit(125)
     return fsdecode(launch)
 
@@ -491,79 +490,6 @@ def write_new(path, data):
         os.close(fd)
 
 
-def stage_first(words, interpreter):
-    # `stage-first RUN_DIR LAUNCH JOB ENTRY SIZE JOB_SIZE`, then SIZE bytes (launch.sh) and
-    # JOB_SIZE bytes (the job): a direct connection's run that made no SFTP step at all. The run
-    # base (RUN_DIR's parent) is checked as ferry's SFTP steps check it, the job's entry in its
-    # job cache made when missing (as an upload would make it: a temporary name, mode 0400, then
-    # renamed into place), and the run staged as by `stage`. A base that is not a plain directory
-    # of its own ends this process before any line of the run, with 3, as a standby that cannot
-    # start here: ferry then stages the run over SFTP, which says what is wrong.
-    run_dir, launch_name, job_file, entry, size, job_size = words
-    base = dirname(run_dir)
-    if (not size.isdigit() or not job_size.isdigit() or not run_dir.startswith(b"/")
-            or not plain_name(basename(run_dir)) or dirname(entry) != base
-            or not basename(entry).startswith(b"ferry-job-")):
-        interpreter.dismiss()
-        write_all(2, b"ferry-standby: not a stage line\n")
-        os._exit(125)
-    try:
-        mode = os.lstat(base).st_mode
-    except OSError:
-        os._exit(3)
-    if not S_ISDIR(mode) or mode & 0o022:
-        os._exit(3)
-    payload = read_exact(int(size))
-    job = read_exact(int(job_size)) if payload is not None else None
-    if job is None:
-        interpreter.dismiss()
-        os._exit(0)
-    if not cache_entry(entry, job):
-        entry = None  # the job goes into the run directory as a file of its own
-    return make_run_files(run_dir, launch_name, job_file, entry, job, payload, interpreter)
-
-
-def cache_entry(entry, job):
-    # Whether the job cache's ENTRY holds the job: an entry is used only as ferry leaves it (a
-    # regular file, mode 0400, of the job's size), touched once a day so that the cleanup sees
-    # it in use; anything else at its name is removed and the entry made anew.
-    try:
-        st = os.lstat(entry)
-    except OSError:
-        st = None
-    if st is not None:
-        if (S_ISREG(st.st_mode) and S_IMODE(st.st_mode) == 0o400
-                and st.st_size == len(job)):
-            if time.time() - st.st_mtime > 86400:
-                try:
-                    os.utime(entry)
-                except OSError:
-                    pass
-            return True
-        try:
-            os.unlink(entry)  # a directory stays: the rename onto it fails
-        except OSError:
-            pass
-    upload = dirname(entry) + b"/.ferry-job-" + os.urandom(16).hex().encode()
-    try:
-        fd = os.open(upload, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-    except OSError:
-        return False
-    try:
-        try:
-            write_all(fd, job)
-        finally:
-            os.close(fd)
-        os.rename(upload, entry)
-        return True
-    except OSError:
-        try:
-            os.unlink(upload)
-        except OSError:
-            pass
-        return False
-
-
 def as_sh_would(launch, environment, interpreter):
     # `exec /bin/sh LAUNCH`, as the standby's sh would have run it.
     interpreter.dismiss()
@@ -573,7 +499,7 @@ def as_sh_would(launch, environment, interpreter):
     try:
         os.execve("/bin/sh", ["/bin/sh", launch], dict(environment))
     except OSError as e:
-        write_all(2, ("/bin/sh: %s\n" % e.strerror).encode())
+        say(2, ("/bin/sh: %s\n" % e.strerror).encode())
         os._exit(127)
 
 
@@ -590,20 +516,28 @@ class Run:
         self.run_dir = fsdecode(spec["run_dir"])
         self.result = self.run_dir + "/result.json"
 
+    def prepare(self):
+        # launch.sh's steps that may refuse the run: into the run directory, params.json and the
+        # state file (umask 077). Taken before the sentinels rather than after (nobody can tell
+        # the difference); False when launch.sh would refuse the run (its directory gone,
+        # params.json not written): the run is then left to launch.sh, to refuse in its words.
+        try:
+            os.chdir(self.spec["run_dir"])
+        except OSError:
+            return False
+        old = os.umask(0o077)
+        try:
+            return self.write_params()
+        finally:
+            os.umask(old)
+
     def start(self):
         spec = self.spec
         run_dir = spec["run_dir"]
         ferry_env = [(b"FERRY_RUN_DIR", run_dir), (b"FERRY_PARAMS", run_dir + b"/params.json"),
                      (b"FERRY_RESULT", run_dir + b"/result.json"), (b"FERRY_JOB", spec["job_name"])]
-        write_all(1, spec["sentinel"] + b"\n")
-        write_all(2, spec["sentinel"] + b"\n")
-        try:
-            os.chdir(run_dir)
-        except OSError as e:
-            write_all(2, ("ferry-standby: cannot change to %s: %s\n"
-                          % (self.run_dir, e.strerror)).encode())
-            os._exit(125)
-        self.write_params()
+        say(1, spec["sentinel"] + b"\n")
+        say(2, spec["sentinel"] + b"\n")
         if self.program is not None:
             self.start_program(ferry_env)
             return
@@ -626,33 +560,28 @@ class Run:
             self.job = start_program(self.program, argv, environment)
         except OSError as e:
             # What `env` says and exits with when it cannot run the program it was given.
-            write_all(2, ("env: '%s': %s\n" % (fsdecode(argv[0]), e.strerror)).encode())
+            say(2, ("env: '%s': %s\n" % (fsdecode(argv[0]), e.strerror)).encode())
             self.job = None
             self.failed = 127 if e.errno == errno.ENOENT else 126
 
     def write_params(self):
         spec = self.spec
-        old = os.umask(0o077)
-        params_path = self.run_dir + "/params.json"
         try:
             params = b""
             if spec["params_size"]:
                 with open(self.launch, "rb") as launch:
                     launch.seek(-spec["params_size"], 2)
                     params = launch.read(spec["params_size"])
-            with open(params_path, "wb") as out:
+            with open(self.run_dir + "/params.json", "wb") as out:
                 out.write(params)
         except OSError:
-            os.umask(old)
-            write_all(2, ("ferry-launcher: cannot write %s\n" % params_path).encode())
-            self.interpreter.dismiss()
-            os._exit(125)
+            return False
         try:
             with open(self.run_dir + "/" + fsdecode(spec["state_file"]), "w") as state:
                 state.write("%d +%d\n" % (os.getpid(), spec["timeout"] + spec["grace"]))
         except OSError:
-            pass
-        os.umask(old)
+            pass  # best effort, as in launch.sh
+        return True
 
     def signal_job(self, signum):
         for kill in (os.killpg, os.kill):
@@ -687,6 +616,8 @@ class Run:
                     pass
                 return self.spec["timeout_exit"], "timeout"
             info = _signal.sigtimedwait(WATCHED, left)
+            if info is not None and info.si_signo == _signal.SIGUSR1:
+                return self.spec["timeout_exit"], "timeout"
             if info is not None and info.si_signo in STOPS:
                 return STOPS[info.si_signo], "stopped"
 
@@ -733,7 +664,7 @@ class Run:
         try:
             write_all(1, b"%s %d %s\n" % (self.spec["end_marker"], code, cause.encode()))
         except OSError:
-            remove_tree(self.run_dir)
+            remove_run_dir(self.run_dir, self.environment)
             os._exit(code)
         section, left = self.result_section()
         os.chdir("/")
@@ -744,7 +675,7 @@ class Run:
                 pass
             clean = b"clean kept\n"
         else:
-            remove_tree(self.run_dir)
+            remove_run_dir(self.run_dir, self.environment)
             clean = b"clean failed\n" if lexists(self.run_dir) else b"clean removed\n"
         try:
             write_all(1, section + clean)
@@ -755,15 +686,44 @@ class Run:
         return True
 
 
-def remove_tree(path):
+def remove_tree(path, depth=64):
+    # Everything under `path`, then `path` (links removed, never followed); whatever cannot go
+    # stays, and the rest goes all the same. A stack, not recursion, and `depth` levels at most: a
+    # job may leave a tree thousands deep, which `rm -rf` (remove_run_dir) removes in less time.
+    stack = [(path, 0, False)]
+    while stack:
+        top, level, emptied = stack.pop()
+        try:
+            if emptied:
+                os.rmdir(top)
+            elif is_directory(top):
+                stack.append((top, level, True))
+                if level < depth:
+                    with os.scandir(top) as entries:
+                        stack.extend((entry.path, level + 1, False) for entry in entries)
+            else:
+                os.unlink(top)
+        except OSError:
+            pass
+
+
+def remove_run_dir(path, environment):
+    # launch.sh's `rm -rf RUN_DIR`, without a process when this one can remove it all; what is
+    # left (a deep tree, one longer than a path may be, a file that would not go) is left to
+    # `rm -rf` itself.
+    remove_tree(path)
+    if not lexists(path):
+        return
+    rm = find_program(b"rm", environment)
+    if rm is None:
+        return
     try:
-        if is_directory(path):
-            with os.scandir(path) as entries:
-                for entry in entries:
-                    remove_tree(entry.path)
-            os.rmdir(path)
-        else:
-            os.unlink(path)
+        pid = os.posix_spawn(
+            rm, ["rm", "-rf", path], dict(environment),
+            file_actions=[(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                          (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0)],
+            setsigmask=())
+        os.waitpid(pid, 0)
     except OSError:
         pass
 
@@ -772,9 +732,7 @@ def main():
     environment = original_environment()
     if environment is None:
         os._exit(3)
-    # `once ferry-standby`: a direct connection's channel for its only run (docs/run-protocol.md,
-    # "Exec"): no interpreter is started ahead for it; the job's own is started when it comes.
-    ahead = sys.argv[1:] != ["once", "ferry-standby"]
+    ahead = True
     while True:
         end_marker, ahead = serve(environment, ahead)
         # The run's stderr ends here too: ferry takes the channel back for its next run. A stop
@@ -804,25 +762,25 @@ def serve(environment, ahead):
     # run); this process ends with the job's code rather than starting an interpreter for
     # nothing.
     last = words[-1] == b"last" and (len(words), words[0]) in (
-        (4, b"exec"), (7, b"stage"), (8, b"stage-first"))
+        (4, b"exec"), (7, b"stage"))
     if last:
         words = words[:-1]
     if len(words) == 6 and words[0] == b"stage":
         launch = stage(words[1:], interpreter)
-    elif len(words) == 7 and words[0] == b"stage-first":
-        launch = stage_first(words[1:], interpreter)
     elif len(words) == 3 and words[:2] == [b"exec", b"/bin/sh"]:
         launch = fsdecode(words[2])
     else:
         interpreter.dismiss()
-        write_all(2, b"ferry-standby: not a launcher line\n")
+        say(2, b"ferry-standby: not a launcher line\n")
         os._exit(125)
     # Blocked from here: a stop that comes while the run starts is taken once the job runs.
     _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED)
     spec = read_spec(launch)
-    if spec is None or dict(environment).get(b"SLURM_JOB_ID"):
-        # Not a job this process runs (a declared environment), or one that launch.sh would
-        # give the scheduler's variables too.
+    if (spec is None or dict(environment).get(b"SLURM_JOB_ID")
+            or find_program(b"setsid", environment) is None):
+        # Not a job this process runs (a declared environment), one that launch.sh would give the
+        # scheduler's variables too, or one it would start without a session of its own (no
+        # setsid on the login PATH).
         as_sh_would(launch, environment, interpreter)
     # A python3 job becomes the interpreter started ahead; any other job, or a python3 job with
     # none alive, is started as launch.sh starts it, once its interpreter is found as launch.sh
@@ -834,6 +792,8 @@ def serve(environment, ahead):
             as_sh_would(launch, environment, interpreter)
         interpreter.discard()
     run = Run(spec, launch, interpreter, environment, program)
+    if not run.prepare():
+        as_sh_would(launch, environment, interpreter)
     run.start()
     code, cause = run.wait()
     if run.job is None:

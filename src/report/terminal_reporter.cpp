@@ -407,7 +407,9 @@ std::string result_digest(const RunRecord& record, std::size_t width)
 
 std::string result_digest(const RunRecord& record, std::string_view result_line, std::size_t width)
 {
+  const bool summarized = record.summary.is_array() && !record.summary.empty();
   std::string text = record.status != RunStatus::ok && record.error ? *record.error
+                     : summarized                                   ? summary_text(record.summary)
                      : !result_line.empty()                         ? std::string(result_line)
                                                                     : "-";
   std::replace_if(

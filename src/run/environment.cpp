@@ -1,22 +1,12 @@
 #include "run/environment.hpp"
 
-#include <cstdlib>
 #include <memory>
 
 #include "ferry/remote/shell_neutral.hpp"
+#include "ferry/run_env.hpp"
 #include "ferry/text.hpp"
 
 namespace ferry {
-
-Expected<EnvVars> env_options(const std::vector<std::string>& assignments)
-{
-  EnvVars env;
-  for (const auto& assignment : assignments) {
-    FERRY_TRY(
-        add_env_assignment(env, assignment, [](const char* name) { return std::getenv(name); }));
-  }
-  return env;
-}
 
 Expected<std::map<std::string, std::string>>
 interpreter_options(const std::vector<std::string>& assignments)
@@ -40,7 +30,7 @@ interpreter_options(const std::vector<std::string>& assignments)
 Expected<void> set_run_environment(RunOptions& options, const EnvironmentOptions& given,
                                    const UserConfig& config)
 {
-  FERRY_TRY_ASSIGN(options.env, env_options(given.env));
+  FERRY_TRY_ASSIGN(options.env, env_from_options(given.env));
   FERRY_TRY_ASSIGN(options.interpreters, interpreter_options(given.interpreters));
   // A copy: the options may outlive whoever read the file (a server's calls).
   options.host_settings = [config = std::make_shared<const UserConfig>(config)](

@@ -17,9 +17,6 @@ struct EnvironmentOptions {
   std::vector<std::string> interpreters; // --interpreter NAME=PATH
 };
 
-// --env, each checked; `--env KEY` takes ferry's own value.
-[[nodiscard]] Expected<EnvVars> env_options(const std::vector<std::string>& assignments);
-
 // --interpreter NAME=PATH: the job's interpreter NAME runs as PATH on every host.
 [[nodiscard]] Expected<std::map<std::string, std::string>>
 interpreter_options(const std::vector<std::string>& assignments);

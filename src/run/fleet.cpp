@@ -123,9 +123,9 @@ private:
     HostSession& session = *host.lease.session;
     const std::size_t left = m_runs.size() - std::min(first, m_runs.size());
     const std::size_t lanes =
-        host.connected && session.concurrent_runs() ? std::min(m_parallel, left) : 1;
+        host.connected && session.traits().concurrent_runs ? std::min(m_parallel, left) : 1;
     if (host.connected && !m_sessions.keeps_sessions()) {
-      session.expect_runs(m_runs.size(), lanes);
+      session.plan(m_runs.size(), lanes);
     }
     std::atomic<std::size_t> next{first};
     const auto lane = [&] {

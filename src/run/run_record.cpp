@@ -1,3 +1,4 @@
+#include <charconv>
 #include <chrono>
 
 #include "ferry/run_record.hpp"
@@ -30,13 +31,110 @@ std::string_view to_string(RunStatus status)
 
 std::optional<RunStatus> run_status_from(std::string_view text)
 {
-  for (auto status : {RunStatus::ok, RunStatus::failed, RunStatus::timeout, RunStatus::bad_result,
-                      RunStatus::no_result, RunStatus::error, RunStatus::interrupted}) {
+  for (const auto status : k_run_statuses) {
     if (to_string(status) == text) {
       return status;
     }
   }
   return std::nullopt;
+}
+
+std::vector<std::string> run_status_names()
+{
+  std::vector<std::string> names;
+  for (const auto status : k_run_statuses) {
+    names.emplace_back(to_string(status));
+  }
+  return names;
+}
+
+namespace {
+
+// "~1" -> "/", "~0" -> "~": a JSON Pointer token as the member name it stands for.
+std::string unescaped(std::string_view token)
+{
+  std::string name;
+  for (std::size_t i = 0; i < token.size(); ++i) {
+    if (token[i] == '~' && i + 1 < token.size()) {
+      name += token[++i] == '1' ? '/' : '~';
+    } else {
+      name += token[i];
+    }
+  }
+  return name;
+}
+
+std::vector<std::string> tokens_of(std::string_view pointer)
+{
+  std::vector<std::string> tokens;
+  while (!pointer.empty()) {
+    pointer.remove_prefix(1); // the '/'
+    const auto slash = std::min(pointer.find('/'), pointer.size());
+    tokens.push_back(unescaped(pointer.substr(0, slash)));
+    pointer.remove_prefix(slash);
+  }
+  return tokens;
+}
+
+// TOKEN as an index of the array NODE, when it is one and NODE has that element.
+std::optional<std::size_t> array_index(const json& node, const std::string& token)
+{
+  std::size_t index = 0;
+  const auto [end, error] = std::from_chars(token.data(), token.data() + token.size(), index);
+  if (!node.is_array() || token.empty() || error != std::errc() ||
+      end != token.data() + token.size() || index >= node.size()) {
+    return std::nullopt;
+  }
+  return index;
+}
+
+// Walks TOKENS from NODE, adding every value reached to OUT under the names "*" matched.
+void collect_summary(const json& node, const std::vector<std::string>& tokens, std::size_t at,
+                     const std::string& matched, json& out)
+{
+  if (at == tokens.size()) {
+    // "/kv/*" names each member by its key alone.
+    const std::string last = tokens.empty() ? "result" : tokens.back();
+    out.push_back({{"name", last == "*" ? matched.substr(0, matched.size() - 1) : matched + last},
+                   {"value", node}});
+    return;
+  }
+  const std::string& token = tokens[at];
+  if (token == "*" && (node.is_object() || node.is_array())) {
+    for (const auto& [key, child] : node.items()) {
+      collect_summary(child, tokens, at + 1, matched + key + "/", out);
+    }
+  } else if (node.is_object() && node.contains(token)) {
+    collect_summary(node[token], tokens, at + 1, matched, out);
+  } else if (const auto index = array_index(node, token)) {
+    collect_summary(node[*index], tokens, at + 1, matched, out);
+  }
+}
+
+} // namespace
+
+json result_summary(const json& result, const std::vector<std::string>& pointers)
+{
+  json summary = json::array();
+  for (const auto& pointer : pointers) {
+    collect_summary(result, tokens_of(pointer), 0, "", summary);
+  }
+  return summary;
+}
+
+std::string summary_text(const json& summary)
+{
+  std::string text;
+  for (const auto& item : summary) {
+    const auto name = item.is_object() ? item.find("name") : item.end();
+    if (name == item.end() || !name->is_string()) {
+      continue; // not what ferry writes: an archive changed by hand
+    }
+    const json value = item.value("value", json());
+    text += fmt::format("{}{}={}", text.empty() ? "" : " ", name->get<std::string>(),
+                        value.is_string() ? value.get<std::string>() : to_json_line(value));
+  }
+  return text;
 }
 
 std::string new_run_id()
@@ -78,6 +176,9 @@ json to_json(const RunRecord& r, bool with_streams)
   }
   if (!r.outputs.empty()) {
     j["outputs"] = r.outputs;
+  }
+  if (!r.summary.is_null()) {
+    j["summary"] = r.summary;
   }
   if (!r.client.is_null()) {
     j["client"] = r.client;
@@ -134,6 +235,9 @@ Expected<RunRecord> run_record_from_json(const json& j)
     r.warnings = j.value("warnings", json::array());
     r.files = j.value("files", json::array());
     r.outputs = j.value("outputs", json::array());
+    if (const auto summary = j.find("summary"); summary != j.end() && summary->is_array()) {
+      r.summary = *summary;
+    }
     if (const auto client = j.find("client"); client != j.end() && client->is_object()) {
       r.client = *client;
     }

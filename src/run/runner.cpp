@@ -104,83 +104,50 @@ struct Run {
   }
 };
 
-// Removes the run directory when the run leaves its scope, whichever way it leaves.
-class RunDirGuard {
+// Finishes the run when it leaves its scope, whichever way it leaves: the run directory is
+// removed unless the launcher removed it or will (or --keep-remote keeps it).
+class FinishGuard {
 public:
-  RunDirGuard(const Run& run, std::string dir) : m_run(run), m_dir(std::move(dir)) {}
-  RunDirGuard(const RunDirGuard&) = delete;
-  RunDirGuard& operator=(const RunDirGuard&) = delete;
-  ~RunDirGuard() { clean(); }
+  FinishGuard(const Run& run, StagedRun& staged) : m_run(run), m_staged(staged) {}
+  FinishGuard(const FinishGuard&) = delete;
+  FinishGuard& operator=(const FinishGuard&) = delete;
+  ~FinishGuard() { finish(); }
 
-  // The connection is gone: the launcher removes the directory itself when it finds nobody
-  // reading.
-  void leave_to_launcher() { m_armed = false; }
-  // The launcher said it removed the directory: nothing is left to do, not even a round trip.
-  void removed_by_launcher()
-  {
-    m_armed = false;
-    m_run.session.forget_run_dir(m_dir);
-  }
+  // The launcher removed the directory, or removes it itself when it finds nobody reading (the
+  // connection is gone): nothing is left to do, not even a round trip.
+  void left_to_launcher() { m_how = Finish::by_launcher; }
 
 private:
-  void clean()
+  void finish()
   {
-    if (!m_armed) {
-      return;
-    }
-    if (m_run.options.keep_remote) {
+    if (m_how == Finish::remove && m_run.options.keep_remote) {
+      m_how = Finish::keep;
       add_warning(m_run.record, "kept-remote",
-                  fmt::format("run directory kept on the host: {}", m_dir));
-      return;
+                  fmt::format("run directory kept on the host: {}", m_staged.run_dir));
     }
     const auto start = Clock::now();
-    if (auto removed = m_run.session.remove_run_dir(m_dir); !removed) {
-      add_warning(m_run.record, "cleanup-failed", removed.error().message);
+    if (auto finished = m_run.session.finish(m_staged, m_how); !finished) {
+      add_warning(m_run.record, "cleanup-failed", finished.error().message);
     }
-    m_run.step("clean", seconds_since(start));
+    if (m_how == Finish::remove) {
+      m_run.step("clean", seconds_since(start));
+    }
   }
 
   const Run& m_run;
-  std::string m_dir;
-  bool m_armed = true;
-};
-
-struct Staged {
-  LauncherSpec launcher;
+  StagedRun& m_staged;
+  Finish m_how = Finish::remove;
 };
 
 // Room in the report for its lines around the result's bytes.
 constexpr std::size_t k_report_slack = 4096;
 
-// The job's own files, under their relative paths; each directory between made once, 0700.
-Expected<void> stage_files(const Run& run, const std::string& run_dir)
+// What the run puts on its target: the launcher's fields (the run directory is the target's to
+// name), the job and its files beside it.
+RunBundle bundle_of(const Run& run)
 {
-  std::set<std::string> made;
-  for (const auto& file : run.job.files) {
-    for (auto slash = file.path.find('/'); slash != std::string::npos;
-         slash = file.path.find('/', slash + 1)) {
-      if (std::string dir = file.path.substr(0, slash); made.insert(dir).second) {
-        FERRY_TRY(run.session.make_dir(run_dir + "/" + dir));
-      }
-    }
-    FERRY_TRY(run.session.put_file(run_dir + "/" + file.path, file.bytes));
-    run.record.files.push_back({{"path", file.path},
-                                {"mode", fmt::format("{:04o}", file.mode)},
-                                {"size", file.bytes.size()},
-                                {"sha256", file.sha256}});
-    run.record.blobs.emplace(file.sha256, file.bytes);
-  }
-  return {};
-}
-
-// Phase 1: the job and the launcher (params.json rides at its end), written into the new run
-// directory: two uploads.
-Expected<Staged> stage(const Run& run, const std::string& run_dir)
-{
-  const auto start = Clock::now();
-  Staged staged;
-  LauncherSpec& launcher = staged.launcher;
-  launcher.run_dir = run_dir;
+  RunBundle bundle;
+  LauncherSpec& launcher = bundle.launcher;
   launcher.job_file = staged_job_file_name(run.job);
   launcher.job_name = run.job.name;
   launcher.interpreter = run.setup.interpreter;
@@ -192,46 +159,51 @@ Expected<Staged> stage(const Run& run, const std::string& run_dir)
   launcher.end_marker = "ferry-end-" + nonce;
   launcher.params = params_file_bytes(run.params);
   launcher.result_frame_limit = std::min(run.options.result_cap, k_default_result_frame_limit);
-  // Outputs are fetched after the exec, and a scheduler's target reads its output file there
-  // after the launcher's end: then the launcher leaves the run directory to ferry.
-  launcher.keep_run_dir = run.options.keep_remote || !run.job.meta.outputs.empty() ||
-                          !run.options.fetch.empty() || !run.session.launcher_cleans_up();
-  const std::string launcher_text = make_launcher(launcher);
-  const std::string job_path = run_dir + "/" + launcher.job_file;
-  bool cached = false;
-  if (run.job.files.empty()) {
-    // A job alone comes from the host's job cache when it can (a job with files beside it is
-    // uploaded with them: an interpreter that resolves the link would look for them there).
-    FERRY_TRY_ASSIGN(cached,
-                     run.session.put_job_file(job_path, run.job.bytes, run.record.job_sha256));
-  } else {
-    FERRY_TRY(run.session.put_file(job_path, run.job.bytes));
+  // Outputs are fetched after the exec: then the launcher leaves the run directory to ferry.
+  launcher.keep_run_dir =
+      run.options.keep_remote || !run.job.meta.outputs.empty() || !run.options.fetch.empty();
+  bundle.job_bytes = run.job.bytes;
+  bundle.job_sha256 = run.record.job_sha256;
+  for (const auto& file : run.job.files) {
+    bundle.files.push_back({file.path, file.bytes, file.mode});
   }
-  FERRY_TRY(run.session.put_file(run_dir + "/" + k_launcher_file, launcher_text));
-  FERRY_TRY(stage_files(run, run_dir));
+  bundle.scheduler = slurm_options_json(run.job.meta.slurm);
+  return bundle;
+}
+
+// Phase 1: the run directory, the job and the launcher (params.json rides at its end), and the
+// job's files beside it, as the target stages them.
+Expected<StagedRun> stage(const Run& run)
+{
+  const auto start = Clock::now();
+  FERRY_TRY_ASSIGN(StagedRun staged, run.session.stage(bundle_of(run), run.options.stop));
+  for (const auto& file : run.job.files) {
+    run.record.files.push_back({{"path", file.path},
+                                {"mode", fmt::format("{:04o}", file.mode)},
+                                {"size", file.bytes.size()},
+                                {"sha256", file.sha256}});
+    run.record.blobs.emplace(file.sha256, file.bytes);
+  }
   run.record.timings.upload = seconds_since(start);
-  run.step(cached ? "upload (the job from the host's cache)" : "upload", run.record.timings.upload);
+  run.step(staged.job_from_cache ? "upload (the job from the host's cache)" : "upload",
+           run.record.timings.upload);
   return staged;
 }
 
-// Phase 2: the only command any shell sees.
-Expected<ExecOutcome> execute(const Run& run, const Staged& staged)
+// Phase 2: the launcher, the only command any shell sees.
+Expected<ExecOutcome> execute(const Run& run, StagedRun& staged)
 {
   const auto start = Clock::now();
-  ExecRequest request;
-  request.argv = {"/bin/sh", staged.launcher.run_dir + "/" + k_launcher_file};
-  request.sentinel = staged.launcher.sentinel;
-  request.end_marker = staged.launcher.end_marker;
+  LaunchRequest request;
   request.output_cap = run.options.output_cap;
-  request.report_cap = staged.launcher.result_frame_limit + k_report_slack;
+  request.report_cap =
+      std::min(run.options.result_cap, k_default_result_frame_limit) + k_report_slack;
   request.grace = std::chrono::seconds(run.options.grace_s);
   request.deadline = std::chrono::seconds(run.timeout_s + run.options.grace_s + 5);
   request.stop = run.options.stop;
   request.on_output = run.options.on_output;
   request.on_note = run.options.on_note;
-  request.python_standby = runs_on_python_standby(staged.launcher);
-  request.runs_on_standby = runs_on_standby(staged.launcher);
-  auto outcome = run.session.exec(request);
+  auto outcome = run.session.launch(staged, request);
   run.record.timings.exec = seconds_since(start);
   run.step("exec", run.record.timings.exec);
   return outcome;
@@ -340,7 +312,7 @@ std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome,
 
 // Streams one output into the output directory, hashing it on the way; archived (read back from
 // disk) while the run's archive budget lasts.
-Expected<void> fetch_output(const Run& run, const std::string& run_dir, const fs::path& out,
+Expected<void> fetch_output(const Run& run, const StagedRun& staged, const fs::path& out,
                             const std::string& rel, std::uint64_t& archived)
 {
   FERRY_TRY_ASSIGN(const int raw, create_output_file(out, rel));
@@ -348,17 +320,16 @@ Expected<void> fetch_output(const Run& run, const std::string& run_dir, const fs
   Defer remove_partial([&] { ::unlink((out / rel).c_str()); });
   Sha256 hash;
   std::uint64_t size = 0;
-  FERRY_TRY_ASSIGN(
-      const auto fetched,
-      run.session.fetch_stream(run_dir + "/" + rel, [&](std::string_view chunk) -> Expected<void> {
-        hash.update(chunk);
-        size += chunk.size();
-        if (const int e = write_all(fd.get(), chunk)) {
-          return fail(ErrorKind::failed, "cannot write {}: {}", (out / rel).string(),
-                      std::strerror(e));
-        }
-        return {};
-      }));
+  FERRY_TRY_ASSIGN(const auto fetched,
+                   run.session.fetch(staged, rel, [&](std::string_view chunk) -> Expected<void> {
+                     hash.update(chunk);
+                     size += chunk.size();
+                     if (const int e = write_all(fd.get(), chunk)) {
+                       return fail(ErrorKind::failed, "cannot write {}: {}", (out / rel).string(),
+                                   std::strerror(e));
+                     }
+                     return {};
+                   }));
   if (fetched.kind != FetchedFile::Kind::regular) {
     return fail(ErrorKind::failed, "{} changed while it was fetched (now {})", rel,
                 fetched.kind == FetchedFile::Kind::missing ? "gone" : fetched.other);
@@ -387,7 +358,7 @@ bool wildcard_last(const std::string& pattern)
 // What one output glob's matches need along the way.
 struct OutputFetch {
   const Run& run;
-  const std::string& run_dir;
+  const StagedRun& staged;
   fs::path out;
   std::set<std::string> seen;
   std::uint64_t archived = 0;
@@ -408,7 +379,7 @@ struct OutputFetch {
                                                                         : match.entry.what));
         continue;
       }
-      if (auto fetched = fetch_output(run, run_dir, out, match.path, archived); !fetched) {
+      if (auto fetched = fetch_output(run, staged, out, match.path, archived); !fetched) {
         add_warning(run.record, "output-failed", fetched.error().message);
       }
     }
@@ -417,7 +388,7 @@ struct OutputFetch {
 
 // Files back: every regular file the job's `outputs` and `--fetch` globs match in the run
 // directory, after the job, whatever its status. What cannot be fetched is a warning.
-void fetch_outputs(const Run& run, const std::string& run_dir)
+void fetch_outputs(const Run& run, const StagedRun& staged)
 {
   std::vector<std::string> patterns = run.job.meta.outputs;
   patterns.insert(patterns.end(), run.options.fetch.begin(), run.options.fetch.end());
@@ -426,13 +397,11 @@ void fetch_outputs(const Run& run, const std::string& run_dir)
   }
   const auto start = Clock::now();
   OutputFetch fetch{run,
-                    run_dir,
+                    staged,
                     output_dir_for(run.options.out_dir, run.record.run_id, run.session.label()),
                     {},
                     0};
-  const DirLister lister = [&](const std::string& rel) {
-    return run.session.list_dir(rel.empty() ? run_dir : run_dir + "/" + rel);
-  };
+  const DirLister lister = [&](const std::string& rel) { return run.session.list(staged, rel); };
   for (const auto& pattern : patterns) {
     auto matches = expand_glob(pattern, fmt::format("output \"{}\"", pattern), lister);
     if (!matches) {
@@ -472,7 +441,7 @@ std::optional<FetchedFile> reported_result(const std::optional<LauncherReport>& 
 }
 
 // Phase 3: the status and the result (from the launcher's report, else fetched).
-void collect(const Run& run, const ExecOutcome& outcome, const std::string& run_dir,
+void collect(const Run& run, const ExecOutcome& outcome, const StagedRun& staged,
              const std::optional<LauncherReport>& report)
 {
   RunRecord& record = run.record;
@@ -482,7 +451,7 @@ void collect(const Run& run, const ExecOutcome& outcome, const std::string& run_
   if (auto given = reported_result(report)) {
     fetched = std::move(*given);
   } else {
-    fetched = run.session.fetch_file(run_dir + "/result.json", run.options.result_cap);
+    fetched = fetch_capped(run.session, staged, "result.json", run.options.result_cap);
     record.timings.fetch += seconds_since(start);
     run.step("fetch", seconds_since(start));
   }
@@ -518,7 +487,7 @@ void collect(const Run& run, const ExecOutcome& outcome, const std::string& run_
                                 "$FERRY_RESULT ({}/result.json) or print exactly one on stdout; "
                                 "a job with nothing to return says `result = \"optional\"` in its "
                                 "/// ferry block",
-                                run_dir));
+                                staged.run_dir));
   }
   conclude(record, RunStatus::ok, std::nullopt);
 }
@@ -535,23 +504,15 @@ void conclude_failure(const Run& run, const Error& error)
 
 void run_phases(Run& run)
 {
-  run.session.bind_stop(run.options.stop);
-  LauncherSpec kind;
-  kind.interpreter = run.setup.interpreter;
-  kind.env = run.setup.env;
-  run.session.prepare_run(run.job, run.timeout_s, runs_on_python_standby(kind));
   if (run.options.stop.stop_requested()) {
     return conclude(run.record, RunStatus::interrupted, "interrupted before the job started");
   }
-  auto dir = run.session.create_run_dir();
-  if (!dir) {
-    return conclude_failure(run, dir.error());
-  }
-  RunDirGuard guard(run, *dir);
-  auto staged = stage(run, *dir);
+  // A run the target could not stage leaves nothing there: the target removed what it made.
+  auto staged = stage(run);
   if (!staged) {
     return conclude_failure(run, staged.error());
   }
+  FinishGuard guard(run, *staged);
   if (run.options.stop.stop_requested()) {
     return conclude(run.record, RunStatus::interrupted, "interrupted before the job started");
   }
@@ -564,11 +525,11 @@ void run_phases(Run& run)
                           ? parse_launcher_report(*executed->out.launcher_report)
                           : std::nullopt;
   if (report && report->run_dir_removed) {
-    guard.removed_by_launcher();
+    guard.left_to_launcher();
   }
   switch (executed->end) {
   case ExecEnd::lost:
-    guard.leave_to_launcher();
+    guard.left_to_launcher();
     return conclude(run.record, RunStatus::error,
                     fmt::format("{}: connection lost while the job ran ({}); the launcher's own "
                                 "deadline ({} s) stops the job",
@@ -587,8 +548,8 @@ void run_phases(Run& run)
   case ExecEnd::deadline:
     break;
   }
-  fetch_outputs(run, *dir);
-  collect(run, *executed, *dir, report);
+  fetch_outputs(run, *staged);
+  collect(run, *executed, *staged, report);
 }
 
 } // namespace
@@ -666,6 +627,9 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params,
         run.setup.interpreter; // after the config file and --interpreter
   }
   run_phases(run);
+  if (!job.meta.summary.empty() && !record.result.is_null()) {
+    record.summary = result_summary(record.result, job.meta.summary);
+  }
   // What the target learnt while the job ran (a scheduler's job id, node and final state).
   record.target = session.target();
   record.host_label = session.label();

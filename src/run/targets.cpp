@@ -4,11 +4,14 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
 
 #include "ferry/held.hpp"
 #include "ferry/host_spec.hpp"
 #include "ferry/text.hpp"
+#include "ferry/util.hpp"
 
 namespace ferry {
 
@@ -34,23 +37,28 @@ Expected<void> add_hosts(std::vector<std::string>& hosts, const std::string& lis
   return {};
 }
 
+// A host takes a line of a few dozen bytes: a bigger file is not a hosts file.
+constexpr SmallFile k_hosts_file{"--hosts-file", std::uint64_t{8} << 20};
+
+// `--hosts-file PATH`, or `-`: standard input, read to its end.
 Expected<void> add_hosts_file(std::vector<std::string>& hosts, const std::string& path)
 {
-  std::ifstream in(path);
-  if (!in) {
-    return fail(ErrorKind::usage, "cannot read the hosts file {} (--hosts-file)", path);
-  }
+  const bool from_stdin = path == "-";
+  const std::string name = from_stdin ? "- (standard input)" : path;
+  FERRY_TRY_ASSIGN(const auto text, from_stdin ? read_small_fd(STDIN_FILENO, name, k_hosts_file)
+                                               : read_small_file(path, k_hosts_file));
+  std::istringstream in(text);
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     if (const auto hash = line.find('#'); hash != std::string::npos) {
       line.resize(hash);
     }
     if (!trim(line).empty()) { // a blank or comment line names no host, which is fine
-      FERRY_TRY(add_hosts(hosts, line, fmt::format("{} line {}", path, number)));
+      FERRY_TRY(add_hosts(hosts, line, fmt::format("{} line {}", name, number)));
     }
   }
   if (hosts.empty()) {
-    return fail(ErrorKind::usage, "the hosts file {} names no host", path);
+    return fail(ErrorKind::usage, "the hosts file {} names no host", name);
   }
   return {};
 }

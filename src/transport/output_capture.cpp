@@ -1,4 +1,4 @@
-#include "ferry/transport.hpp"
+#include "transport/exec_request.hpp"
 
 namespace ferry {
 
@@ -171,6 +171,23 @@ OutputCapture capture_for(const ExecRequest& request, OutputStream stream, bool 
                        stream == OutputStream::out || stderr_ends ? request.end_marker
                                                                   : std::string(),
                        std::move(sink), request.report_cap);
+}
+
+ExecRequest launcher_request(const StagedRun& run, const LaunchRequest& request)
+{
+  ExecRequest exec;
+  exec.argv = {"/bin/sh", run.run_dir + "/" + k_launcher_file};
+  exec.sentinel = run.launcher.sentinel;
+  exec.end_marker = run.launcher.end_marker;
+  exec.output_cap = request.output_cap;
+  exec.report_cap = request.report_cap;
+  exec.deadline = request.deadline;
+  exec.grace = request.grace;
+  exec.stop = request.stop;
+  exec.on_output = request.on_output;
+  exec.on_note = request.on_note;
+  exec.python_standby = runs_on_python_standby(run.launcher);
+  return exec;
 }
 
 } // namespace ferry

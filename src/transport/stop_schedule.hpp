@@ -4,7 +4,7 @@
 #include <chrono>
 #include <optional>
 
-#include "ferry/transport.hpp"
+#include "transport/exec_request.hpp"
 
 namespace ferry {
 

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <fcntl.h>
 #include <pwd.h>
@@ -11,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ferry/fd.hpp"
 #include "ferry/util.hpp"
 
 namespace ferry {
@@ -80,6 +82,72 @@ Expected<std::string> read_file(const std::filesystem::path& path)
     return fail(ErrorKind::usage, "error while reading {}", path.string());
   }
   return buffer.str();
+}
+
+namespace {
+
+std::string mib_text(std::uint64_t bytes)
+{
+  return bytes % (1 << 20) == 0 ? fmt::format("{} MiB", bytes >> 20)
+                                : fmt::format("{} bytes", bytes);
+}
+
+std::string too_big(std::string_view name, SmallFile file)
+{
+  return fmt::format("{} {} is larger than {}, the most ferry reads from it; is it the file you "
+                     "meant?",
+                     file.what, name, mib_text(file.limit));
+}
+
+} // namespace
+
+Expected<std::string> read_small_fd(int fd, std::string_view name, SmallFile file)
+{
+  std::string bytes;
+  std::vector<char> buffer(std::size_t{1} << 16);
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return fail(ErrorKind::usage, "cannot read {} {}: {}", file.what, name, std::strerror(errno));
+    }
+    if (n == 0) {
+      return bytes;
+    }
+    if (bytes.size() + static_cast<std::size_t>(n) > file.limit) {
+      return fail(ErrorKind::usage, "{}", too_big(name, file));
+    }
+    bytes.append(buffer.data(), static_cast<std::size_t>(n));
+  }
+}
+
+Expected<std::string> read_small_file(const std::filesystem::path& path, SmallFile file)
+{
+  // O_NONBLOCK: opening a FIFO does not wait for a writer; it is refused below unread.
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd) {
+    return fail(ErrorKind::usage, "cannot read {} {}: {}", file.what, path.string(),
+                std::strerror(errno));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    return fail(ErrorKind::usage, "cannot read {} {}: {}", file.what, path.string(),
+                std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a device";
+    return fail(ErrorKind::usage, "{} {} is {}, not a regular file; ferry reads only a file here",
+                file.what, path.string(), kind);
+  }
+  if (static_cast<std::uint64_t>(st.st_size) > file.limit) {
+    return fail(ErrorKind::usage, "{}", too_big(path.string(), file));
+  }
+  return read_small_fd(fd.get(), path.string(), file); // capped again: the file may grow
 }
 
 int write_all(int fd, std::string_view bytes)

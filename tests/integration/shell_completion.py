@@ -73,6 +73,20 @@ class PtyShell:
         with open(self.out, encoding="utf-8") as f:
             return [w for w in f.read().split("\n") if w]
 
+    def line_after_tab(self, line: str) -> str:
+        """The line as the shell's line editor holds it after LINE and one Tab (bash only: the
+        session binds Ctrl-X Ctrl-L to write it)."""
+        for stale in (self.out, self.out + ".line"):
+            if os.path.exists(stale):
+                os.unlink(stale)
+        self.send(line.encode() + b"\t")
+        self.wait_for(self.out)
+        self.send(b"\x18\x0c")
+        self.wait_for(self.out + ".line")
+        self.send(b"\x15")
+        with open(self.out + ".line", encoding="utf-8") as f:
+            return f.read()
+
     def close(self):
         try:
             os.kill(self.pid, signal.SIGKILL)
@@ -84,20 +98,30 @@ class PtyShell:
 
 
 def bash_session(env: dict, cwd: str, script: str) -> PtyShell:
-    # The hook wraps _ferry and writes each reply as the word it would leave on the line.
+    # The hook wraps _ferry and writes each reply as the word it would leave on the line:
+    # readline replaces the text after the word's last COMP_WORDBREAKS character (bash's own,
+    # as shipped: the session does not set it), or from it when it is $ or @, with the reply. Ctrl-X Ctrl-L writes the line
+    # as readline holds it, for line_after_tab.
     setup = f"""
 source {script}
 complete -p ferry > "$FERRY_TEST_OUT.registered"
+printf '%s' "$COMP_WORDBREAKS" > "$FERRY_TEST_OUT.wordbreaks"
 _ferry_test() {{
     _ferry "$@"
-    local line=${{COMP_LINE:0:COMP_POINT}} cur=${{COMP_WORDS[COMP_CWORD]}} r
+    local line=${{COMP_LINE:0:COMP_POINT}} r
+    local replaced=${{line##*[$COMP_WORDBREAKS]}} before
+    before=${{line%"$replaced"}}
+    case $before in
+    *@ | *\\$) replaced=${{before: -1}}$replaced ;;  # readline's special prefixes stay in the word
+    esac
     for r in "${{COMPREPLY[@]}}"; do
-        r="${{line%"$cur"}}$r"
+        r="${{line%"$replaced"}}$r"
         printf '%s\\n' "${{r##* }}"
     done > "$FERRY_TEST_OUT.tmp"
     mv "$FERRY_TEST_OUT.tmp" "$FERRY_TEST_OUT"
 }}
 complete -F _ferry_test ferry
+bind -x '"\\C-x\\C-l": printf "%s" "$READLINE_LINE" > "$FERRY_TEST_OUT.line.tmp"; mv "$FERRY_TEST_OUT.line.tmp" "$FERRY_TEST_OUT.line"'
 """
     return PtyShell([shell_path("bash"), "--norc", "--noprofile", "-i"], env, cwd, setup)
 

@@ -22,6 +22,9 @@ netns="NAME" starts sshd inside an existing network namespace (`ip netns exec NA
 `ip` from iproute2 is needed then) and checks its readiness from inside it; the namespace's
 `lo` must be up. Clients must then run inside the namespace too.
 
+also_listen=[ADDR, ...] makes the same sshd listen on those addresses too, on the same port (sshd
+takes at most 16 ListenAddress lines in all): a stand-in for many hosts with few daemons.
+
 inetd_netns="NAME" makes a bastion: the fixture listens on listen:port in this process's
 namespace and serves each connection with `sshd -i` started inside NAME, so clients here reach
 it while it reaches what only NAME can (a target started with netns=NAME). NetNamespace()
@@ -297,8 +300,9 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
-def _free_port(listen: str) -> int:
-    """A port nobody listens on, drawn at random from outside the kernel's ephemeral range.
+def _free_port(listen: str, *also: str) -> int:
+    """A port nobody listens on (on `listen` nor on any of `also`), drawn at random from
+    outside the kernel's ephemeral range.
     A port from bind(0) is an ephemeral one: between this check and the daemon's own bind, any
     outgoing connection on the machine (the daemon's own, a parallel test's) may take it as its
     source port, and the daemon then dies with 'Address already in use'. Outside that range
@@ -312,13 +316,18 @@ def _free_port(listen: str) -> int:
     for _ in range(200):
         a, b = rng.choice(spans)
         port = rng.randint(a, b)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((listen, port))
-            except OSError:
-                continue
+        if all(_bindable(address, port) for address in (listen, *also)):
             return port
     raise RuntimeError(f"test fixture: no free port on {listen} outside {lo}-{hi} after 200 tries")
+
+
+def _bindable(address: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((address, port))
+        except OSError:
+            return False
+        return True
 
 
 def _answers_ssh(listen: str, port: int, timeout_s: float = 1.0) -> bool:
@@ -366,13 +375,14 @@ class SshServer:
 
     def __init__(self, sftp: str = "internal", extra_config: str = "", listen: str = "127.0.0.1",
                  reset_users: bool = True, port: int | None = None, netns: str | None = None,
-                 inetd_netns: str | None = None):
+                 inetd_netns: str | None = None, also_listen: list[str] | tuple[str, ...] = ()):
         """sftp: "internal" (internal-sftp), "external" (/usr/lib/openssh/sftp-server) or an
         absolute path of an sftp server.  extra_config: sshd_config text; its keywords win over
         the fixture's (sshd keeps the first value it reads), its Match blocks go at the end.
         port: a fixed port instead of a free one.  netns: the name of an existing network
         namespace (`ip netns add NAME`, its lo up) to run sshd in; None: this process's.
-        inetd_netns: listen here, serve each connection by `sshd -i` inside that namespace."""
+        inetd_netns: listen here, serve each connection by `sshd -i` inside that namespace.
+        also_listen: more addresses the same sshd listens on, on the same port (15 at most)."""
         if sftp == "internal":
             self.sftp_subsystem = "internal-sftp"
         elif sftp == "external":
@@ -389,6 +399,10 @@ class SshServer:
         self.port = port or 0
         self.netns = netns
         self.inetd_netns = inetd_netns
+        self.also_listen = list(also_listen)
+        if len(self.also_listen) > 15 or (self.also_listen and (netns or inetd_netns)):
+            raise ValueError("also_listen: at most 15 more addresses (sshd's limit is 16), "
+                             "and not with netns or inetd_netns")
         self._listener: socket.socket | None = None
         self._inetd_thread: threading.Thread | None = None
         self._inetd_procs: list[subprocess.Popen] = []
@@ -436,7 +450,7 @@ class SshServer:
             port_given = bool(self.port)
             for attempt in range(5):
                 if not port_given:
-                    self.port = _free_port(self.listen)
+                    self.port = _free_port(self.listen, *self.also_listen)
                 self._write_client_files()
                 try:
                     self._launch()
@@ -507,10 +521,11 @@ class SshServer:
     def shell_path(shell: str) -> str:
         return _tool(shell) or ""
 
-    def known_hosts_line(self) -> str:
+    def known_hosts_line(self, address: str | None = None) -> str:
+        """The known_hosts line for this server's key at `address` (default: listen)."""
         with open(self.host_key_pub) as f:
             keytype, blob = f.read().split()[:2]
-        return f"[{self.listen}]:{self.port} {keytype} {blob}"
+        return f"[{address or self.listen}]:{self.port} {keytype} {blob}"
 
     def ssh_command(self, shell: str, *remote: str) -> list[str]:
         """argv for the system ssh client to run `remote` as that shell's user."""
@@ -701,8 +716,8 @@ class SshServer:
         config = (
             "# written by tests/integration/sshd_fixture.py\n"
             + (before + "\n" if before else "")
-            + f"ListenAddress {self.listen}:{self.port}\n"
-            f"HostKey {self.host_key}\n"
+            + "".join(f"ListenAddress {a}:{self.port}\n" for a in (self.listen, *self.also_listen))
+            + f"HostKey {self.host_key}\n"
             f"PidFile {self.pid_path}\n"
             "LogLevel VERBOSE\n"
             "UsePAM no\n"
@@ -773,6 +788,7 @@ class SshServer:
                                    f"log:\n{text}")
             if self.netns is None:
                 if _answers_ssh(self.listen, self.port):
+                    self._check_also_listening(log_offset)
                     return
             elif _answers_ssh_in_netns(self.netns, self.listen, self.port,
                                        max(1.0, deadline - time.monotonic())):
@@ -783,6 +799,16 @@ class SshServer:
                 raise RuntimeError(f"sshd fixture: sshd did not answer an SSH banner on "
                                    f"{self.listen}:{self.port} within {READY_TIMEOUT_S:.0f} s; log:\n{text}")
             time.sleep(0.02)
+
+    def _check_also_listening(self, log_offset: int) -> None:
+        """sshd carries on when some of its addresses cannot be bound: every one must answer."""
+        for address in self.also_listen:
+            if not _wait_until(lambda a=address: _answers_ssh(a, self.port), READY_TIMEOUT_S, 0.05):
+                text = self._log_since(log_offset)
+                self._stop_sshd()
+                if "Address already in use" in text:
+                    raise _PortTaken(text)
+                raise RuntimeError(f"sshd fixture: sshd does not answer on {address}:{self.port}; log:\n{text}")
 
     def _log_since(self, offset: int) -> str:
         text = self.log_text()[offset:]

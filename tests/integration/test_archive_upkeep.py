@@ -185,6 +185,43 @@ class Replay(Base):
         self.assertEqual(res.code, 2, res)
         self.assertIn("--current", res.stderr.decode())
 
+    def test_replay_takes_env_and_names_the_variables_it_lacks(self):
+        # Issue 42 item 3: `--env HF_TOKEN` archives the name only; replay takes --env and says
+        # which archived names nothing gives now before it runs.
+        body = ('import json, os\n'
+                'json.dump({"token_present": "HF_TOKEN" in os.environ, "mode": os.environ.get("MODE")},'
+                ' open(os.environ["FERRY_RESULT"], "w"))\n')
+        job = write_job(self.tmp, "needs_token", body, params='[env]\nMODE = "fast"\n')
+        secret = {"HF_TOKEN": "hf_secret_value"}
+        first = self.ferry("run", job, "--env", "HF_TOKEN", "--json", env=secret)
+        self.assertEqual(first.code, 0, first)
+        self.assertEqual(first.record["env"], ["HF_TOKEN", "MODE"])
+        self.assertEqual(first.record["result"], {"token_present": True, "mode": "fast"})
+        run_id = first.record["run_id"]
+        bare = self.ferry("replay", run_id, "--json")
+        self.assertEqual(bare.code, 4, bare)
+        err = bare.stderr.decode()
+        self.assertIn(f"run {run_id} was given the variable HF_TOKEN, whose value the archive never "
+                      "keeps; the replay runs without it — pass --env HF_TOKEN", err)
+        self.assertNotIn("MODE", err)  # the job's [env] travels in its bytes
+        self.assertEqual(bare.record["compare"]["missing_env"], ["HF_TOKEN"])
+        self.assertEqual(bare.record["compare"]["changes"],
+                         [{"path": "/token_present", "old": True, "new": False}])
+        text = self.ferry("replay", run_id).stdout.decode()
+        self.assertIn(f"(replayed without HF_TOKEN: run {run_id} had it; --env gives it)", text)
+        given = self.ferry("replay", run_id, "--env", "HF_TOKEN", "--json", env=secret)
+        self.assertEqual(given.code, 0, given)
+        self.assertNotIn("HF_TOKEN", given.stderr.decode())
+        self.assertNotIn("missing_env", given.record["compare"])
+        self.assertTrue(given.record["compare"]["identical"])
+        valued = self.ferry("replay", run_id, "--env", "HF_TOKEN=other", "--json")
+        self.assertEqual(valued.code, 0, valued)
+        self.assertNotIn(b"hf_secret_value", valued.stdout + valued.stderr)
+        self.assertNotIn("HF_TOKEN", os.environ)
+        res = self.ferry("replay", run_id, "--env", "HF_TOKEN")
+        self.assertEqual(res.code, 2, res)
+        self.assertIn("HF_TOKEN", res.stderr.decode())
+
     def test_ignore_and_volatile_leave_fields_out(self):
         body = ('import json, os, random\n'
                 'json.dump({"answer": 42, "nonce": random.random(), "deep": {"x": random.random()}},'
@@ -218,10 +255,75 @@ class Replay(Base):
         self.assertIn("volatile", res.stderr.decode())
 
 
+class NoResult(Base):
+    """Issue 42 item 7: `no-result` is a status like the others, in the docs and in `log`."""
+
+    def test_no_result_is_listed_documented_and_filtered(self):
+        silent = write_job(self.tmp, "silent", 'print("nothing to return")\n', result="required")
+        optional = write_job(self.tmp, "optional", 'print("nothing to return")\n', result="optional")
+        res = self.ferry("run", silent, "--json")
+        self.assertEqual(res.code, 1, res)
+        self.assertEqual(res.record["status"], "no-result")
+        self.assertIn('result = "optional"', res.record["error"])
+        self.assertEqual(self.run_ok(optional)["status"], "ok")
+        listed = self.ferry("log", "--status", "no-result", "--json")
+        self.assertEqual(listed.code, 0, listed)
+        self.assertEqual([r["job"] for r in listed.records], ["silent"])
+        refused = self.ferry("log", "--status", "none")
+        self.assertEqual(refused.code, 2, refused)
+        statuses = refused.stderr.decode().split("expected one of ", 1)[1].strip().split(", ")
+        self.assertIn("no-result", statuses)
+        helped = self.ferry("help", "log").stdout.decode()
+        self.assertIn(", ".join(statuses), " ".join(helped.split()))
+        docs = os.path.join(os.path.dirname(__file__), "..", "..", "docs")
+        with open(os.path.join(docs, "record.md"), encoding="utf-8") as f:
+            record_md = f.read()
+        with open(os.path.join(docs, "cli.md"), encoding="utf-8") as f:
+            cli_md = f.read()
+        with open(os.path.join(docs, "job-file.md"), encoding="utf-8") as f:
+            job_md = f.read()
+        for status in statuses:
+            self.assertIn(f"\n| `{status}` |", record_md, f"docs/record.md's statuses lack {status}")
+        self.assertIn(", ".join(f"`{s}`" for s in statuses), cli_md, "docs/cli.md's log --status")
+        self.assertIn("\n| `result` | string | no |", job_md, "docs/job-file.md's key table")
+        self.assertNotIn("A run without a result is still `ok`", job_md)
+
+
+class Summary(Base):
+    def test_a_sweep_and_log_show_the_jobs_summary_figures(self):
+        # Issue 42 item 10: every row showed {"assumptions": … (the result's first key); kv_calc
+        # declares its headline figures with `summary`.
+        res = self.ferry("run", "kv_calc", "--local", "-p", "model=qwen3.5-397b-a17b", "-p", "kv_memory_gib=17.4",
+                         "--sweep", "tp=4,8")
+        self.assertEqual(res.code, 0, res)
+        table = res.stdout.decode().split("\nHOST ", 1)[1]
+        self.assertNotIn("assumptions", table)
+        self.assertRegex(table, r"\n\S+ +kv_calc +8 +ok +[\d.]+ s +bf16/max_tokens=641164 fp8_e4m3/max_tokens=1282328")
+        logged = self.ferry("log").stdout.decode()
+        self.assertNotIn("assumptions", logged)
+        self.assertIn("bf16/max_tokens=641164 fp8_e4m3/max_tokens=", logged)
+        record = json.loads(self.ferry("show", "last", "--json").stdout)
+        self.assertEqual(record["summary"], [{"name": "bf16/max_tokens", "value": 641164},
+                                             {"name": "fp8_e4m3/max_tokens", "value": 1282328}])
+        plain = write_job(self.tmp, "plain", ANSWER, params=N_PARAM)
+        self.assertNotIn("summary", self.run_ok(plain))
+        self.assertIn('{"answer":42,"n":0}', self.ferry("log", "--limit", "1").stdout.decode())
+
+
 BIG_OUTPUT = ('import json, os, sys\n'
               'p = json.load(open(os.environ["FERRY_PARAMS"]))\n'
               'sys.stdout.write(os.urandom(p["kib"] * 512).hex())\n')
 KIB_PARAM = 'result = "optional"\n[params.kib]\ntype = "int"\ndefault = 256\n'
+
+
+# Reads the file sent beside it, answers with its content and writes one output.
+CONF_JOB = ('import json, os\n'
+            'os.chdir(os.environ["FERRY_RUN_DIR"])\n'
+            'conf = json.load(open("conf.json"))\n'
+            'os.makedirs("out", exist_ok=True)\n'
+            'open("out/r.txt", "w").write("fetched back\\n")\n'
+            'json.dump(conf, open(os.environ["FERRY_RESULT"], "w"))\n')
+OUT_SHA256 = hashlib.sha256(b"fetched back\n").hexdigest()
 
 
 class Prune(Base):
@@ -292,7 +394,8 @@ class Prune(Base):
         res = self.ferry("prune", "--job", "big", "--keep-last", "0")
         self.assertEqual(res.code, 0, res)
         self.assertEqual(self.logged_ids(), [other_id])
-        self.assertIn("1 script no run uses", res.stdout.decode())
+        self.assertIn("what no remaining run uses: 1 script, 0 files sent, 0 outputs fetched",
+                      res.stdout.decode())
         db = sqlite3.connect(self.archive)
         self.assertEqual(db.execute("SELECT count(*) FROM scripts").fetchone()[0], 1)
         db.close()
@@ -319,6 +422,66 @@ class Prune(Base):
         self.assertEqual(len(self.logged_ids()), 3)
         db = sqlite3.connect(self.archive)
         self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+        db.close()
+
+    def test_a_run_that_sent_a_file_and_fetched_an_output_survives_prune_and_replays(self):
+        # Issue 42 item 1: prune removed the archived bytes of files sent and outputs fetched
+        # (even a prune that removed no run), and `replay last` then refused the run.
+        job = write_job(self.tmp, "conf_user", CONF_JOB, params='outputs = ["out/*"]')
+        config = os.path.join(self.config, "ferry", "config.toml")
+
+        def run(*extra):
+            res = self.ferry("run", job, "--file", "conf.json", "--out", os.path.join(self.tmp, "out", "{run_id}"),
+                             "--json", *extra, cwd=self.tmp)
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([f["path"] for f in res.record["files"]], ["conf.json"])
+            self.assertEqual([o["path"] for o in res.record["outputs"]], ["out/r.txt"])
+            return res.record["run_id"]
+
+        def replays_identical():
+            last = json.loads(self.ferry("show", "last", "--json").stdout)["run_id"]
+            res = self.ferry("replay", "last", "--json", cwd=self.tmp)
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual(res.record["replay_of"], last)
+            self.assertTrue(res.record["compare"]["identical"], res.record["compare"])
+            self.assertEqual(res.record["result"], {"tp": 2})
+            self.assertEqual([o["sha256"] for o in res.record["outputs"]], [OUT_SHA256])
+
+        with open(os.path.join(self.tmp, "conf.json"), "w") as f:
+            f.write('{"tp": 1}\n')
+        first = run()
+        with open(os.path.join(self.tmp, "conf.json"), "w") as f:
+            f.write('{"tp": 2}\n')
+        kept = run()
+        # By age, removing no run: nothing else goes either, and the text says so by role.
+        res = self.ferry("prune", "--older-than", "30d")
+        self.assertEqual(res.code, 0, res)
+        self.assertIn("removed 0 runs (0 B) and what no remaining run uses: 0 scripts, 0 files sent, "
+                      "0 outputs fetched", res.stdout.decode())
+        replays_identical()
+        # By count: the first two runs go, the replay just recorded stays with the same bytes; only
+        # the file the first run alone sent goes with it.
+        res = self.ferry("prune", "--keep-last", "1", "--json")
+        self.assertEqual(res.code, 0, res)
+        outcome = json.loads(res.stdout)
+        self.assertEqual(sorted(outcome["removed"]), sorted([first, kept]))
+        self.assertEqual((outcome["scripts_removed"], outcome["files_removed"], outcome["outputs_removed"]),
+                         (0, 1, 0), outcome)
+        replays_identical()
+        # By size, from the command line and from the config after a run.
+        res = self.ferry("prune", "--max-size", "1", "--keep-last", "1")
+        self.assertEqual(res.code, 0, res)
+        self.assertIn("removed 1 run ", res.stdout.decode())
+        self.assertEqual(len(self.logged_ids()), 1)
+        replays_identical()
+        with open(config, "w") as f:
+            f.write('[archive]\nmax_size = 1\n')
+        newest = run()
+        self.assertEqual(self.logged_ids(), [newest])
+        replays_identical()
+        db = sqlite3.connect(self.archive)
+        self.assertEqual(db.execute("SELECT count(*) FROM run_files WHERE run_id NOT IN "
+                                    "(SELECT run_id FROM runs)").fetchone()[0], 0)
         db.close()
 
     def test_config_max_size_prunes_the_oldest_after_each_write(self):

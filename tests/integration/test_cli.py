@@ -69,6 +69,13 @@ class Discoverability(unittest.TestCase):
             self.assertEqual(res.code, 0, res)
             self.assertEqual(res.stdout, run_ferry(command, "--help").stdout, command)
         self.assertIn(b"--params", run_ferry("help", "run").stdout)
+        # Issue 42 item 10: each command's help shows examples of that command only (new and jobs
+        # showed ferry's general examples, which a command without its own inherits).
+        for command in set(COMMANDS) - {"help", "completion"}:
+            text = run_ferry(command, "--help").stdout.decode()
+            examples = re.findall(r"^  ferry (\S+)", text.split("\nExamples:\n", 1)[-1], re.M)
+            self.assertTrue(examples, f"ferry {command} --help has no examples")
+            self.assertEqual(set(examples), {command}, f"ferry {command} --help shows others' examples")
         res = run_ferry("help", "rnu")
         self.assertEqual(res.code, 2)
         self.assertIn("did you mean 'run'?", res.stderr.decode())
@@ -118,6 +125,31 @@ class Discoverability(unittest.TestCase):
         self.assertIn("EXIT STATUS", man.stdout)
 
 
+    def test_setup_install_puts_ferry_where_the_readme_runs_it(self):
+        # Issue 42 item 9: README command 1 builds only ferry and its man page and installs them
+        # (`./setup.sh --install`); here under a prefix of the test's own.
+        source = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+        prefix = tempfile.mkdtemp(prefix="ferry-setup-")
+        self.addCleanup(shutil.rmtree, prefix, True)
+        setup = subprocess.run([os.path.join(source, "setup.sh"), "--install", "--prefix", prefix],
+                               capture_output=True, text=True, timeout=600)
+        self.assertEqual(setup.returncode, 0, setup.stdout + setup.stderr)
+        for installed in ("bin/ferry", "share/man/man1/ferry.1", "share/bash-completion/completions/ferry",
+                          "share/ferry/jobs/kv_calc.py"):
+            self.assertTrue(os.path.isfile(os.path.join(prefix, installed)), installed)
+        tmp = tempfile.mkdtemp(prefix="ferry-setup-run-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        ran = subprocess.run(["ferry", "run", "kv_calc", "--local", "-p", "model=qwen3.5-397b-a17b", "-p", "tp=8",
+                              "-p", "kv_memory_gib=17.4", "--json"], capture_output=True, text=True, cwd=tmp,
+                             env={**os.environ, "PATH": os.path.join(prefix, "bin") + ":" + SYSTEM_PATH,
+                                  "FERRY_ARCHIVE": os.path.join(tmp, "archive.db")}, timeout=120)
+        self.assertEqual(ran.returncode, 0, ran.stderr)
+        self.assertEqual(json.loads(ran.stdout)["result"]["kv"]["fp8_e4m3"]["max_tokens"], 1282328)
+        refused = subprocess.run([os.path.join(source, "setup.sh"), "--prefix", prefix], capture_output=True, text=True)
+        self.assertEqual(refused.returncode, 2)
+        self.assertIn("--prefix goes with --install", refused.stderr)
+
+
 class JobPathCli(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="ferry-jobpath-")
@@ -132,6 +164,31 @@ class JobPathCli(unittest.TestCase):
 
     def ferry(self, *args, env=None):
         return run_ferry(*args, env={**self.env, **(env or {})}, cwd=self.work)
+
+    def test_a_job_named_with_its_extension_gets_the_command_that_runs_it(self):
+        # Issue 42 item 10: `ferry run my_probe.py` suggested ./my_probe.py.py.
+        res = self.ferry("new", "my_probe")
+        self.assertEqual(res.code, 0, res)
+        res = self.ferry("run", "my_probe.py")
+        self.assertEqual(res.code, 2, res)
+        err = res.stderr.decode()
+        self.assertNotIn(".py.py", err)
+        self.assertIn("`ferry run my_probe` runs the job my_probe", err)
+        res = self.ferry("run", "nothing.py")
+        self.assertEqual(res.code, 2, res)
+        self.assertNotIn(".py.py", res.stderr.decode())
+        self.assertIn("a path like ./nothing.py runs a file directly", res.stderr.decode())
+
+    def test_new_templates_read_one_parameter(self):
+        # Issue 42 item 10: the templates show how to read one parameter, in sh and python.
+        for lang in ("python", "sh"):
+            with self.subTest(lang=lang):
+                res = self.ferry("new", f"greet_{lang}", "--lang", lang)
+                self.assertEqual(res.code, 0, res)
+                ran = self.ferry("run", f"greet_{lang}", "-p", "greeting=good day", "--json")
+                self.assertEqual(ran.code, 0, ran)
+                self.assertEqual(ran.record["result"]["greeting"], "good day")
+                self.assertIn(b"good day from ", ran.record["stdout"].encode())
 
     def test_jobs_path_shows_the_search_order(self):
         first = os.path.join(self.tmp, "first")
@@ -345,6 +402,7 @@ class Completion(unittest.TestCase):
             f.write('# /// ferry\n# description = "\\u001b]52;c;aGk=\\u0007\\u001b[31mred\\ttab\\u009b"\n'
                     '# interpreter = "python3"\n# ///\n')
         os.makedirs(os.path.join(cls.work, "other"))
+        os.makedirs(os.path.join(cls.work, "conf"))
         write_job(os.path.join(cls.work, "other"), "otherjob", "print(1)\n")
         cls.env = {"HOME": home, "PATH": os.path.dirname(ferry_bin()) + ":" + SYSTEM_PATH,
                    "FERRY_ARCHIVE": os.path.join(cls.tmp, "archive.db"), "LC_ALL": "C.UTF-8",
@@ -390,6 +448,8 @@ class Completion(unittest.TestCase):
             ("ferry run probe --host gp", {"gpu1", "gpu2"}),
             ("ferry run probe --host ", ({"gpu1", "gpu2", "db-primary"}, {"*.example.com", "!bad"})),
             ("ferry check --hosts-file hosts.txt --host node-", {"node-a", "node-b"}),
+            ("ferry check --hosts-file ", ({"-", "hosts.txt"}, set())),
+            ("ferry check --hosts-file - --host gp", {"gpu1", "gpu2"}),  # stdin is not read
             ("ferry run probe --host gpu1,g", {"gpu1,gpu1", "gpu1,gpu2"}),
             ("ferry new x --lang ", {"python", "sh"}),
             ("ferry log --status f", {"failed"}),
@@ -414,7 +474,19 @@ class Completion(unittest.TestCase):
         self.addCleanup(session.close)
         with open(session.out + ".registered") as f:
             self.assertEqual(f.read().strip(), "complete -F _ferry ferry")
+        with open(session.out + ".wordbreaks") as f:
+            wordbreaks = f.read()
+        self.assertLessEqual(set("=@:"), set(wordbreaks), "COMP_WORDBREAKS as bash ships it")
         self.check_all("bash", session.complete)
+        # Issue 42 item 6: the line readline leaves after one Tab, where a COMP_WORDBREAKS
+        # character ends the word (bash made "mode==f" and "@conconf/" of these).
+        for line, after in (("ferry run probe -p mode=", "ferry run probe -p mode=f"),
+                            ("ferry run probe -p mode=@con", "ferry run probe -p mode=@conf/"),
+                            ("ferry run probe --param=mode=fu", "ferry run probe --param=mode=full "),
+                            ("ferry run probe --host gpu1,g", "ferry run probe --host gpu1,gpu"),
+                            ("ferry run probe -p flags=x,", "ferry run probe -p flags=x,")):
+            with self.subTest(shell="bash", line=line):
+                self.assertEqual(session.line_after_tab(line), after)
 
     def test_zsh(self):
         session = zsh_session(self.env, self.work, self.scripts["zsh"])

@@ -189,6 +189,20 @@ class FaultsAndState(unittest.TestCase):
             fixture_dir = other.dir
         self.assertFalse(os.path.exists(fixture_dir))
 
+    def test_one_instance_on_several_addresses(self):
+        # The benchmark's 256 hosts are 16 daemons on 16 addresses each.
+        also = ["127.3.0.2", "127.3.0.3"]
+        with SshServer(listen="127.3.0.1", also_listen=also, reset_users=False) as srv:
+            for address in ["127.3.0.1", *also]:
+                r = subprocess.run(["ssh", "-F", srv.ssh_config, "-o", f"HostName={address}",
+                                    "-o", "HostKeyAlias=[127.3.0.1]:%d" % srv.port, srv.alias("dash"), "true"],
+                                   capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=SSH_TIMEOUT_S)
+                self.assertEqual(r.returncode, 0, f"{address}: {r.stderr}")
+            self.assertEqual(srv.known_hosts_line(also[0]).split()[0], f"[{also[0]}]:{srv.port}")
+            self.assertEqual(srv.count_accepted("ferryt-dash"), 3)
+        with self.assertRaises(ValueError):
+            SshServer(also_listen=[f"127.3.1.{i}" for i in range(1, 17)])
+
 
 def _read(path):
     with open(path) as f:

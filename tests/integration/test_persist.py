@@ -409,9 +409,7 @@ class Persistence(unittest.TestCase):
         # its channel with the standby's command;
         # a later run of the same invocation runs on the standby that stayed, and the last run's
         # standby ends with it (` last`), starting no interpreter for nothing. A session's only
-        # run, a sh job's too, goes to a standby of its own that starts no interpreter ahead
-        # (`once`: docs/run-protocol.md, "A first run without SFTP"); any run while the cache
-        # lacks the script goes through launch.sh as before.
+        # run goes through launch.sh, as does any run while the cache lacks the script.
         job = write_job(self.tmp, "parent", """
             import json, os
             parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
@@ -437,27 +435,25 @@ class Persistence(unittest.TestCase):
             self.assert_python3_starts(starts(), standbys=1, ahead=2,
                                        why="one interpreter ahead per run, none after the last")
             self.assertEqual(self.srv.run_dirs(self.user), [])
-            # A session's only run, a sh job's: its own standby, which starts only the job.
+            # A session's only run, a sh job's or a python job's, goes through launch.sh: nothing
+            # in the job cache is run before the session has checked the base over SFTP.
             res = self.ferry("run", sh_job, "--persist", "0", "--json")
             self.assertEqual(res.code, 0, res)
-            self.assertEqual(res.record["stdout"].split()[-2:], ["once", "ferry-standby"], res.record)
-            self.assertEqual(len(starts()), 4, starts())
-            self.assertTrue(starts()[3].endswith(" once ferry-standby"), starts())
-            # A python job's only run: the same, and the job's python started when its run came.
+            self.assertTrue(res.record["stdout"].split()[-1].endswith("/launch.sh"), res.record)
             res = self.ferry("run", job, "--persist", "0", "--json")
             self.assertEqual(res.code, 0, res)
-            self.assertEqual(json.loads(res.record["stdout"])["parent"][-2:], ["once", "ferry-standby"],
-                             res.record)
-            self.assertEqual(len(starts()), 6, starts())
-            self.assertTrue(starts()[4].endswith(" once ferry-standby"), starts())
-            self.assertFalse(starts()[5].startswith("-c "), starts())
+            self.assertTrue(json.loads(res.record["stdout"])["parent"][-1].endswith("/launch.sh"),
+                            res.record)
+            # (no python3 start but the python job's own, through launch.sh)
+            self.assertEqual(len(starts()), 4, starts())
+            self.assertTrue(starts()[3].endswith("/parent.py"), starts())
             # The cache without the script: launch.sh runs the jobs.
             with self.without_standby_script():
                 res = self.ferry("run", job, job, "-j", "1", "--persist", "0", "--json")
             self.assertEqual(res.code, 0, res)
             for r in res.records:
                 self.assertEqual(json.loads(r["stdout"])["parent"][0], "/bin/sh", r)
-            self.assertFalse([l for l in starts()[6:] if "ferry-standby" in l or l.startswith("-c ")],
+            self.assertFalse([l for l in starts()[4:] if "ferry-standby" in l or l.startswith("-c ")],
                              starts())
         self.assertEqual(self.srv.run_dirs(self.user), [])
 
@@ -558,7 +554,7 @@ class Persistence(unittest.TestCase):
         # A python standby given a sh job's run starts the job's interpreter itself, as
         # launch.sh's `setsid env -i ... sh RUN/JOB` does, rather than exec'ing launch.sh:
         # everything the job can see of its start is as through launch.sh (the direct run,
-        # --persist 0, on a sh standby), but its parent. A job whose interpreter the host lacks
+        # --persist 0), but its parent. A job whose interpreter the host lacks
         # goes through launch.sh, which says so, as on a direct run.
         body = r"""
             stat=$(cat /proc/$$/stat); stat=${stat##*) }
@@ -611,7 +607,7 @@ class Persistence(unittest.TestCase):
         self.assertIn("stdin=/dev/null", seen_held)
         self.assertEqual(self.srv.run_dirs(self.user), [])
 
-        # The next run of a sh job may find a sh standby: a python job's run first.
+        # A python job's run first, so that the sh job's run finds the python standby waiting.
         standby = self.python_standby()
         held = self.ferry("run", missing, "--json")
         self.assertTrue(wait_until(lambda: not alive(standby), 5),
@@ -733,22 +729,18 @@ class Persistence(unittest.TestCase):
                 # be like the last): none for nothing.
                 self.assertEqual([p for p in self.srv.processes_of(user) if parent_of(p) == seen[0]],
                                  [], self.srv.describe_processes(user))
-                # After the run of a job that declares an environment (through launch.sh, on a
-                # channel of its own: the python standby killed, and one that has gone gives way
-                # to a new channel), a sh standby: a python one would start an interpreter for
-                # nothing.
+                # The run of a job that declares an environment (launch.sh runs it, here on a new
+                # channel: the python standby was killed) is followed by a python standby too,
+                # never a sh one: it runs such a job through launch.sh and stages its files.
                 os.kill(seen[0], signal.SIGKILL)
                 res = run_ferry("run", sh_job, *opts, "--env", "DECLARED=1", env=self.env)
                 self.assertEqual(res.code, 0, res)
-                again = wait_until(lambda: self.standbys(user, ("sh",)), 15)
-                self.assertEqual(len(again or []), 1, self.srv.describe_processes(user))
-                # A sh job's run on that one (its launcher the /bin/sh it execs) is followed by a
-                # python standby, which runs a sh job quicker than launch.sh does.
-                res = run_ferry("run", sh_job, *opts, env=self.env)
-                self.assertEqual(res.code, 0, res)
-                self.assertEqual(res.record["stdout"], f"{again[0]}\n", self.srv.describe_processes(user))
                 python = wait_until(lambda: [p for p in self.standbys(user, ("python",)) if p not in seen], 20)
                 self.assertEqual(len(python or []), 1, self.srv.describe_processes(user))
+                self.assertEqual(self.standbys(user, ("sh",)), [], self.srv.describe_processes(user))
+                res = run_ferry("run", sh_job, *opts, "--env", "DECLARED=2", env=self.env)
+                self.assertEqual(res.code, 0, res)
+                self.assertEqual(res.record["status"], "ok", res.record)
                 run_ferry("disconnect", "--all", env=self.env)
                 # It ends with its holder, and so does the interpreter it started ahead.
                 self.assertEqual(self.srv.wait_no_processes(user, timeout_s=5), [],
@@ -918,6 +910,28 @@ class Persistence(unittest.TestCase):
                 now += step
                 peak = max(peak, now)
             self.assertEqual(peak, 2, "two exec channels at once beside SFTP")
+
+    def test_a_host_that_allows_one_channel_serves_every_held_run(self):
+        # MaxSessions 1: SFTP and the job's channel take turns. A standby the holder opened, or a
+        # python standby that stayed after a run, must not keep the slot SFTP needs next: seven
+        # runs in a row (python and sh jobs), then three at once, all through the holder.
+        with SshServer(extra_config="MaxSessions 1", reset_users=False) as srv:
+            opts = ("--host", srv.alias("bash"), "--ssh-config", srv.ssh_config)
+            sh_job = write_job(self.tmp, "one_sh", 'printf \'{"sh": 1}\\n\'\n', interpreter="sh")
+            for i, job in enumerate([self.job, self.job, sh_job, self.job, sh_job, sh_job, self.job]):
+                res = run_ferry("-v", "run", job, *opts, "--json", env=self.env, timeout=120)
+                self.assertEqual(res.code, 0, f"run {i + 1}: {res}")
+                self.assertEqual(res.record["status"], "ok", res.record)
+                if i == 0:
+                    self.assertTrue(wait_until(self.held, 15), "no holder after the first run")
+                else:
+                    self.assertIn(b"using the connection held", res.stderr, f"run {i + 1}")
+            res = run_ferry("run", self.job, sh_job, self.job, *opts, "-j", "3", "--json", env=self.env,
+                            timeout=120)
+            self.assertEqual(res.code, 0, res)
+            self.assertEqual([r["status"] for r in res.records], ["ok"] * 3, res)
+            run_ferry("disconnect", "--all", env=self.env)
+            self.assertEqual(srv.run_dirs(self.user), [])
 
     def test_socket_directory_and_other_users_are_refused(self):
         held = self.holder()

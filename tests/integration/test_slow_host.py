@@ -275,7 +275,6 @@ class SlowHost(unittest.TestCase):
         quick = write_job(cls.tmp, "quick", QUICK_JOB, interpreter="sh")
         cls.run_through_holder(ferry, echo, quick)
         cls.run_staged_by_standby(ferry, echo, quick)
-        cls.run_direct_with_a_note(ferry, echo)
         cls.report_costs()
 
     @classmethod
@@ -358,9 +357,8 @@ class SlowHost(unittest.TestCase):
     def run_staged_by_standby(cls, ferry, echo, quick):
         """The echo run a third time, and the sh job's second run, once their holders have a
         python standby waiting, although they never were idle (keep_holders_busy): the
-        standbys stage the runs (docs/persistence.md, "Staged by the python standby"). The
-        sh job's holder has one because the link is slow: after a sh job's run it would
-        otherwise open a sh standby."""
+        standbys stage the runs (docs/persistence.md, "Staged by the python standby"), the sh
+        job's too."""
         cls.standby_after = {}
         started = time.monotonic()
         for name in ("echo", "fits"):
@@ -376,24 +374,11 @@ class SlowHost(unittest.TestCase):
             conn.close()
 
     @classmethod
-    def run_direct_with_a_note(cls, ferry, echo):
-        """The echo run once more over a direct connection (--persist 0): its holder noted on
-        this machine that the host's job cache holds the python standby's script, so the run
-        makes no SFTP step (docs/run-protocol.md, "A first run without SFTP"). sshd's log
-        counts the SFTP sessions before and after it."""
-        sftp = f"Starting session: subsystem 'sftp' for {cls.users['echo']} "
-        cls.sftp_sessions = [cls.srv.log_text().count(sftp)]
-        cls.run_side_by_side(ferry, {"echo_direct": (cls.users["echo"], [
-            echo, "-p", "text=direct", "-p", "items=z", "-p", "blob=3", "--persist", "0"])})
-        cls.sftp_sessions.append(cls.srv.log_text().count(sftp))
-
-    @classmethod
     def report_costs(cls):
         """What one run costs over the link, in seconds and round trips (for the record)."""
         lines = [f"slow link: TCP connect {cls.connect_s:.2f} s, SSH banner after {cls.banner_s:.2f} s "
                  f"(round trip {RTT_S:.0f} s)"]
-        for name in ("echo", "fits", "overrun", "echo_held", "echo_staged", "quick_held", "quick_staged",
-                     "echo_direct"):
+        for name in ("echo", "fits", "overrun", "echo_held", "echo_staged", "quick_held", "quick_staged"):
             try:
                 rec = cls.results[name].record
             except Exception:  # the tests below report a missing or bad record
@@ -448,14 +433,6 @@ class SlowHost(unittest.TestCase):
         statuses = {r["run_id"]: r["status"] for r in logged.records}
         self.assertEqual(statuses.get(rec["run_id"]), "ok", logged)
 
-    def test_the_first_run_starts_on_a_channel_opened_while_it_was_staged(self):
-        # The session's first run: its channel was opened, and its `/bin/sh -s` started, while
-        # the SFTP steps made its run directory. The exec is then the launcher's line and the
-        # job's output: 1 round trip, not 2 (channel open, exec request) plus the output's.
-        rec = self.results["echo"].record
-        self.assertEqual(rec["status"], "ok", rec)
-        self.assertLess(rec["timings"]["exec"], 1.5 * RTT_S, rec["timings"])
-
     def ok_record(self, name: str, said: bytes = b"using the connection held by process") -> dict:
         """The record of the run `name`, which ended ok and said `said` under -v."""
         res = self.results[name]
@@ -494,9 +471,8 @@ class SlowHost(unittest.TestCase):
                         "no python standby while the holder had a client all the time")
 
     def test_a_held_sh_run_over_a_slow_link_is_staged_by_a_python_standby_too(self):
-        # After a sh job's run a holder opens a sh standby (a python one would start an
-        # interpreter for nothing), but not over a slow link: there the SFTP steps it saves a sh
-        # job's next run (5 round trips) count more. That run takes 1 round trip.
+        # After a sh job's run a holder opens a python standby, which stages the sh job's next
+        # run too (5 SFTP round trips saved): that run takes 1 round trip.
         first = self.results["quick_held"]
         self.assertEqual(first.code, 0, first)
         self.assertIn(b"using the connection held by process", first.stderr)
@@ -507,22 +483,6 @@ class SlowHost(unittest.TestCase):
         self.assertEqual(rec["stdout"], "quick\n")
         self.assertLess(rec["duration_s"], 1.5 * RTT_S, rec["timings"])
         self.assertEqual(self.srv.run_dirs(self.users["fits"]), [])
-
-    def test_a_direct_run_with_a_note_of_the_standby_script_makes_no_sftp_step(self):
-        # A direct connection's only run, once a holder has noted the standby's script in the
-        # job cache: its python standby makes the run's files, so after the connect the run
-        # takes its channel's open (2 round trips: sshd's answer waits for the acknowledgement
-        # of what it sent just before), the exec request (sshd opens the channel's window only
-        # once the command runs) and the line with the report: 4 round trips, where a run staged
-        # over SFTP takes 19 (its run directory 14, its files 4, its exec 1).
-        rec = self.ok_record("echo_direct", b"the run is staged by a python standby, without SFTP")
-        self.assertEqual(rec["result"]["params"], {"text": "direct", "items": ["z"], "blob": 3})
-        before, after = self.sftp_sessions
-        self.assertGreater(before, 0, "sshd's log shows no SFTP session at all: the count tells nothing")
-        self.assertEqual(after, before, "the run started an SFTP session")
-        self.assertGreaterEqual(rec["timings"]["connect"], 3 * RTT_S, rec["timings"])
-        self.assertLess(rec["duration_s"] - rec["timings"]["connect"], 4.5 * RTT_S, rec["timings"])
-        self.assertEqual(self.srv.run_dirs(self.users["echo"]), [])
 
     # --- timeouts count from the job's start, not from the connect ------------------------------
 

@@ -51,6 +51,7 @@ class Scenario:
     ssh_args: tuple = ()
     ferry_args: tuple = ()
     after: object = None           # callable(scenario_dirs) for checks on the files left
+    env: dict = dataclasses.field(default_factory=dict)  # more environment for both clients
 
 
 class Agent:
@@ -205,6 +206,7 @@ class Parity(unittest.TestCase):
         if sc.agent:
             env["SSH_AUTH_SOCK"] = self.agents[sc.agent].sock
         env["FERRY_ARCHIVE"] = os.path.join(base, "archive.db")
+        env.update(sc.env)
         results = {}
         for tool in ("ssh", "ferry"):
             d = os.path.join(base, tool)
@@ -327,6 +329,14 @@ class Parity(unittest.TestCase):
                      files=known, ssh_cause=denied, ferry_cause=r"no key to offer"),
             Scenario("IdentityAgent names the socket", self.block(s, IdentityAgent=self.agents["right"].sock), SAME_OK,
                      files=known),
+            # Issue 42 item 5: ${VAR} in IdentityAgent was taken for a variable named "{VAR}/sock".
+            Scenario("IdentityAgent ${XDG_RUNTIME_DIR}/sock", self.block(s, IdentityAgent="${XDG_RUNTIME_DIR}/sock"),
+                     SAME_OK, files=known, env={"XDG_RUNTIME_DIR": self.agents["right"].dir}),
+            Scenario("IdentityAgent $VAR", self.block(s, IdentityAgent="$FERRY_PARITY_AGENT"), SAME_OK, files=known,
+                     env={"FERRY_PARITY_AGENT": self.agents["right"].sock}),
+            Scenario("IdentityAgent ${VAR} unset", self.block(s, IdentityAgent="${FERRY_PARITY_UNSET}/sock"),
+                     SAME_REFUSED, agent="right", files=known, ssh_cause=r"FERRY_PARITY_UNSET",
+                     ferry_cause=r"IdentityAgent.*\$\{FERRY_PARITY_UNSET\} has no value"),
         ]
 
     def certificate_scenarios(self) -> list[Scenario]:
@@ -448,12 +458,24 @@ class Parity(unittest.TestCase):
                      ferry_cause=r"Bad configuration option: frobnicate"),
             Scenario("IgnoreUnknown", "IgnoreUnknown Frobnicate\n" + self.block(s, IdentityFile=k("right"), Frobnicate="yes"),
                      SAME_OK, files=known),
+            # Issue 42 item 5: SetEnv was ignored without a word; -v names the variables (never
+            # their values) and where a job's variables are declared.
+            Scenario("SetEnv, said under -v", self.block(s, IdentityFile=k("right"), IdentitiesOnly="yes",
+                                                         SetEnv="HF_TOKEN=parity-secret MODE=fast"),
+                     SAME_OK, files=known, ferry_args=("-v",), after=self.set_env_said),
             Scenario("first value wins", self.block(s, IdentityFile=k("right"), IdentitiesOnly="yes")
                      + f"Host *\n    Port {self.dead_port()}\n    User nobody\n", SAME_OK, files=known),
             Scenario("nothing listens", self.block(s, IdentityFile=k("right")).replace(f"Port {s.port}",
                                                                                        f"Port {self.dead_port()}"),
                      SAME_REFUSED, files=known, ssh_cause=refused, ferry_cause=refused),
         ]
+
+    @staticmethod
+    def set_env_said(results):
+        out = results["ferry"][1]
+        assert re.search(r"line \d+: SetEnv HF_TOKEN MODE: not sent .*--env HF_TOKEN=VALUE", out), \
+            "ferry -v does not say that SetEnv is not sent"
+        assert "parity-secret" not in out, "ferry -v shows a SetEnv value"
 
     def proxy_scenarios(self) -> list[Scenario]:
         t, b, k = self.inner, self.bastion, self.key

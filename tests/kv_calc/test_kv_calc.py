@@ -7,9 +7,13 @@ failure on unknown layer kinds, the per-kind breakdown and the planner (mode=pla
 Run: cd tests/kv_calc && python3 -m unittest -v
 """
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
+import re
+import shlex
 import stat
 import subprocess
 import sys
@@ -459,6 +463,23 @@ class ProbedMemory(unittest.TestCase):
         self.assertIn("143,771 MiB (probed)", line)
         self.assertIn("assumed (sglang default)", line)
 
+    def test_engine_default_mem_fraction_when_probing(self):
+        """No mem_fraction: SGLang's own default for 8 x H200 (143,771 MiB) at TP 8,
+        round((143,771 - 14,848) / 143,771, 3) = 0.897 (ServerArgs._handle_gpu_memory_settings),
+        lowered for the checkpoint's vision encoder (adjust_mem_fraction_for_vlm); vLLM's
+        --gpu-memory-utilization 0.9."""
+        vision = json.loads((CKPT / "config.json").read_text())["vision_config"]
+        fraction = sglang_default_fraction(143771, 8, vision=vision)
+        self.assertAlmostEqual(fraction / 0.897, 0.95 * (1 - 0.1 * (1152 ** 2 / 1024 ** 2 - 1)))
+        r = self.probe(model_dir=str(CKPT), tp=8)
+        self.assertAlmostEqual(r["memory"]["mem_fraction"], fraction, 12)
+        self.assertIn("= 0.897", r["memory"]["mem_fraction_source"])
+        weights = self.shard_data_bytes()
+        self.assertAlmostEqual(r["memory"]["pool_gib"],
+                               143771 / 1024 * fraction - weights / 8 / GIB, 9)
+        r = self.probe(model_dir=str(CKPT), tp=8, engine="vllm")
+        self.assertEqual(r["memory"]["mem_fraction"], 0.9)
+
     def test_weights_given_and_vllm_reserve(self):
         r = self.probe(model_dir=str(CKPT), tp=8, weights_gib=400.0, engine="vllm")
         mem = r["memory"]
@@ -642,15 +663,27 @@ class DsaSparseAttention(unittest.TestCase):
         self.assertEqual(r["kv"]["auto"]["bytes_per_token"], 61 * 788)
 
     def test_sglang_profiles_less_than_it_allocates(self):
-        r = run(config=self.cfg, tp=8, kv_dtype=["fp8_e4m3"], kv_memory_gib=40.0)
+        """kv_memory_gib is the pool's KV size: the tokens whose 788-byte rows (+ one 64-row
+        padding page) fit it; what SGLang's 708-byte profile would allocate from 40 GiB of
+        available memory stays beside it. bf16 (1152 + 132 in both) follows the same pool."""
+        r = run(config=self.cfg, tp=8, kv_dtype=["fp8_e4m3", "bf16"], kv_memory_gib=40.0)
         entry = r["kv"]["fp8_e4m3"]
+        split = entry["engine_split"]
+        self.assertEqual(r["memory"]["pool_is"], "kv_size")
         self.assertEqual(entry["bytes_per_token"], 61 * 788)
-        tokens = int(40.0 * GIB) // (61 * (576 + 132)) // 64 * 64
+        tokens = (int(40.0 * GIB) // (61 * 788) // 64 - 1) * 64
         self.assertEqual(entry["max_tokens"], tokens)
-        self.assertEqual(entry["engine_split"]["profiled_bytes_per_token"], 61 * 708)
-        self.assertEqual(entry["engine_split"]["allocated_kv_bytes"], tokens * 61 * 788)
-        self.assertIn("pool-overshoot", codes(r))
+        self.assertEqual(split["kv_size_bytes"], (tokens + 64) * 61 * 788)
+        self.assertLessEqual(split["kv_size_bytes"], int(40.0 * GIB))
+        self.assertEqual(split["profiled_bytes_per_token"], 61 * 708)
+        self.assertEqual(split["max_tokens_from_available"],
+                         int(40.0 * GIB) // (61 * (576 + 132)) // 64 * 64)
+        self.assertEqual(r["kv"]["bf16"]["max_tokens"],
+                         (int(40.0 * GIB) // (61 * 1284) // 64 - 1) * 64)
+        self.assertNotIn("pool-overshoot", codes(r))
         self.assertIn("dp-attention-default", codes(r))
+        # The FP8 row stores an fp32 scale per 128 values: no checkpoint scales to miss.
+        self.assertNotIn("fp8-kv-no-scales", codes(r))
 
     def test_sglang_trtllm_backend_keeps_the_plain_row(self):
         r = run(config=self.cfg, tp=8, kv_dtype=["fp8_e4m3"], attention_backend="trtllm",
@@ -671,6 +704,74 @@ class DsaSparseAttention(unittest.TestCase):
         self.assertEqual(cal["modelled_bytes_per_token"], 48068)
         self.assertAlmostEqual(cal["bytes_per_token_ratio"], 1.0, delta=0.001)
         self.assertNotIn("calibration-mismatch", codes(r))
+
+    def test_dp_attention_capacity_as_sglang_logs_it(self):
+        """Issue 41 item 3. sgl-project/sglang PR #11309 (8 x B200, --tp 8 --dp 8
+        --enable-dp-attention, FP8 KV, page 64): '[2025-10-07 23:17:19 DP0 TP0] KV Cache is
+        allocated. #tokens: 975424, KV size: 43.67 GB'. The rule, from SGLang's code:
+        - the pool (mem_cache/memory_pool.py NSATokenToKVPool): MLATokenToKVPool._create_buffers
+          allocates size + page_size rows of calculate_mla_kv_cache_dim = 512 FP8 + 4 x 4 scale
+          + 64 x 2 rope = 656 bytes a layer, the indexer (size + page_size + 1) // page_size pages
+          of 64 x (128 + 4) bytes; _finalize_allocation_log prints both as 'KV size'. So a KV size
+          of 43.67 GiB holds the most 64-aligned tokens with (tokens + 64) x 61 x 788 <= it:
+          975,424 ((975,424 + 64) x 61 x 788 = 43.67 GiB; 975,488 forgets the padding page);
+        - the profile (model_runner_kv_cache_mixin profile_max_num_token, get_cell_size_per_token)
+          sizes from the memory available for the pool at the plain (512 + 64) + 132 = 708 bytes
+          a layer: int(rest x 2^30) // 43,188, aligned to 64; 975,424 tokens need 39.2335 GiB of
+          it, and 43.67 GiB of it would give 1,085,696 (what kv_calc said before)."""
+        self.assertEqual(round((975424 + 64) * 61 * 788 / GIB, 2), 43.67)
+        line = ("[2025-10-07 23:17:19 DP0 TP0] KV Cache is allocated. #tokens: 975424, "
+                "KV size: 43.67 GB")
+        r = run(config=self.cfg, tp=8, dp=8, kv_dtype=["fp8_e4m3"], kv_memory_gib=43.67,
+                calibrate_log=line)
+        entry = r["kv"]["fp8_e4m3"]
+        split = entry["engine_split"]
+        self.assertEqual(r["memory"]["pool_is"], "kv_size")
+        self.assertEqual(entry["bytes_per_token"], 48068)
+        self.assertEqual(entry["max_tokens"], 975424)
+        self.assertEqual(entry["max_tokens"], (int(43.67 * GIB) // (61 * 788) // 64 - 1) * 64)
+        self.assertEqual(entry["all_to_kv_tokens"], 975424)
+        self.assertEqual(split["kv_size_bytes"], (975424 + 64) * 61 * 788)
+        # The available-memory reading stays beside it, as SGLang's profile sizes it.
+        self.assertEqual(split["max_tokens_from_kv_size"], 975424)
+        self.assertEqual(split["max_tokens_from_available"], int(43.67 * GIB) // 43188 // 64 * 64)
+        self.assertEqual(split["max_tokens_from_available"], 1085696)
+        self.assertEqual(split["available_gib_for_max_tokens"], 39.2335)
+        self.assertEqual(int(39.2335 * GIB) // 43188 // 64 * 64, 975424)
+        self.assertNotIn("pool-overshoot", codes(r))
+        self.assertIn("1,085,696 tokens", " ".join(r["assumptions"]))
+        cal = r["calibration"]
+        self.assertEqual((cal["tokens"], cal["modelled_max_tokens"], cal["tokens_ratio"]),
+                         (975424, 975424, 1.0))
+        self.assertEqual(cal["tokens_within_logged_kv_size"], 975424)
+        self.assertEqual(cal["implied_available_gib"], round(975424 * 43188 / GIB, 4))
+
+    def test_available_memory_keeps_sglang_sizing(self):
+        """Memory kv_calc derives (nvidia-smi: 8 x B200, 183,359 MiB x mem_fraction - weights per
+        GPU) is the memory available for the pool: SGLang's profile sizes it at 708 bytes a layer
+        (int(rest x 2^30) // 43,188, aligned to 64) and its 788-byte tensors then take more than
+        it (pool-overshoot); the KV-size reading of the same GiB stays beside it."""
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "out.csv").write_text((FIXTURES / "nvidia-smi-b200x8.csv").read_text())
+            script = Path(tmp) / "nvidia-smi"
+            script.write_text("#!/bin/sh\ncat \"$(dirname \"$0\")/out.csv\"\n")
+            script.chmod(script.stat().st_mode | stat.S_IXUSR)
+            with mock.patch.dict(os.environ, {"KV_TEST_PATH": tmp + os.pathsep + "/bin"}):
+                r = run(model="deepseek-v3.2-exp", tp=8, dp=8, kv_dtype=["fp8_e4m3"],
+                        mem_fraction=0.751)
+        mem, entry = r["memory"], r["kv"]["fp8_e4m3"]
+        split = entry["engine_split"]
+        self.assertEqual((mem["source"], mem["pool_is"]), ("probed", "available"))
+        tokens = int(mem["pool_gib"] * GIB) // 43188 // 64 * 64
+        self.assertEqual(entry["max_tokens"], tokens)
+        self.assertEqual(entry["all_to_kv_tokens"], tokens)
+        self.assertEqual(split["max_tokens_from_available"], tokens)
+        self.assertEqual(split["max_tokens_from_kv_size"],
+                         (mem["pool_bytes"] // 48068 // 64 - 1) * 64)
+        self.assertEqual(split["kv_size_bytes"], (tokens + 64) * 48068)
+        self.assertGreater(split["kv_size_bytes"], mem["pool_bytes"])
+        self.assertIn(f"{split['kv_size_bytes'] / GIB:.2f} GiB with the padding page",
+                      warning_text(r, "pool-overshoot"))
 
     def test_bf16_only_and_fp8_e4m3(self):
         r = run(config=self.cfg, kv_dtype=["nvfp4"])
@@ -929,14 +1030,206 @@ class UnknownKinds(unittest.TestCase):
         self.assertIn("1 layer", warning_text(r, "unknown-layer-kind"))
         self.assertEqual(r["layers"]["full_attention"], 32)
 
-    def test_unknown_model_type(self):
+    def test_unknown_model_type_of_known_fields_is_sized(self):
+        # Issue 41: a new model_type made only of fields kv_calc knows is placed from them.
         cfg = fixture_config("llama-3.1-8b")
         cfg["model_type"] = "brand_new_arch"
+        r = run(config=cfg, kv_dtype=["bf16"])
+        self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 131072)
+        self.assertEqual(r["model"]["rule"]["reader"], "fields")
+        self.assertIn("'brand_new_arch' has no family rule", r["model"]["rule"]["how"])
+        self.assertNotIn("unknown-layer-kind", codes(r))
+
+
+class LayerRulesByKind(unittest.TestCase):
+    """Issue 41 item 1: what each layer caches is decided from the config's fields; a model_type
+    that only renames a family takes the family's rule; a config made only of known fields is
+    sized and the result names the rule; an unknown field that could change the cache is refused
+    by name. Fixtures are the published configs (fixtures/configs/README.md)."""
+
+    def test_qwen3_vl_moe_text_under_text_config(self):
+        """Qwen3-VL-30B-A3B: qwen3_vl_moe_text under text_config is Qwen3-MoE's plain GQA.
+        4 KV heads over TP 4 = 1 head a GPU (SGLang and vLLM ModelConfig.get_num_kv_heads:
+        max(1, total_num_kv_heads // tensor_parallel_size)) x (128 + 128) x 2 bytes x 48 layers;
+        at TP 8 the head is replicated, the same 24,576 bytes."""
+        cfg = fixture_config("qwen3-vl-30b-a3b-instruct")
+        for tp in (4, 8):
+            r = run(config=cfg, tp=tp, kv_dtype=["bf16"])
+            self.assertEqual(r["layers"], {"total": 48, "full_attention": 48, "sliding_window": 0,
+                                           "linear": 0})
+            self.assertEqual(r["kv_heads_per_gpu"], 1)
+            self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 48 * 1 * 256 * 2)
+        rule = r["model"]["rule"]
+        self.assertEqual((rule["family"], rule["reader"]), ("qwen3_moe", "qwen2"))
+        self.assertIn("'qwen3_vl_moe_text' only renames it", rule["how"])
+        self.assertEqual(run(config=cfg)["kv"]["bf16"]["bytes_per_token"], 48 * 4 * 256 * 2)
+
+    def test_glm_4_7_flash_lite_is_mla(self):
+        """GLM-4.7-Flash (glm4_moe_lite): MLA. vLLM tests/transformers_utils test for
+        Glm4MoeLiteConfig asserts ModelConfig.get_head_size() == 576 (kv_lora_rank 512 +
+        qk_rope_head_dim 64) and get_num_kv_heads() == 1 with MLA: 47 x 576 x 2 bytes at bf16,
+        on every GPU whatever the TP (SGLang MLATokenToKVPool, one latent per token)."""
+        cfg = fixture_config("glm-4.7-flash")
+        for tp in (1, 4):
+            r = run(config=cfg, tp=tp, kv_dtype=["bf16", "fp8_e4m3"])
+            self.assertEqual(r["model"]["attention"], "mla")
+            self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 47 * 576 * 2)  # 54,144
+            self.assertEqual(r["kv"]["fp8_e4m3"]["bytes_per_token"], 47 * 576)
+        self.assertEqual(r["model"]["rule"]["family"], "glm4_moe")
+        self.assertIn("'_lite' dropped", r["model"]["rule"]["how"])
+        self.assertEqual(r["mtp"], {"layers": 1, "counted": False})
+
+    def test_smollm3_nope_layers_change_nothing(self):
+        """SmolLM3-3B: every fourth layer skips RoPE (no_rope_layers[i] = 0), which changes only
+        the rotary embedding, not the cache: vLLM serves SmolLM3ForCausalLM on its Transformers
+        backend (models/registry.py _TRANSFORMERS_SUPPORTED_MODELS), one full-attention layer per
+        decoder layer with num_key_value_heads. 36 x 4 heads x (128 + 128) x 2 bytes at TP 1;
+        head_dim = 2048 / 16."""
+        r = run(config=fixture_config("smollm3-3b"), kv_dtype=["bf16"], kv_memory_gib=10.0)
+        self.assertEqual(r["layers"]["full_attention"], 36)
+        self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 73728)
+        self.assertEqual(r["kv"]["bf16"]["max_tokens"], int(10.0 * GIB) // 73728)
+        self.assertEqual(r["model"]["rule"]["reader"], "fields")
+        self.assertIn("'smollm3' has no family rule", r["model"]["rule"]["how"])
+
+    def test_unknown_cache_field_is_refused_by_name(self):
+        cfg = fixture_config("smollm3-3b")
+        cfg["kv_sharing_layers"] = [30, 31, 32]
+        with self.assertRaises(kv_calc.InputError) as caught:
+            run(config=cfg)
+        self.assertEqual(caught.exception.field, "kv_sharing_layers")
+        self.assertEqual(caught.exception.value, [30, 31, 32])
+        self.assertIn("'kv_sharing_layers'", str(caught.exception))
+        r = run(config=cfg, allow_unknown=True)
+        self.assertIn("kv_sharing_layers", warning_text(r, "unknown-config-field"))
+
+    def test_unknown_field_that_cannot_change_the_cache_is_let_pass(self):
+        cfg = fixture_config("smollm3-3b")
+        cfg.update(router_jitter_noise=0.1, attn_sink_enabled=False, attention_multiplier=0.5,
+                   shared_intermediate_size=1024)
+        self.assertEqual(run(config=cfg)["kv"]["bf16"]["bytes_per_token"], 73728)
+
+    def test_unknown_field_under_a_known_family_is_refused_too(self):
+        cfg = fixture_config("qwen3-vl-30b-a3b-instruct")
+        cfg["text_config"]["sliding_window_layers"] = [0, 1]
+        with self.assertRaises(kv_calc.InputError) as caught:
+            run(config=cfg)
+        self.assertEqual(caught.exception.field, "sliding_window_layers")
+
+    def test_unplaced_sliding_window_is_refused(self):
+        cfg = fixture_config("smollm3-3b")
+        cfg.update(use_sliding_window=None, sliding_window=4096)
         with self.assertRaises(kv_calc.InputError) as caught:
             run(config=cfg)
         self.assertEqual((caught.exception.field, caught.exception.value),
-                         ("model_type", "brand_new_arch"))
-        self.assertIn("unknown-layer-kind", codes(run(config=cfg, allow_unknown=True)))
+                         ("sliding_window", 4096))
+
+    def test_every_fixture_and_preset_names_its_rule(self):
+        for path in sorted((FIXTURES / "configs").glob("*.json")):
+            engine = "vllm" if path.stem == "minimax-text-01" else "sglang"
+            r = run(config=json.loads(path.read_text()), engine=engine)
+            self.assertTrue(r["model"]["rule"]["how"], path.name)
+            self.assertNotIn("unknown-config-field", codes(r), path.name)
+
+
+class KdaAndShortConv(unittest.TestCase):
+    """Issue 41 item 2: Kimi-Linear's KDA layers and LFM2's short-convolution layers keep a
+    fixed state per request, as the engines allocate it; only their attention layers cache per
+    token."""
+
+    def test_kimi_linear_layers_and_kv(self):
+        """linear_attn_config: kda_layers 1-based (KimiLinearConfig.is_kda_layer); the 7 others
+        are MLA (SGLang DefaultPoolConfigurator cell size over full_attention_layer_ids:
+        (kv_lora_rank + qk_rope_head_dim) x 7 layers x 2 bytes)."""
+        r = run(config=fixture_config("kimi-linear-48b-a3b-instruct"), tp=1, kv_dtype=["bf16"],
+                kv_memory_gib=10.0)
+        self.assertEqual(r["layers"], {"total": 27, "full_attention": 7, "sliding_window": 0,
+                                       "linear": 20})
+        self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 7 * 576 * 2)  # 8,064
+        model, _ = kv_calc.parse_model(
+            kv_calc.Source("config", "t", fixture_config("kimi-linear-48b-a3b-instruct")),
+            kv_calc.Notes())
+        self.assertEqual([i for i, m in enumerate(model.layers) if m == ("full",)],
+                         [3, 7, 11, 15, 19, 23, 26])
+        self.assertEqual(r["contexts"][-1], 1048576)  # model_max_length
+
+    def test_kimi_linear_state_sglang(self):
+        """SGLang configs/kimi_linear.py KimiLinearConfig.mamba2_cache_params ->
+        mamba_utils.py KimiLinearStateShape.create(num_heads 32, head_dim 128, conv kernel 4):
+        conv q, k, v each (32 x 128 / TP, 3) in bf16, temporal (32 / TP, 128, 128) in
+        mamba2_state_dtype (float32 by default); handle_max_mamba_cache splits the pool
+        0.9 / 1.9 to state slots."""
+        for tp in (1, 4):
+            r = run(config=fixture_config("kimi-linear-48b-a3b-instruct"), tp=tp,
+                    kv_dtype=["bf16"], kv_memory_gib=10.0)
+            conv = 3 * (32 * 128 // tp) * 3 * 2
+            ssm = (32 // tp) * 128 * 128 * 4
+            self.assertEqual(r["state"]["conv_bytes"], 20 * conv, tp)
+            self.assertEqual(r["state"]["ssm_bytes"], 20 * ssm, tp)
+            slots, rest = kv_calc.sglang_state_split(10.0, 20 * (conv + ssm), 0.9)
+            entry = r["kv"]["bf16"]
+            self.assertEqual(entry["engine_split"]["state_slots"], slots)
+            self.assertEqual(entry["max_tokens"], int(rest * GIB) // (7 * 576 * 2))
+        self.assertEqual(r["state"]["bytes_per_request"], 20 * (18432 + 524288))
+
+    def test_kimi_linear_state_vllm(self):
+        """vLLM mamba_utils.py kda_state_shape (conv (heads x head_dim / TP, kernel - 1) for q,
+        k, v; recurrent (heads / TP, head_dim, head_dim)) and kda_state_dtype (conv in the
+        model dtype, recurrent float32 whatever --mamba-ssm-cache-dtype says)."""
+        r = run(config=fixture_config("kimi-linear-48b-a3b-instruct"), tp=2, engine="vllm",
+                kv_dtype=["bf16"], kv_memory_gib=10.0, ssm_dtype="bfloat16")
+        kda = [k for k in r["kinds"] if k["kind"] == "kimi_delta_attention"][0]
+        self.assertEqual(kda["state_per_layer"]["ssm_dtype"], "float32")
+        self.assertEqual(kda["state_per_layer"]["conv_elements"], 3 * 2048 * 3)
+        self.assertEqual(kda["state_per_layer"]["bytes"], 3 * 2048 * 3 * 2 + 16 * 128 * 128 * 4)
+
+    def test_lfm2_short_conv_state(self):
+        """SGLang configs/lfm2.py Lfm2Config.mamba2_cache_params: Mamba2StateShape.create with
+        intermediate_size = hidden_size, state_size 0, conv_kernel conv_L_cache -> conv
+        (hidden / TP, conv_L_cache - 1) in bf16 and no SSM state; vLLM short_conv_state_shape
+        (conv_L_cache - 1, hidden / TP) in the model dtype. 8 attention layers of 8 KV heads x 64
+        (2048 / 32)."""
+        for engine in ("sglang", "vllm"):
+            for tp in (1, 2):
+                r = run(config=fixture_config("lfm2-2.6b"), tp=tp, engine=engine,
+                        kv_dtype=["bf16"], kv_memory_gib=10.0)
+                self.assertEqual(r["layers"], {"total": 30, "full_attention": 8,
+                                               "sliding_window": 0, "linear": 22})
+                self.assertEqual(r["kv"]["bf16"]["bytes_per_token"], 8 * (8 // tp) * 128 * 2)
+                self.assertEqual(r["state"]["bytes_per_request"], 22 * (2048 // tp) * 2 * 2)
+                self.assertEqual(r["state"]["ssm_bytes"], 0)
+
+    def test_lfm2_full_attn_idxs(self):
+        # The first LFM2 checkpoints list the attention layers in full_attn_idxs.
+        cfg = fixture_config("lfm2-2.6b")
+        del cfg["layer_types"]
+        cfg["full_attn_idxs"] = [2, 6, 10, 14, 18, 21, 24, 27]
+        self.assertEqual(run(config=cfg)["layers"]["linear"], 22)
+
+    def test_lfm2_vllm_block_alignment(self):
+        """models/config.py @0144dd5b HybridAttentionMambaModelConfig: the attention page of
+        16 tokens x 8 heads x 128 x 2 bytes (32,768) already holds one conv state (8,192 bytes):
+        the block size stays 16; 8 attention + 22 conv layers -> group size 8, 1 + 3 groups."""
+        r = run(config=fixture_config("lfm2-2.6b"), tp=1, engine="vllm", kv_dtype=["bf16"],
+                kv_memory_gib=10.0)
+        entry = r["kv"]["bf16"]
+        self.assertEqual(entry["engine_split"]["block_size"], 16)
+        num_blocks = int(10.0 * GIB) // (16 * 2048) // 8
+        self.assertEqual(entry["engine_split"]["num_blocks"], num_blocks)
+        self.assertEqual(entry["max_tokens"], num_blocks // 4 * 16)
+
+    def test_allow_unknown_warns_once_per_kind(self):
+        # Issue 41: LFM2 repeated its warning for each of its 22 conv layers.
+        cfg = fixture_config("lfm2-2.6b")
+        cfg["layer_types"] = ["mystery_conv" if t == "conv" else t for t in cfg["layer_types"]]
+        with self.assertRaises(kv_calc.InputError) as caught:
+            run(config=cfg)
+        self.assertEqual((caught.exception.field, caught.exception.value),
+                         ("layer_types[0]", "mystery_conv"))
+        r = run(config=cfg, allow_unknown=True)
+        warned = [w for w in r["warnings"] if w["code"] == "unknown-layer-kind"]
+        self.assertEqual(len(warned), 1)
+        self.assertIn("22 layers", warned[0]["message"])
 
 
 class Breakdown(unittest.TestCase):
@@ -969,8 +1262,27 @@ class PublishedLogs(unittest.TestCase):
         self.assertAlmostEqual(r["calibration"]["bytes_per_token_ratio"], 1.0, delta=0.001)
 
 
+def sglang_default_fraction(gpu_mib, tp, dp=1, vision=None):
+    """SGLang server_args.py ServerArgs._handle_gpu_memory_settings (PR #10975), as written there
+    for GPUs of 90-160 GB (chunked_prefill_size 8192, cuda_graph_max_bs 512 from TP 4) and above
+    160 GB (16384, 512), then adjust_mem_fraction_for_vlm for a vision encoder."""
+    chunk = 16384 if gpu_mib >= 160 * 1024 else 8192
+    bs = 512
+    reserved = 512 + chunk * 1.5 + bs * 2 + tp / 8 * 1024
+    if dp > 1:  # enable_dp_attention
+        reserved += bs * dp * 3 + bs * dp * 1.5
+    reserved = max(reserved, 10 * 1024)
+    fraction = round((gpu_mib - reserved) / gpu_mib, 3)
+    if vision:
+        ratio = 24 * vision["hidden_size"] ** 2 / (24 * 1024 ** 2)  # no num_hidden_layers: 24
+        fraction *= 0.95 * max(0.8, min(1.05, 1 - 0.1 * (ratio - 1)))
+    return fraction
+
+
 class Planner(unittest.TestCase):
-    """mode=plan on three deployments; the seed question is the first."""
+    """mode=plan (issue 41 item 4) on the deployments of the issue: the seed (Qwen3.5-397B-A17B
+    NVFP4 on 8 x RTX PRO 6000 96 GB, 262,144 tokens), Llama-3.1-70B on H200 with vLLM, and
+    DeepSeek-V3.2 with DP attention on B200; each figure against the engine's own arithmetic."""
 
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -989,74 +1301,235 @@ class Planner(unittest.TestCase):
         with mock.patch.dict(os.environ, {"KV_TEST_PATH": str(self.bin) + os.pathsep + "/bin"}):
             return run(mode="plan", **overrides)
 
-    def test_seed_question(self):
-        """Qwen3.5-397B-A17B NVFP4 on 8 x 96 GB (RTX PRO 6000, 97,887 MiB) at 262,144 tokens."""
+    def row(self, r, gpus, dp, kv):
+        return [c for c in r["candidates"]
+                if (c["gpus"], c["dp"], c["kv_dtype"]) == (gpus, dp, kv)][0]
+
+    def test_sglang_mem_fraction_defaults(self):
+        """The issue's figures: 0.848 at TP 8 and 0.754 with DP attention 4 on a 96 GB card
+        (97,887 MiB): reserved 512 + 8192 x 1.5 + 512 x 2 + 8 / 8 x 1024 = 14,848 MiB, plus
+        512 x 4 x 3 + 512 x 4 x 1.5 = 9,216 with DP attention."""
+        self.assertEqual(kv_calc.sglang_mem_fraction(97887, 8).value, 0.848)
+        self.assertEqual(kv_calc.sglang_mem_fraction(97887, 8, 4, True).value, 0.754)
+        self.assertEqual(kv_calc.sglang_mem_fraction(97887, 8).value,
+                         sglang_default_fraction(97887, 8))
+        # H200 (143,771 MiB) at TP 16, B200 (183,359 MiB) with DP attention 8.
+        self.assertEqual(kv_calc.sglang_mem_fraction(143771, 16).value,
+                         sglang_default_fraction(143771, 16))
+        self.assertEqual(kv_calc.sglang_mem_fraction(183359, 8, 8, True).value, 0.751)
+        vision = {"depth": 27, "hidden_size": 1152}
+        self.assertAlmostEqual(kv_calc.sglang_mem_fraction(97887, 8, vision=vision).value,
+                               sglang_default_fraction(97887, 8, vision=vision), 12)
+
+    def test_seed_question_from_the_checkpoint(self):
+        """The seed: the NVFP4 checkpoint declares FP8 KV (hf_quant_config.json
+        kv_cache_quant_algo) and carries k_scale/v_scale, so FP8 is allowed, as size mode's auto
+        picks it. Qwen3.5 is MoE: SGLang runs DP as DP attention. SGLang's own
+        mem_fraction_static for each layout (with its vision-encoder reduction), then its pool:
+        rest = 97,887 MiB x fraction - weights per GPU; handle_max_mamba_cache gives 0.9 / 1.9
+        to state slots, KV tokens = int(rest x 2^30) // 7,680 bytes (fp8, one KV head) per
+        rank, capped at slots // 3 running requests; the deployment serves dp x that."""
         self.fake_smi("nvidia-smi-rtxpro6000x8.csv")
-        r = self.plan(model_dir=str(FIXTURES / "qwen35-nvfp4-ckpt"), weights_gib=218.0,
-                      context=[262144], kv_dtype=["bf16", "fp8_e4m3"])
-        self.assertEqual(r["gpu"]["counts"], [8])
-        self.assertEqual(r["fp8_kv_scales"], "absent or unknown")
+        ckpt = FIXTURES / "qwen35-nvfp4-ckpt"
+        r = self.plan(model_dir=str(ckpt), weights_gib=218.0, context=[262144])
+        self.assertEqual(r["fp8_kv_scales"], "declared")
+        self.assertIn("hf_quant_config.json", r["fp8_kv_scales_fact"])
+        self.assertFalse(any(reason.startswith("accuracy rule") for reason in r["reasons"]))
+        size = run(model_dir=str(ckpt), tp=8, kv_dtype=["auto"])
+        self.assertEqual(size["kv"]["auto"]["dtype"], "fp8_e4m3")
+        vision = json.loads((ckpt / "config.json").read_text())["vision_config"]
+        attention = r["weights"]["attention_bytes"]
+        for dp in (1, 2, 4, 8):
+            row = self.row(r, 8, dp, "fp8_e4m3")
+            fraction = sglang_default_fraction(97887, 8, dp, vision)
+            self.assertAlmostEqual(row["mem_fraction"], round(fraction, 4), 12)
+            weights = int(218.0 * GIB) // 8 + attention * (dp - 1) // 8
+            rest = 97887 / 1024 * fraction - weights / GIB
+            self.assertEqual(row["kv_pool_gib"], round(rest, 2))
+            state = 45 * ((16 * 128 * 2 + 64 * 128) // (8 // dp) * 3 * 2 +
+                          64 // (8 // dp) * 128 * 128 * 4)
+            slots, kv_rest = kv_calc.sglang_state_split(rest, state, 0.9)
+            tokens = int(kv_rest * GIB) // (15 * max(1, 2 // (8 // dp)) * 512)
+            self.assertEqual(row["max_tokens_per_rank"], tokens, dp)
+            per_rank = min(tokens / 262144, slots // 3)
+            self.assertEqual(row["concurrent_requests"], round(per_rank * dp, 2), dp)
         pick = r["pick"]
-        self.assertEqual(pick["kv_dtype"], "bf16")
-        self.assertTrue(any(reason.startswith("accuracy rule") for reason in r["reasons"]))
-        # Plain TP 8, bf16, by SGLang's own arithmetic:
-        pool_gib = 97887 / 1024 * 0.9 - 218.0 / 8
-        slots, rest = kv_calc.sglang_state_split(pool_gib, 24007680, 0.9)
-        tokens = int(rest * GIB) // 15360
-        tp8 = [c for c in r["candidates"] if (c["dp"], c["kv_dtype"]) == (1, "bf16")][0]
-        self.assertEqual(tp8["max_tokens_per_rank"], tokens)
-        self.assertEqual(tp8["concurrent_requests"], round(tokens / 262144, 2))
-        fp8 = [c for c in r["candidates"] if (c["dp"], c["kv_dtype"]) == (1, "fp8_e4m3")][0]
-        self.assertGreater(fp8["concurrent_requests"], tp8["concurrent_requests"])
+        self.assertEqual((pick["mode"], pick["dp"], pick["kv_dtype"]),
+                         ("dp_attention", 4, "fp8_e4m3"))
         self.assertEqual(pick["concurrent_requests"],
-                         max(c["concurrent_requests"] for c in r["candidates"]
-                             if c["kv_dtype"] == "bf16"))
+                         max(c["concurrent_requests"] for c in r["candidates"]))
+        self.assertIn("= 0.754", pick["mem_fraction_source"])
+        self.assertEqual(r["launch"]["flags"], [
+            "--tp", "8", "--dp", "4", "--enable-dp-attention", "--kv-cache-dtype", "auto",
+            "--context-length", "262144", "--mem-fraction-static",
+            kv_calc.fraction_flag(pick["mem_fraction"]),
+            "--max-running-requests", str(pick["whole_requests_per_rank"] * 4)])
+        self.assertTrue(r["launch"]["command"].startswith(
+            f"python3 -m sglang.launch_server --model-path {ckpt} --tp 8"))
 
-    def test_llama_70b_on_h200(self):
-        self.fake_smi("nvidia-smi-h200x8.csv")
-        r = self.plan(model="llama-3.1-70b", gpus=[1, 2, 4, 8], concurrency=16,
-                      context=[131072])
-        rejected = {(x["gpus"], x["kv_dtype"]) for x in r["rejected"]}
-        self.assertIn((1, "bf16"), rejected)  # 131 GiB of weights on one 140 GiB GPU at 0.9
-        self.assertEqual((r["pick"]["gpus"], r["pick"]["kv_dtype"]), (8, "bf16"))
-        # FP8 would serve 16 requests on 4 GPUs; the accuracy rule keeps bf16.
-        self.assertTrue(any(c["gpus"] == 4 and c["kv_dtype"] == "fp8_e4m3" and
-                            c["concurrent_requests"] >= 16 for c in r["candidates"]))
-        # DP attention 2 on 2 GPUs: each rank holds the attention projections whole
-        # (q, o: 8192 x 64 x 128; k, v: 8192 x 8 x 128; 80 layers, 2 bytes each).
-        attention = 80 * (2 * 8192 * 64 * 128 + 2 * 8192 * 8 * 128) * 2
-        dp2 = [c for c in r["candidates"] if (c["gpus"], c["dp"]) == (2, 2)][0]
-        expected = (int(131.4 * GIB) // 2 + attention * 1 // 2) / GIB
-        self.assertEqual(dp2["weights_per_gpu_gib"], round(expected, 2))
-        short = self.plan(model="llama-3.1-70b", gpus=[1, 2, 4, 8], concurrency=16,
-                          context=[8192])
-        self.assertEqual(short["pick"]["gpus"], 2)
+    def test_seed_question_from_the_preset_claims_nothing_of_scales(self):
+        """No checkpoint read: the plan says so and states nothing about k_scale/v_scale it did
+        not see; the preset's quantization_config (transcribed from the checkpoint's) declares
+        FP8 KV, which is what allows it."""
+        r = self.plan(model="qwen3.5-397b-a17b-nvfp4", gpus=[8], gpu_memory_gib=95.59,
+                      context=[262144])
+        self.assertEqual(r["fp8_kv_scales"], "declared")
+        self.assertNotIn("safetensors", r["fp8_kv_scales_fact"])
+        cfg = fixture_config("llama-3.1-8b")
+        bare = self.plan(config=cfg, gpus=[1], gpu_memory_gib=80.0, weights_gib=15.0,
+                         context=[65536])
+        self.assertEqual(bare["fp8_kv_scales"], "unknown")
+        self.assertIn("no checkpoint read", bare["fp8_kv_scales_fact"])
+        text = " ".join(bare["reasons"] + bare["assumptions"] +
+                        [w["message"] for w in bare["warnings"]])
+        self.assertNotIn("has no calibrated", text)
+        self.assertNotIn("fp8-kv-no-scales", codes(bare))
 
-    def test_deepseek_calibrated_scales_allow_fp8(self):
-        self.fake_smi("nvidia-smi-h200x8.csv")
+    def test_checkpoint_without_scales_keeps_unquantized_kv(self):
         with tempfile.TemporaryDirectory() as tmp:
             ckpt = Path(tmp)
-            config = FIXTURES / "configs" / "deepseek-v3.json"
-            (ckpt / "config.json").write_text(config.read_text())
+            cfg = fixture_config("llama-3.1-8b")
+            (ckpt / "config.json").write_text(json.dumps(cfg))
             make_safetensors.write_file(ckpt / "model.safetensors", {
-                "model.layers.0.self_attn.kv_a_proj_with_mqa.weight": ("F8_E4M3", (4, 8)),
-                "model.layers.0.self_attn.k_scale": ("F32", ()),
-                "model.layers.0.self_attn.v_scale": ("F32", ()),
-            })
-            r = self.plan(model_dir=str(ckpt), weights_gib=642.0, context=[131072])
-        self.assertEqual(r["fp8_kv_scales"], "calibrated")
-        self.assertEqual(r["pick"]["kv_dtype"], "fp8_e4m3")
-        self.assertTrue(any("calibrated" in reason for reason in r["reasons"]))
+                "model.layers.0.self_attn.k_proj.weight": ("BF16", (4, 8))})
+            r = self.plan(model_dir=tmp, gpus=[1], gpu_memory_gib=80.0, weights_gib=15.0,
+                          context=[65536])
+        self.assertEqual(r["fp8_kv_scales"], "absent")
+        self.assertEqual(r["pick"]["kv_dtype"], "bf16")
+        self.assertTrue(any(reason.startswith("accuracy rule") for reason in r["reasons"]))
+        self.assertIn("fp8-kv-no-scales", codes(r))
+
+    def test_llama_70b_vllm_dense_dp_is_replicas(self):
+        """vLLM runs DP of a dense model as full replicas: 2 x TP 8 on 16 H200 (143,771 MiB),
+        FP8 KV, 131,072 tokens. vLLM's arithmetic: --gpu-memory-utilization 0.9 (config/cache.py
+        CacheConfig), pool = 143,771 MiB x 0.9 - 131.4 GiB / 8 - 2 GiB activations; blocks =
+        pool // (16 tokens x 1 KV head x 256 x 1 byte) // 80 layers; a request holds 131,072 /
+        16 blocks (get_max_concurrency_for_kv_cache_config); 2 replicas serve twice that."""
+        self.fake_smi("nvidia-smi-h200x8.csv")
+        r = self.plan(model="llama-3.1-70b", engine="vllm", gpus=[2, 16],
+                      kv_dtype=["fp8_e4m3"], context=[131072], concurrency=16)
+        self.assertFalse(any(c["mode"] == "dp_attention" for c in r["candidates"]))
+        row = self.row(r, 16, 2, "fp8_e4m3")
+        self.assertEqual((row["mode"], row["tp"], row["attention_tp"]), ("replicas", 8, 8))
+        self.assertEqual(row["mem_fraction"], 0.9)
+        pool = 143771 / 1024 * 0.9 - int(131.4 * GIB) // 8 / GIB - 2.0
+        blocks = int(pool * GIB) // (16 * 256) // 80
+        self.assertEqual(row["concurrent_requests"], round(blocks / 8192 * 2, 2))
+        self.assertEqual(row["concurrent_requests"], 86.35)  # the issue's figure
+        # 2 replicas of TP 1 hold 131.4 GiB of weights on each GPU: never feasible.
+        infeasible = [x for x in r["rejected"] if (x["gpus"], x["dp"]) == (2, 2)][0]
+        self.assertEqual(infeasible["kind"], "infeasible")
+        self.assertNotIn((2, 2), [(c["gpus"], c["dp"]) for c in r["candidates"]])
+        self.assertEqual(r["pick"]["layout"], "2 replicas of TP 8")
+        self.assertEqual(r["launch"]["flags"], [
+            "--tensor-parallel-size", "8", "--data-parallel-size", "2", "--kv-cache-dtype",
+            "fp8_e4m3", "--max-model-len", "131072", "--gpu-memory-utilization", "0.9",
+            "--max-num-seqs", str(int(blocks / 8192))])
+
+    def test_deepseek_v32_dp_attention_on_b200(self):
+        """SGLang on 8 x B200 (183,359 MiB): DeepSeek-V3.2 always runs DP attention (SGLang turns
+        it on with dp = tp for NSA), FP8 KV needs no checkpoint scales (the row carries its
+        own); mem_fraction_static 0.751 at DP 8; per rank tokens = int(rest x 2^30) // (61 x
+        (576 + 132)) aligned to 64 (the profile), auto is FP8 on Blackwell."""
+        self.fake_smi("nvidia-smi-b200x8.csv")
+        r = self.plan(model="deepseek-v3.2-exp", context=[131072])
+        self.assertEqual(r["fp8_kv_scales"], "row-scales")
+        self.assertNotIn(1, [c["dp"] for c in r["candidates"]])
+        row = self.row(r, 8, 8, "fp8_e4m3")
+        self.assertEqual(row["mem_fraction"], 0.751)
+        weights = int(642.0 * GIB) // 8 + r["weights"]["attention_bytes"] * 7 // 8
+        rest = 183359 / 1024 * 0.751 - weights / GIB
+        tokens = int(rest * GIB) // (61 * 708) // 64 * 64
+        self.assertEqual(row["max_tokens_per_rank"], tokens)
+        self.assertEqual((r["pick"]["dp"], r["pick"]["kv_dtype"]), (8, "fp8_e4m3"))
+        self.assertIn("pool-overshoot", codes(r))
+        self.assertEqual(r["launch"]["flags"][:10], [
+            "--tp", "8", "--dp", "8", "--enable-dp-attention", "--kv-cache-dtype", "auto",
+            "--context-length", "131072", "--mem-fraction-static"])
 
     def test_nothing_fits(self):
         r = run(mode="plan", model="llama-3.1-70b", gpu_memory_gib=24.0, gpus=[1, 2])
         self.assertIsNone(r["pick"])
         self.assertIn("nothing-fits", codes(r))
+        self.assertTrue(all(x["kind"] == "infeasible" for x in r["rejected"]))
+
+    def test_mem_fraction_given_applies_to_every_row(self):
+        r = run(mode="plan", model="llama-3.1-70b", gpu_memory_gib=140.0, gpus=[8],
+                mem_fraction=0.8)
+        self.assertEqual({c["mem_fraction"] for c in r["candidates"]}, {0.8})
+        self.assertEqual({c["mem_fraction_source"] for c in r["candidates"]}, {"given"})
 
     def test_plan_needs_gpu_memory(self):
         with self.assertRaises(kv_calc.InputError) as caught:
             run(mode="plan", model="llama-3.1-8b")
         self.assertEqual(caught.exception.field, "gpu_memory_gib")
+
+
+class DocsQuoteTheTool(unittest.TestCase):
+    """Issue 41 item 5: the figures docs/kv_calc.md quotes are the tool's own. Each
+    `<!-- kv_calc: ARGS -->` comment names a by-hand command; from it to the end of the fenced
+    block after it (or to the next comment or heading), every line of the block must be a line
+    the tool prints, and every figure in the prose (a number with a thousands separator or a
+    decimal point) must be in what it prints or writes to its result."""
+
+    DOC = REPO / "docs" / "kv_calc.md"
+    MARKER = re.compile(r"^<!-- kv_calc: (.*) -->$")
+    FIGURE = re.compile(r"(?<![\w.,])(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+)(?![\w,]*\d)")
+
+    def regions(self):
+        """(args, fenced lines, prose) for each kv_calc comment of the doc."""
+        found, current = [], None
+        fenced = False
+        for line in self.DOC.read_text().splitlines():
+            marker = self.MARKER.match(line)
+            if marker or (line.startswith("#") and not fenced):
+                current = None
+            if marker:
+                current = (shlex.split(marker.group(1)), [], [])
+                found.append(current)
+                continue
+            if line.startswith("```"):
+                fenced = not fenced
+                if not fenced:  # a region ends with its block
+                    current = None
+                continue
+            if current is not None:
+                (current[1] if fenced else current[2]).append(line)
+        return found
+
+    def tool(self, args):
+        with tempfile.TemporaryDirectory() as tmp:
+            result_path = os.path.join(tmp, "result.json")
+            out = io.StringIO()
+            cwd = os.getcwd()
+            try:
+                os.chdir(REPO)
+                with contextlib.redirect_stdout(out):
+                    code = kv_calc.main(args, {"PATH": "/nonexistent",
+                                               "FERRY_RESULT": result_path})
+            finally:
+                os.chdir(cwd)
+            self.assertEqual(code, 0, args)
+            return out.getvalue(), Path(result_path).read_text()
+
+    def test_every_quoted_line_and_figure_is_printed(self):
+        regions = self.regions()
+        self.assertGreaterEqual(len(regions), 6)
+        for args, lines, prose in regions:
+            printed, result = self.tool(args)
+            printed_lines = {line.rstrip() for line in printed.splitlines()}
+            for line in lines:
+                if line.strip():
+                    self.assertIn(line.rstrip(), printed_lines, f"{args}: quoted line not printed")
+            for figure in self.FIGURE.findall(" ".join(prose)):
+                self.assertTrue(figure in printed or figure in result,
+                                f"{args}: figure {figure} is not in the tool's output")
+
+    def test_the_seed_figures_of_the_issue(self):
+        # The old doc quoted 2,163,329 bf16 tokens where the tool gives 2,163,154 (TP 8, 0.9).
+        text = self.DOC.read_text()
+        self.assertNotIn("2,163,329", text)
+        self.assertIn("2,163,154", text)
 
 
 class Metadata(unittest.TestCase):
@@ -1191,9 +1664,9 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertEqual(done.stderr, "")
         self.assertEqual(result["mode"], "plan")
-        self.assertEqual(result["pick"]["kv_dtype"], "bf16")
+        self.assertEqual(result["pick"]["kv_dtype"], "fp8_e4m3")
         self.assertIn("pick: 8 GPUs", done.stdout)
-        self.assertIn("reason: accuracy rule", done.stdout)
+        self.assertIn("launch: python3 -m sglang.launch_server", done.stdout)
 
     def test_by_hand(self):
         done, result = self.run_job(None, extra_env={"FERRY_RESULT": None},

@@ -253,6 +253,98 @@ TEST_CASE("prune: runs, then unused scripts, then the space", "[archive][prune]"
   CHECK(stats->used_bytes <= stats->file_bytes);
 }
 
+// A run started on DAY (2026-01-0DAY) that sent FILE as data/conf.json and fetched OUTPUT.
+RunRecord run_with_files(int day, const std::string& file, const std::string& output)
+{
+  RunRecord run = make_run(fmt::format("2026010{}T000000Z-0000000{}", day, day), "probe", "gpu1",
+                           RunStatus::ok, fmt::format("2026-01-0{}T00:00:00.000Z", day));
+  run.files = nlohmann::json::array({{{"path", "data/conf.json"},
+                                      {"mode", "0600"},
+                                      {"size", file.size()},
+                                      {"sha256", ferry::sha256_hex(file)}}});
+  run.outputs = nlohmann::json::array({{{"path", "out/r.txt"},
+                                        {"size", output.size()},
+                                        {"sha256", ferry::sha256_hex(output)},
+                                        {"archived", true}}});
+  run.blobs = {{ferry::sha256_hex(file), file}, {ferry::sha256_hex(output), output}};
+  return run;
+}
+
+TEST_CASE("prune: a blob goes only when no remaining run uses it, by any role", "[archive][prune]")
+{
+  TempDir tmp;
+  const auto path = tmp / "archive.db";
+  Archive archive = open_archive(path);
+  // Runs 1 and 2 share the file sent and the script; run 1's output is its own; run 3 fetched
+  // back the very bytes runs 1 and 2 sent.
+  record(archive, run_with_files(1, "{\"tp\": 2}", "first output"));
+  record(archive, run_with_files(2, "{\"tp\": 2}", "second output"));
+  record(archive, run_with_files(3, "third file", "{\"tp\": 2}"));
+  const auto loads_whole = [&](const std::string& run_id) {
+    auto loaded = archive.load(run_id, ferry::LoadOptions{.verify_blobs = true, .narrow = {}});
+    return loaded ? std::string() : loaded.error().message;
+  };
+  const auto prune = [&](auto set) {
+    auto pruned = archive.prune(with<PruneOptions>(set));
+    REQUIRE(pruned);
+    return *pruned;
+  };
+
+  // Removing no run removes no blob a run uses.
+  const auto none = prune([](auto& o) { o.started_before = "2025-01-01"; });
+  CHECK(none.removed.empty());
+  CHECK(none.scripts_removed + none.files_removed + none.outputs_removed == 0);
+  // The script, two files and three outputs, one of them the bytes of a file.
+  CHECK(sql_int(path, "SELECT count(*) FROM scripts") == 5);
+
+  const auto first = prune([](auto& o) { o.keep_last = 2; });
+  REQUIRE(first.removed.size() == 1);
+  CHECK(first.scripts_removed == 0); // runs 2 and 3 run the same script
+  CHECK(first.files_removed == 0);   // run 2 sent the same bytes
+  CHECK(first.outputs_removed == 1); // "first output" was run 1's alone
+  CHECK(sql_int(path, "SELECT count(*) FROM run_files") == 4);
+  CHECK(loads_whole("20260102T000000Z-00000002").empty());
+  CHECK(loads_whole("20260103T000000Z-00000003").empty());
+
+  // Run 2 goes: its file's bytes stay, since run 3 fetched them back as an output.
+  const auto second = prune([](auto& o) { o.started_before = "2026-01-03"; });
+  REQUIRE(second.removed.size() == 1);
+  CHECK(second.files_removed == 0);
+  CHECK(second.outputs_removed == 1);
+  CHECK(loads_whole("20260103T000000Z-00000003").empty());
+
+  const auto last = prune([](auto& o) { o.keep_last = 0; });
+  CHECK(last.scripts_removed == 1);
+  CHECK(last.files_removed == 1);   // "third file"
+  CHECK(last.outputs_removed == 1); // the bytes run 3 fetched
+  CHECK(sql_int(path, "SELECT count(*) FROM scripts") == 0);
+  CHECK(sql_int(path, "SELECT count(*) FROM run_files") == 0);
+}
+
+TEST_CASE("prune: by size, the run kept keeps every blob it refers to", "[archive][prune]")
+{
+  TempDir tmp;
+  const auto path = tmp / "archive.db";
+  Archive archive = open_archive(path);
+  for (int day = 1; day <= 3; ++day) {
+    auto run = run_with_files(day, "shared file", fmt::format("output {}", day));
+    run.stdout_text = std::string(64 * 1024, 'x');
+    record(archive, run);
+  }
+  auto pruned = archive.prune(with<PruneOptions>([](auto& o) {
+    o.max_size = 0;
+    o.keep_last = 1;
+  }));
+  REQUIRE(pruned);
+  CHECK(pruned->removed.size() == 2);
+  CHECK(pruned->files_removed == 0);
+  CHECK(pruned->outputs_removed == 2);
+  auto kept = archive.load("20260103T000000Z-00000003",
+                           ferry::LoadOptions{.verify_blobs = true, .narrow = {}});
+  REQUIRE(kept);
+  CHECK(kept->blobs.size() == 2);
+}
+
 TEST_CASE("prune: an archive made without incremental vacuum is vacuumed once", "[archive][prune]")
 {
   TempDir tmp;

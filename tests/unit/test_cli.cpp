@@ -210,13 +210,38 @@ TEST_CASE("a mistyped parameter name gets a suggestion", "[params]")
 TEST_CASE("repeating -p for a list parameter appends", "[params]")
 {
   const Job job = list_job();
-  auto params = resolve_params(job, {"sizes=1", "sizes=2,3", "ctx=a", "ctx=c", "tp=2", "tp=4"},
-                               json{{"sizes", {9}}});
+  auto params =
+      resolve_params(job, {"sizes=1", "sizes=2,3", "ctx=a", "ctx=c", "tp=2"}, json{{"sizes", {9}}});
   REQUIRE(params);
   CHECK((*params)["sizes"] == json({1, 2, 3})); // -p replaces the file's value, then appends
   CHECK((*params)["ctx"] == json({"a", "c"}));
-  CHECK((*params)["tp"] == 4); // not a list: the last wins
+  CHECK((*params)["tp"] == 2);
   CHECK_THAT(refusal(resolve_params(job, {"ctx=a", "ctx=d"}, std::nullopt)),
+             Catch::Contains("not one of the choices"));
+}
+
+TEST_CASE("repeating -p for a parameter that is not a list is refused", "[params]")
+{
+  // Issue 42 item 10: `-p tp=2 -p tp=4` silently kept 4.
+  const Job job = list_job();
+  CHECK_THAT(refusal(resolve_params(job, {"tp=2", "sizes=1", "tp=4"}, std::nullopt)),
+             Catch::Contains("-p tp is given twice (2, then 4), but 'tp' takes one value (an "
+                             "int); give it once, or --sweep tp=... for one run per value"));
+}
+
+TEST_CASE("a list parameter takes a JSON array from -p", "[params]")
+{
+  // Issue 42 item 10: `-p 'sizes=[1,2]'` was refused ('[1' is not an int).
+  const Job job = list_job();
+  auto params = resolve_params(job, {"sizes=[1, 2]", "sizes=3", R"(ctx=["a", "c"])"}, std::nullopt);
+  REQUIRE(params);
+  CHECK((*params)["sizes"] == json({1, 2, 3}));
+  CHECK((*params)["ctx"] == json({"a", "c"}));
+  CHECK_THAT(refusal(resolve_params(job, {"sizes=[1, \"x\"]"}, std::nullopt)),
+             Catch::Contains("'sizes' expects a list of int"));
+  CHECK_THAT(refusal(resolve_params(job, {"sizes=[1,2"}, std::nullopt)),
+             Catch::Contains("starts with [ and is not a JSON array"));
+  CHECK_THAT(refusal(resolve_params(job, {"ctx=[\"d\"]"}, std::nullopt)),
              Catch::Contains("not one of the choices"));
 }
 

@@ -1,5 +1,11 @@
 // The job's environment ([env], --env), the user's config file and --sweep: parsing and
 // precedence. What reaches a job on a host is covered by tests/integration/test_envcfg.py.
+#include <filesystem>
+#include <fstream>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "ferry/job.hpp"
@@ -169,7 +175,36 @@ TEST_CASE("config file: a mistake names the file, the line and the key")
   check("[hosts.a]\nremote_bse = \"/x\"\n", "hosts.\"a\".remote_bse: unknown key");
   check("[hosts.a]\nenv.FERRY_X = \"1\"\n", "/c/config.toml:2: hosts.\"a\".env: FERRY_X");
   check("[host.a]\nx = 1\n", "host: unknown key");
-  check("[hosts.a\n", "/c/config.toml:1: invalid TOML");
+  check("[hosts.a\n", "/c/config.toml:1:9: invalid TOML");
+}
+
+TEST_CASE("config file: a FIFO, a device, a directory or a huge file is refused unread")
+{
+  // Issue 45 item 6: /dev/zero was read to 723 MB, and a FIFO blocked until a signal. The
+  // alarm ends the test (and fails it) should an open or read block.
+  namespace fs = std::filesystem;
+  char pattern[] = "/tmp/ferry-config-XXXXXX";
+  const fs::path dir = ::mkdtemp(pattern);
+  const auto refusal = [](const fs::path& file) {
+    ::alarm(10);
+    const auto config = load_user_config(file);
+    ::alarm(0);
+    REQUIRE_FALSE(config);
+    CHECK(config.error().kind == ErrorKind::usage);
+    return config.error().message;
+  };
+  REQUIRE(::mkfifo((dir / "fifo").c_str(), 0600) == 0);
+  CHECK(refusal(dir / "fifo") ==
+        "the config file " + (dir / "fifo").string() +
+            " is a FIFO, not a regular file; ferry reads only a file here");
+  CHECK_THAT(refusal("/dev/zero"), Catch::Contains("/dev/zero is a device, not a regular file"));
+  CHECK_THAT(refusal(dir), Catch::Contains("is a directory"));
+  std::ofstream(dir / "big.toml") << std::string((1 << 20) + 1, '#');
+  CHECK_THAT(refusal(dir / "big.toml"),
+             Catch::Contains("big.toml is larger than 1 MiB, the most ferry reads from it"));
+  std::ofstream(dir / "fits.toml") << std::string((1 << 20) - 1, '#') << "\n";
+  CHECK(load_user_config(dir / "fits.toml"));
+  fs::remove_all(dir);
 }
 
 TEST_CASE("a missing config file is an empty config")

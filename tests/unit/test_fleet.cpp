@@ -26,26 +26,24 @@ public:
   ReversingSession(bool concurrent, int& peak) : m_concurrent(concurrent), m_peak(peak) {}
   json target() const override { return {{"host", "h"}}; }
   std::string label() const override { return "h"; }
-  bool concurrent_runs() const override { return m_concurrent; }
+  SessionTraits traits() const override { return {m_concurrent}; }
   Expected<void> connect() override { return {}; }
-  Expected<std::string> create_run_dir() override
+  Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override
   {
-    return fmt::format("/base/ferry-{}", m_dirs++);
-  }
-  Expected<void> put_file(const std::string& path, std::string_view bytes) override
-  {
-    const auto at = bytes.find("index=");
-    if (at != std::string_view::npos) {
+    StagedRun run;
+    run.run_dir = fmt::format("/base/ferry-{}", m_dirs++);
+    run.stop = stop;
+    const auto at = bundle.job_bytes.find("index=");
+    if (at != std::string::npos) {
       const std::lock_guard lock(m_mutex);
-      m_index[path.substr(0, path.rfind('/'))] = bytes[at + 6] - '0';
+      m_index[run.run_dir] = bundle.job_bytes[at + 6] - '0';
     }
-    return {};
+    return run;
   }
-  Expected<ExecOutcome> exec(const ExecRequest& request) override
+  Expected<ExecOutcome> launch(StagedRun& run, const LaunchRequest& request) override
   {
-    const std::string& launcher = request.argv.at(1);
     std::unique_lock lock(m_mutex);
-    const int index = m_index.at(launcher.substr(0, launcher.rfind('/')));
+    const int index = m_index.at(run.run_dir);
     ++m_running;
     m_peak = std::max(m_peak, m_running);
     // Concurrently: once all runs are under way, run i ends only after every later run has,
@@ -70,21 +68,15 @@ public:
     outcome.out.launcher_report = "0 exit\nresult none\nclean removed\n";
     return outcome;
   }
-  Expected<FetchedFile> fetch_file(const std::string&, std::size_t) override
+  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&) override
   {
     return FetchedFile{};
   }
-  Expected<FetchedFile> fetch_stream(const std::string&, const ChunkSink&) override
-  {
-    return FetchedFile{};
-  }
-  Expected<void> make_dir(const std::string&) override { return {}; }
-  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string&) override
+  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun&, const std::string&) override
   {
     return std::optional<std::vector<DirEntry>>{};
   }
-  Expected<bool> file_exists(const std::string&) override { return false; }
-  Expected<void> remove_run_dir(const std::string&) override { return {}; }
+  Expected<void> finish(StagedRun&, Finish) override { return {}; }
 
 private:
   bool m_concurrent;
@@ -166,15 +158,17 @@ public:
     ++connects;
     return {};
   }
-  Expected<std::string> create_run_dir() override
+  Expected<StagedRun> stage(const RunBundle&, const StopToken& stop) override
   {
     if (m_dead) {
       return fail(ErrorKind::failed, "h: the connection was closed by the server");
     }
-    return std::string("/base/ferry-run");
+    StagedRun run;
+    run.run_dir = "/base/ferry-run";
+    run.stop = stop;
+    return run;
   }
-  Expected<void> put_file(const std::string&, std::string_view) override { return {}; }
-  Expected<ExecOutcome> exec(const ExecRequest&) override
+  Expected<ExecOutcome> launch(StagedRun&, const LaunchRequest&) override
   {
     ExecOutcome outcome;
     outcome.exit_code = 0;
@@ -183,21 +177,15 @@ public:
     outcome.out.launcher_report = "0 exit\nresult none\nclean removed\n";
     return outcome;
   }
-  Expected<FetchedFile> fetch_file(const std::string&, std::size_t) override
+  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&) override
   {
     return FetchedFile{};
   }
-  Expected<FetchedFile> fetch_stream(const std::string&, const ChunkSink&) override
-  {
-    return FetchedFile{};
-  }
-  Expected<void> make_dir(const std::string&) override { return {}; }
-  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string&) override
+  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun&, const std::string&) override
   {
     return std::optional<std::vector<DirEntry>>{};
   }
-  Expected<bool> file_exists(const std::string&) override { return false; }
-  Expected<void> remove_run_dir(const std::string&) override { return {}; }
+  Expected<void> finish(StagedRun&, Finish) override { return {}; }
 
   int connects = 0;
 

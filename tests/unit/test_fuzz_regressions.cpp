@@ -67,7 +67,8 @@ TEST_CASE("a table header that starts with no key is a TOML error", "[meta][fuzz
         std::string("# /// ferry\n# interpreter = \"sh\"\n# ") + header + "\n# ///\n";
     auto meta = parse_job_meta(file, "job.sh");
     REQUIRE_FALSE(meta);
-    CHECK_THAT(meta.error().message, Catch::Contains("job.sh:3: invalid TOML"));
+    CHECK_THAT(meta.error().message,
+               Catch::StartsWith("job.sh:3:") && Catch::Contains(": invalid TOML"));
   }
 }
 
@@ -79,12 +80,12 @@ TEST_CASE("non-ASCII characters where TOML expects a key or a value end are a TO
           "[meta][fuzz]")
 {
   const char* const cases[][2] = {
-      {"# /// ferry\n# \xcc\xaa\n# ///\n", "job.sh:2: invalid TOML"},
+      {"# /// ferry\n# \xcc\xaa\n# ///\n", "job.sh:2:3: invalid TOML"},
       {"# /// ferry\n# interpreter = \"sh\"\n# timeout = 1\xc9\xab\n# ///\n",
-       "job.sh:3: invalid TOML"},
+       "job.sh:3:14: invalid TOML"},
       {"# /// ferry\n# interpreter = \"sh\"\n# [params.a]\n# type = \"int\"\n# default = "
        "1\xc2\xa7\n# ///\n",
-       "job.sh:5: invalid TOML"},
+       "job.sh:5:14: invalid TOML"},
   };
   for (const auto& [file, message] : cases) {
     auto meta = parse_job_meta(file, "job.sh");

@@ -83,32 +83,63 @@ TEST_CASE("holder messages: an exec outcome comes back field for field, bytes un
 
 TEST_CASE("holder messages: requests, files, listings and errors come back whole")
 {
-  ExecRequest request;
-  request.argv = {"/bin/sh", "/run dir/launch.sh"};
-  request.sentinel = "ferry-start-1";
-  request.end_marker = "ferry-end-1";
+  RunBundle bundle;
+  bundle.launcher.job_file = "probe.py";
+  bundle.launcher.job_name = k_raw;
+  bundle.launcher.interpreter = "python3";
+  bundle.launcher.timeout_s = 7;
+  bundle.launcher.grace_s = 3;
+  bundle.launcher.sentinel = "ferry-start-1";
+  bundle.launcher.end_marker = "ferry-end-1";
+  bundle.launcher.params = k_raw;
+  bundle.launcher.result_frame_limit = 99;
+  bundle.launcher.keep_run_dir = true;
+  bundle.launcher.env = {{"A", k_raw}};
+  bundle.job_bytes = k_raw;
+  bundle.job_sha256 = "ab";
+  bundle.files = {{"d/f.txt", k_raw, 0640}};
+  bundle.scheduler = {{"partition", "gpu"}};
+  const auto b = held::decode_bundle(round_trip(held::encode(bundle)));
+  CHECK(b.launcher.job_file == "probe.py");
+  CHECK(b.launcher.job_name == k_raw);
+  CHECK(b.launcher.interpreter == "python3");
+  CHECK(b.launcher.timeout_s == 7);
+  CHECK(b.launcher.grace_s == 3);
+  CHECK(b.launcher.sentinel == "ferry-start-1");
+  CHECK(b.launcher.end_marker == "ferry-end-1");
+  CHECK(b.launcher.params == k_raw);
+  CHECK(b.launcher.result_frame_limit == 99);
+  CHECK(b.launcher.keep_run_dir);
+  CHECK(b.launcher.env == bundle.launcher.env);
+  CHECK(b.job_bytes == k_raw);
+  CHECK(b.job_sha256 == "ab");
+  REQUIRE(b.files.size() == 1);
+  CHECK(b.files[0].path == "d/f.txt");
+  CHECK(b.files[0].bytes == k_raw);
+  CHECK(b.files[0].mode == 0640);
+  CHECK(b.scheduler == bundle.scheduler);
+
+  StagedRun run;
+  run.run_dir = "/run dir";
+  run.launcher = bundle.launcher;
+  run.job_from_cache = true;
+  run.id = 42;
+  const auto staged = held::decode_run(round_trip(held::encode(run)));
+  CHECK(staged.run_dir == "/run dir");
+  CHECK(staged.launcher.sentinel == "ferry-start-1");
+  CHECK(staged.job_from_cache);
+  CHECK(staged.id == 42);
+
+  LaunchRequest request;
   request.output_cap = 7;
   request.report_cap = 9;
   request.deadline = 3500ms;
   request.grace = 2s;
-  request.start_limit = 20s;
-  request.python_standby = true;
-  const auto r = held::decode_request(round_trip(held::encode(request)));
-  CHECK(r.argv == request.argv);
-  CHECK(r.sentinel == request.sentinel);
-  CHECK(r.end_marker == request.end_marker);
+  const auto r = held::decode_launch(round_trip(held::encode(request)));
   CHECK(r.output_cap == 7);
   CHECK(r.report_cap == 9);
   CHECK(r.deadline == request.deadline);
   CHECK(r.grace == request.grace);
-  CHECK(r.start_limit == request.start_limit);
-  CHECK(r.python_standby);
-  CHECK_FALSE(r.runs_on_standby);
-  request.python_standby = false;
-  request.runs_on_standby = true;
-  const auto sh = held::decode_request(round_trip(held::encode(request)));
-  CHECK_FALSE(sh.python_standby);
-  CHECK(sh.runs_on_standby);
 
   const auto file = held::decode_file(
       round_trip(held::encode(FetchedFile{FetchedFile::Kind::regular, k_raw, {}})));

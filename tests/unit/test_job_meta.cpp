@@ -2,6 +2,8 @@
 
 #include "ferry/job.hpp"
 #include "ferry/params.hpp"
+#include "ferry/reporter.hpp"
+#include "ferry/run_record.hpp"
 
 using namespace ferry;
 using nlohmann::json;
@@ -105,10 +107,13 @@ TEST_CASE("broken metadata blocks are refused with file and line", "[meta]")
     CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\necho\n# ///\n"),
                Catch::Contains("job.py:3:"));
   }
-  SECTION("invalid TOML names the file line")
+  SECTION("invalid TOML names the file's line and column")
   {
+    // Issue 42 item 10: the column too, counted in the file's line ("# " included).
     CHECK_THAT(error_of("#!/bin/sh\n# /// ferry\n# interpreter = \"sh\"\n# timeout = = 3\n# ///\n"),
-               Catch::Contains("job.py:4: invalid TOML"));
+               Catch::StartsWith("job.py:4:13: invalid TOML"));
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n#timeout = = 3\n# ///\n"),
+               Catch::StartsWith("job.py:3:12: invalid TOML"));
   }
   SECTION("interpreter with shell characters")
   {
@@ -361,4 +366,42 @@ TEST_CASE("a parameter with a pattern takes only strings that match it whole", "
   CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.p]\n# pattern = \"[a-z]+\"\n"
                       "# default = \"A\"\n# ///\n"),
              Catch::Contains("does not match the pattern"));
+}
+
+TEST_CASE("summary: JSON Pointers to the headline figures, * for every member", "[meta][summary]")
+{
+  // Issue 42 item 10: a sweep's table and `ferry log` showed {"assumptions": … of every run.
+  const auto meta = parse_job_meta("# /// ferry\n# interpreter = \"python3\"\n# summary = "
+                                   "[\"/kv/*/max_tokens\", \"/pick/tp\", \"/a~1b\"]\n# ///\n",
+                                   "job.py");
+  REQUIRE(meta);
+  CHECK(meta->summary == std::vector<std::string>{"/kv/*/max_tokens", "/pick/tp", "/a~1b"});
+  CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# summary = [\"tp\"]\n# ///\n"),
+             Catch::Contains("job.py:3: summary: 'tp' is not a JSON Pointer"));
+  CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# summary = \"/tp\"\n# ///\n"),
+             Catch::Contains("summary must be a list of JSON Pointers"));
+
+  const json result = json::parse(R"({"assumptions": ["a long text"], "tp": 8, "a/b": "x",
+      "kv": {"bf16": {"max_tokens": 641164}, "fp8_e4m3": {"max_tokens": 1282328}}})");
+  const json summary = result_summary(result, meta->summary);
+  CHECK(summary == json::parse(R"([{"name": "bf16/max_tokens", "value": 641164},
+                                   {"name": "fp8_e4m3/max_tokens", "value": 1282328},
+                                   {"name": "a/b", "value": "x"}])"));
+  CHECK(summary_text(summary) == "bf16/max_tokens=641164 fp8_e4m3/max_tokens=1282328 a/b=x");
+  CHECK(result_summary(json::parse("[5, 6]"), {"/1", "/7", "/*"}) ==
+        json::parse(R"([{"name": "1", "value": 6}, {"name": "0", "value": 5},
+                        {"name": "1", "value": 6}])"));
+
+  CHECK(result_summary(json::parse("[5]"), {"/99999999999999999999999", "/-1", "/01x"}).empty());
+  CHECK(summary_text(json::parse(R"([1, {"name": 2}, {"name": "a", "value": 1}])")) == "a=1");
+
+  RunRecord run;
+  run.status = RunStatus::ok;
+  run.result = result;
+  CHECK(result_digest(run).starts_with("{\"a/b\":\"x\",\"assumptions\""));
+  run.summary = summary;
+  CHECK(result_digest(run) == "bf16/max_tokens=641164 fp8_e4m3/max_tokens=1282328 a/b=x");
+  run.status = RunStatus::failed;
+  run.error = "it failed";
+  CHECK(result_digest(run) == "it failed");
 }

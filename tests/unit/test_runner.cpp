@@ -13,13 +13,16 @@
 #include "ferry/run_record.hpp"
 #include "ferry/runner.hpp"
 #include "ferry/util.hpp"
+#include "transport/exec_request.hpp"
+#include "transport/run_files.hpp"
 
 using namespace ferry;
 using nlohmann::json;
 
 namespace {
 
-class FakeSession final : public HostSession {
+// A target that stages a run as every target does (write_run_files), into a map.
+class FakeSession final : public HostSession, RunDirWriter {
 public:
   FakeSession()
   {
@@ -41,9 +44,52 @@ public:
   }
   std::string label() const override { return "gpu1"; }
   Expected<void> connect() override { return {}; }
-  Expected<std::string> create_run_dir() override
+  Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override
   {
-    return std::string("/home/u/.cache/ferry/runs/ferry-1-abc");
+    const std::string dir = "/home/u/.cache/ferry/runs/ferry-1-abc";
+    if (auto written = write_run_files(*this, bundle, dir); !written) {
+      removed.push_back(dir);
+      return Unexpected{written.error()};
+    }
+    return staged_run(bundle, dir, stop);
+  }
+  Expected<ExecOutcome> launch(StagedRun& run, const LaunchRequest& request) override
+  {
+    auto command = shell_neutral_command(launcher_request(run, request).argv);
+    REQUIRE(command);
+    executed.push_back(*command);
+    if (during_exec) {
+      during_exec(*this, run.run_dir);
+    }
+    return outcome;
+  }
+  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
+                              const ChunkSink& sink) override
+  {
+    auto it = files.find(run.run_dir + "/" + rel);
+    if (it == files.end()) {
+      return FetchedFile{};
+    }
+    FERRY_TRY(sink(it->second));
+    return FetchedFile{FetchedFile::Kind::regular, {}, {}};
+  }
+  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun&, const std::string&) override
+  {
+    return std::optional<std::vector<DirEntry>>();
+  }
+  Expected<void> finish(StagedRun& run, Finish how) override
+  {
+    if (how == Finish::remove) {
+      removed.push_back(run.run_dir);
+    }
+    return {};
+  }
+
+private:
+  Expected<void> make_dir(const std::string& path) override
+  {
+    dirs.push_back(path);
+    return {};
   }
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
   {
@@ -51,46 +97,6 @@ public:
       return Unexpected{*fail_put};
     }
     files[path] = std::string(bytes);
-    return {};
-  }
-  Expected<ExecOutcome> exec(const ExecRequest& request) override
-  {
-    auto command = shell_neutral_command(request.argv);
-    REQUIRE(command);
-    executed.push_back(*command);
-    if (during_exec) {
-      during_exec(*this, "/home/u/.cache/ferry/runs/ferry-1-abc");
-    }
-    return outcome;
-  }
-  Expected<FetchedFile> fetch_file(const std::string& path, std::size_t) override
-  {
-    auto it = files.find(path);
-    return it == files.end() ? FetchedFile{}
-                             : FetchedFile{FetchedFile::Kind::regular, it->second, {}};
-  }
-  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override
-  {
-    auto it = files.find(path);
-    if (it == files.end()) {
-      return FetchedFile{};
-    }
-    FERRY_TRY(sink(it->second));
-    return FetchedFile{FetchedFile::Kind::regular, {}, {}};
-  }
-  Expected<void> make_dir(const std::string& path) override
-  {
-    dirs.push_back(path);
-    return {};
-  }
-  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string&) override
-  {
-    return std::optional<std::vector<DirEntry>>();
-  }
-  Expected<bool> file_exists(const std::string& path) override { return files.count(path) != 0; }
-  Expected<void> remove_run_dir(const std::string& path) override
-  {
-    removed.push_back(path);
     return {};
   }
 };

@@ -16,24 +16,17 @@ public:
   nlohmann::json target() const override { return {{"host", "h"}}; }
   std::string label() const override { return "h-" + std::to_string(m_serial); }
   Expected<void> connect() override { return {}; }
-  Expected<std::string> create_run_dir() override { return std::string("/d"); }
-  Expected<void> put_file(const std::string&, std::string_view) override { return {}; }
-  Expected<ExecOutcome> exec(const ExecRequest&) override { return ExecOutcome{}; }
-  Expected<FetchedFile> fetch_file(const std::string&, std::size_t) override
+  Expected<StagedRun> stage(const RunBundle&, const StopToken&) override { return StagedRun{}; }
+  Expected<ExecOutcome> launch(StagedRun&, const LaunchRequest&) override { return ExecOutcome{}; }
+  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&) override
   {
     return FetchedFile{};
   }
-  Expected<FetchedFile> fetch_stream(const std::string&, const ChunkSink&) override
-  {
-    return FetchedFile{};
-  }
-  Expected<void> make_dir(const std::string&) override { return {}; }
-  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string&) override
+  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun&, const std::string&) override
   {
     return std::optional<std::vector<DirEntry>>{};
   }
-  Expected<bool> file_exists(const std::string&) override { return false; }
-  Expected<void> remove_run_dir(const std::string&) override { return {}; }
+  Expected<void> finish(StagedRun&, Finish) override { return {}; }
 
 private:
   int m_serial;

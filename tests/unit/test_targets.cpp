@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <fstream>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "cli/targets.hpp"
@@ -54,4 +57,44 @@ TEST_CASE("a hosts file: blank and comment lines are fine, an empty entry is not
   std::ofstream(path) << "# nothing\n\n";
   CHECK_THAT(refusal(target), Catch::Contains("names no host"));
   std::remove(path);
+}
+
+TEST_CASE("--hosts-file -: standard input; a missing file says why; no FIFO, device or huge file",
+          "[targets]")
+{
+  // Issue 42 item 10 and issue 45 item 6.
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const std::string listed = "gpu1\n# a comment\ngpu2, gpu3\n";
+  REQUIRE(::write(fds[1], listed.data(), listed.size()) == static_cast<ssize_t>(listed.size()));
+  ::close(fds[1]);
+  const int saved = ::dup(STDIN_FILENO);
+  ::dup2(fds[0], STDIN_FILENO);
+  ::close(fds[0]);
+  TargetOptions target;
+  target.hosts_file = "-";
+  const auto hosts = target_hosts(target);
+  ::dup2(saved, STDIN_FILENO);
+  ::close(saved);
+  REQUIRE(hosts);
+  CHECK(*hosts == std::vector<std::string>{"gpu1", "gpu2", "gpu3"});
+
+  target.hosts_file = "/nonexistent/hosts.txt";
+  CHECK(refusal(target) ==
+        "cannot read --hosts-file /nonexistent/hosts.txt: No such file or directory");
+  char pattern[] = "/tmp/ferry-hosts-dir-XXXXXX";
+  const std::string dir = ::mkdtemp(pattern);
+  target.hosts_file = dir + "/fifo";
+  REQUIRE(::mkfifo(target.hosts_file.c_str(), 0600) == 0);
+  ::alarm(10); // a blocked open ends (and fails) the test
+  CHECK_THAT(refusal(target), Catch::Contains("/fifo is a FIFO, not a regular file"));
+  target.hosts_file = "/dev/zero";
+  CHECK_THAT(refusal(target), Catch::Contains("--hosts-file /dev/zero is a device"));
+  ::alarm(0);
+  target.hosts_file = dir + "/big";
+  std::ofstream(target.hosts_file) << std::string((8 << 20) + 1, '#');
+  CHECK_THAT(refusal(target), Catch::Contains("is larger than 8 MiB"));
+  std::remove(target.hosts_file.c_str());
+  std::remove((dir + "/fifo").c_str());
+  ::rmdir(dir.c_str());
 }

@@ -110,6 +110,20 @@ TEST_CASE("the launcher's second line hands a job without declared environment t
   CHECK(second_line().ends_with(" 31 7368"));
 }
 
+TEST_CASE("the python standby takes the standby line's prefix and field names from the list that "
+          "writes the line",
+          "[launcher]")
+{
+  const std::string_view script = standby_script();
+  CHECK_THAT(std::string(script), Catch::Contains("SPEC_PREFIX = b\"# ferry-standby 2 \"\n"));
+  CHECK_THAT(
+      std::string(script),
+      Catch::Contains("SPEC_FIELDS = \"run_dir job_name job_file sentinel end_marker timeout "
+                      "grace timeout_marker timeout_exit state_file launch_file params_size "
+                      "frame_limit keep interpreter\".split()\n"));
+  CHECK(script.find("@standby_") == std::string_view::npos);
+}
+
 TEST_CASE("output before the sentinel is set aside and after it kept up to the cap", "[capture]")
 {
   OutputCapture capture("ferry-start-1", 10);

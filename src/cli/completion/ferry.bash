@@ -4,7 +4,7 @@
 # ":dirs PREFIX" to have the shell list files for the part of the word after PREFIX.
 
 _ferry() {
-    local line=${COMP_LINE:0:COMP_POINT} word cur= gap rest pos=0 i
+    local line=${COMP_LINE:0:COMP_POINT} word gap rest pos=0 i
     local -a words=()
     # bash splits "tp=8" and "host:22" at COMP_WORDBREAKS; ferry wants the words as typed, so
     # pieces with no blank between them in the line are joined again.
@@ -15,7 +15,6 @@ _ferry() {
         pos=$((pos + ${#gap}))
         if ((i == COMP_CWORD)); then
             word=${line:pos}
-            cur=$word
         fi
         if ((i > 0 && ${#gap} == 0)); then
             words[${#words[@]} - 1]+=$word
@@ -25,7 +24,17 @@ _ferry() {
         pos=$((pos + ${#word}))
     done
     local full=${words[${#words[@]} - 1]}
-    local keep=${full%"$cur"} # what bash will not replace: the part before the last break
+    # What readline will not replace: the word up to its last COMP_WORDBREAKS character, less
+    # that character when it is $ or @ (readline's special prefixes, which it replaces with the
+    # text after them). Not COMP_WORDS' last piece: for "mode=" that piece is "=" itself, while
+    # readline replaces the empty text after it.
+    local keep=
+    if [[ -n $COMP_WORDBREAKS ]]; then
+        keep=${full%"${full##*[$COMP_WORDBREAKS]}"}
+        case $keep in
+        *@ | *\$) keep=${keep%?} ;;
+        esac
+    fi
 
     local out directive=plain c
     local -a candidates=()

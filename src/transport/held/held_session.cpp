@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ferry/held.hpp"
+#include "transport/exec_request.hpp"
 #include "transport/held/place.hpp"
 #include "transport/held/wire.hpp"
 
@@ -65,63 +66,29 @@ public:
   nlohmann::json target() const override { return m_target; }
   std::string label() const override { return m_label; }
   Expected<void> connect() override { return {}; }
-  bool concurrent_runs() const override { return true; }
-  void bind_stop(const StopToken& stop) override
-  {
-    const std::lock_guard lock(m_mutex);
-    m_stop = stop;
-  }
+  SessionTraits traits() const override { return {true}; }
 
-  Expected<std::string> create_run_dir() override
+  Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override
   {
-    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "create_run_dir"}}));
-    return reply.at("path").get<std::string>();
+    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "stage"}, {"bundle", held::encode(bundle)}}));
+    StagedRun run = held::decode_run(reply.at("run"));
+    run.stop = stop;
+    return run;
   }
-  Expected<void> put_file(const std::string& path, std::string_view bytes) override
+  Expected<ExecOutcome> launch(StagedRun& run, const LaunchRequest& request) override;
+  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
+                              const ChunkSink& sink) override;
+  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
+                                                      const std::string& rel) override
   {
-    FERRY_TRY(call({{"op", "put_file"}, {"path", path}, {"bytes", held::bytes_of(bytes)}}));
-    return {};
-  }
-  Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
-                              const std::string& sha256) override
-  {
-    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "put_job_file"},
-                                             {"path", path},
-                                             {"bytes", held::bytes_of(bytes)},
-                                             {"sha256", sha256}}));
-    return reply.value("cached", false);
-  }
-  Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override
-  {
-    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "fetch_file"}, {"path", path}, {"cap", cap}}));
-    return held::decode_file(reply.at("file"));
-  }
-  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override;
-  Expected<void> make_dir(const std::string& path) override
-  {
-    FERRY_TRY(call({{"op", "make_dir"}, {"path", path}}));
-    return {};
-  }
-  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path) override
-  {
-    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "list_dir"}, {"path", path}}));
+    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "list"}, {"run", run.id}, {"path", rel}}));
     return held::decode_entries(reply.at("entries"));
   }
-  Expected<bool> file_exists(const std::string& path) override
+  Expected<void> finish(StagedRun& run, Finish how) override
   {
-    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "file_exists"}, {"path", path}}));
-    return reply.at("exists").get<bool>();
-  }
-  Expected<void> remove_run_dir(const std::string& path) override
-  {
-    FERRY_TRY(call({{"op", "remove_run_dir"}, {"path", path}}));
+    FERRY_TRY(call({{"op", "finish"}, {"run", run.id}, {"how", static_cast<int>(how)}}));
     return {};
   }
-  void forget_run_dir(const std::string& path) override
-  {
-    (void)call({{"op", "forget_run_dir"}, {"path", path}});
-  }
-  Expected<ExecOutcome> exec(const ExecRequest& request) override;
 
 private:
   Unexpected<Error> lost(std::string_view what) const
@@ -180,13 +147,13 @@ private:
   nlohmann::json m_target;
   std::mutex m_mutex;
   std::vector<Fd> m_idle;
-  StopToken m_stop;
 };
 
-Expected<FetchedFile> HeldSession::fetch_stream(const std::string& path, const ChunkSink& sink)
+Expected<FetchedFile> HeldSession::fetch(const StagedRun& run, const std::string& rel,
+                                         const ChunkSink& sink)
 {
   FERRY_TRY_ASSIGN(Fd fd, take());
-  if (!held::send_message(fd.get(), {{"op", "fetch_stream"}, {"path", path}})) {
+  if (!held::send_message(fd.get(), {{"op", "fetch"}, {"run", run.id}, {"path", rel}})) {
     return lost("went away");
   }
   std::optional<Error> refused; // the sink's error: the rest is read and dropped
@@ -220,7 +187,7 @@ namespace {
 // the request's cap (the holder keeps little of it: its memory stays small however much a job
 // prints).
 struct HeldOutput {
-  explicit HeldOutput(const ExecRequest& r)
+  explicit HeldOutput(const LaunchRequest& r)
       : request(r), out("", r.output_cap), err("", r.output_cap)
   {
   }
@@ -257,17 +224,18 @@ struct HeldOutput {
     return result;
   }
 
-  const ExecRequest& request;
+  const LaunchRequest& request;
   OutputCapture out;
   OutputCapture err;
 };
 
 } // namespace
 
-Expected<ExecOutcome> HeldSession::exec(const ExecRequest& request)
+Expected<ExecOutcome> HeldSession::launch(StagedRun& run, const LaunchRequest& request)
 {
   FERRY_TRY_ASSIGN(Fd fd, take());
-  if (!held::send_message(fd.get(), {{"op", "exec"}, {"request", held::encode(request)}})) {
+  if (!held::send_message(
+          fd.get(), {{"op", "launch"}, {"run", run.id}, {"request", held::encode(request)}})) {
     return lost("went away");
   }
   bool stop_sent = false;
@@ -364,51 +332,28 @@ public:
   nlohmann::json target() const override { return active().target(); }
   std::string label() const override { return m_target.spec; }
   Expected<void> connect() override;
-  bool concurrent_runs() const override { return active().concurrent_runs(); }
-  void prepare_run(const Job& job, int timeout_s, bool python_standby) override
-  {
-    active().prepare_run(job, timeout_s, python_standby);
-  }
+  SessionTraits traits() const override { return active().traits(); }
   // Only a direct connection's standbys end with its last run; a holder keeps its own.
-  void expect_runs(std::size_t runs, std::size_t at_once) override
+  void plan(std::size_t runs, std::size_t at_once) override { active().plan(runs, at_once); }
+  Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override
   {
-    active().expect_runs(runs, at_once);
+    return active().stage(bundle, stop);
   }
-  bool launcher_cleans_up() const override { return active().launcher_cleans_up(); }
-  void bind_stop(const StopToken& stop) override { active().bind_stop(stop); }
-  Expected<std::string> create_run_dir() override { return active().create_run_dir(); }
-  Expected<void> put_file(const std::string& path, std::string_view bytes) override
+  Expected<ExecOutcome> launch(StagedRun& run, const LaunchRequest& request) override
   {
-    return active().put_file(path, bytes);
+    return active().launch(run, request);
   }
-  Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
-                              const std::string& sha256) override
+  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
+                              const ChunkSink& sink) override
   {
-    return active().put_job_file(path, bytes, sha256);
+    return active().fetch(run, rel, sink);
   }
-  Expected<ExecOutcome> exec(const ExecRequest& request) override { return active().exec(request); }
-  Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override
+  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
+                                                      const std::string& rel) override
   {
-    return active().fetch_file(path, cap);
+    return active().list(run, rel);
   }
-  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override
-  {
-    return active().fetch_stream(path, sink);
-  }
-  Expected<void> make_dir(const std::string& path) override { return active().make_dir(path); }
-  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path) override
-  {
-    return active().list_dir(path);
-  }
-  Expected<bool> file_exists(const std::string& path) override
-  {
-    return active().file_exists(path);
-  }
-  Expected<void> remove_run_dir(const std::string& path) override
-  {
-    return active().remove_run_dir(path);
-  }
-  void forget_run_dir(const std::string& path) override { active().forget_run_dir(path); }
+  Expected<void> finish(StagedRun& run, Finish how) override { return active().finish(run, how); }
 
 private:
   HostSession& active() const

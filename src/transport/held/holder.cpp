@@ -19,7 +19,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <map>
+
 #include "ferry/held.hpp"
+#include "ferry/remote/launcher.hpp"
 #include "ferry/sessions.hpp"
 #include "ferry/util.hpp"
 #include "transport/held/place.hpp"
@@ -152,6 +155,7 @@ private:
 
   void serve_client(int fd)
   {
+    ClientRuns runs(*this);
     while (!m_exit && !interrupt_requested()) {
       Message request;
       const auto got = receive_message(fd, request, 500ms);
@@ -163,14 +167,14 @@ private:
       }
       Message reply;
       try {
-        reply = dispatch(fd, request);
+        reply = dispatch(fd, request, runs);
       } catch (const std::exception& e) {
         reply = error_message({ErrorKind::failed, fmt::format("bad request: {}", e.what())});
       }
       if (!send_message(fd, reply)) {
         return;
       }
-      if (request.value("op", "") == "exec") {
+      if (request.value("op", "") == "launch") {
         want_standby();
       }
     }
@@ -233,7 +237,28 @@ private:
                {"label", m_session.label()}});
   }
 
-  Message dispatch(int fd, const Message& request)
+  // The runs a client staged and has not finished: finished for it when it goes (removed, unless
+  // its launcher said it removed the directory itself).
+  struct ClientRuns {
+    explicit ClientRuns(Holder& owner) : holder(owner) {}
+    ClientRuns(const ClientRuns&) = delete;
+    ClientRuns& operator=(const ClientRuns&) = delete;
+    ~ClientRuns()
+    {
+      for (auto& [id, run] : runs) {
+        (void)holder.m_session.finish(run.staged,
+                                      run.removed ? Finish::by_launcher : Finish::remove);
+      }
+    }
+    struct Run {
+      StagedRun staged;
+      bool removed = false; // its launcher's report said it removed the run directory
+    };
+    Holder& holder;
+    std::map<std::uint64_t, Run> runs;
+  };
+
+  Message dispatch(int fd, const Message& request, ClientRuns& runs)
   {
     const std::string op = request.at("op").get<std::string>();
     if (op == "hello") {
@@ -243,74 +268,60 @@ private:
       m_exit = m_exit || op == "exit";
       return ok({{"label", m_session.label()}, {"pid", ::getpid()}, {"since", m_since}});
     }
-    if (op == "exec") {
-      return exec(fd, request);
+    if (op == "stage") {
+      auto staged = m_session.stage(decode_bundle(request.at("bundle")), StopToken::make());
+      if (!staged) {
+        return error_message(staged.error());
+      }
+      staged->id = ++m_last_run;
+      runs.runs[staged->id] = {*staged, false};
+      return ok({{"run", encode(*staged)}});
     }
-    if (op == "fetch_stream") {
-      return fetch_stream(fd, request);
+    const auto id = request.at("run").get<std::uint64_t>();
+    const auto it = runs.runs.find(id);
+    if (it == runs.runs.end()) {
+      return error_message({ErrorKind::failed, fmt::format("no run {} staged by this client", id)});
     }
-    return file_step(op, request);
-  }
-
-  Message file_step(const std::string& op, const Message& request)
-  {
-    const auto path = [&] { return request.at("path").get<std::string>(); };
-    if (op == "create_run_dir") {
-      return reply_of(m_session.create_run_dir(), "path");
+    StagedRun& run = it->second.staged;
+    if (op == "launch") {
+      return launch(fd, request, it->second);
     }
-    if (op == "put_file") {
-      return reply_of(m_session.put_file(path(), text_of(request.at("bytes"))), "");
+    if (op == "fetch") {
+      return fetch(fd, run, request.at("path").get<std::string>());
     }
-    if (op == "put_job_file") {
-      const auto cached = m_session.put_job_file(path(), text_of(request.at("bytes")),
-                                                 request.at("sha256").get<std::string>());
-      return cached ? ok({{"cached", *cached}}) : error_message(cached.error());
-    }
-    if (op == "fetch_file") {
-      auto file = m_session.fetch_file(path(), request.at("cap").get<std::size_t>());
-      return file ? ok({{"file", encode(*file)}}) : error_message(file.error());
-    }
-    if (op == "make_dir") {
-      return reply_of(m_session.make_dir(path()), "");
-    }
-    if (op == "list_dir") {
-      auto entries = m_session.list_dir(path());
+    if (op == "list") {
+      auto entries = m_session.list(run, request.at("path").get<std::string>());
       return entries ? ok({{"entries", encode(*entries)}}) : error_message(entries.error());
     }
-    if (op == "file_exists") {
-      return reply_of(m_session.file_exists(path()), "exists");
-    }
-    if (op == "remove_run_dir") {
-      return reply_of(m_session.remove_run_dir(path()), "");
-    }
-    if (op == "forget_run_dir") {
-      m_session.forget_run_dir(path());
-      return ok();
+    if (op == "finish") {
+      auto finished = m_session.finish(run, static_cast<Finish>(request.at("how").get<int>()));
+      runs.runs.erase(it);
+      return reply_of(finished, "");
     }
     return error_message({ErrorKind::failed, fmt::format("unknown request {}", op)});
   }
 
-  Message fetch_stream(int fd, const Message& request)
+  Message fetch(int fd, const StagedRun& run, const std::string& rel)
   {
-    auto file = m_session.fetch_stream(request.at("path").get<std::string>(),
-                                       [fd](std::string_view chunk) -> Expected<void> {
-                                         if (!send_message(fd, {{"chunk", bytes_of(chunk)}})) {
-                                           return fail(ErrorKind::failed, "ferry went away");
-                                         }
-                                         return {};
-                                       });
+    auto file = m_session.fetch(run, rel, [fd](std::string_view chunk) -> Expected<void> {
+      if (!send_message(fd, {{"chunk", bytes_of(chunk)}})) {
+        return fail(ErrorKind::failed, "ferry went away");
+      }
+      return {};
+    });
     return file ? ok({{"file", encode(*file)}}) : error_message(file.error());
   }
 
   // The job's output goes to the client as it comes; a `stop` from the client, or the client
   // going away, stops the job as an interrupt would.
-  Message exec(int fd, const Message& message)
+  Message launch(int fd, const Message& message, ClientRuns::Run& run)
   {
-    ExecRequest request = decode_request(message.at("request"));
+    LaunchRequest request = decode_launch(message.at("request"));
     // ferry keeps the output from the events below; what the holder keeps is only a backstop.
     request.output_cap = std::min<std::size_t>(request.output_cap, k_held_output_cap);
     const StopToken stop = StopToken::make();
     request.stop = stop;
+    run.staged.stop = stop;
     request.on_output = [fd](OutputStream stream, std::string_view bytes) {
       (void)send_message(
           fd, {{"ev", stream == OutputStream::out ? "out" : "err"}, {"bytes", bytes_of(bytes)}});
@@ -327,10 +338,17 @@ private:
     Fd wake_read(wake[0]);
     Fd wake_write(wake[1]);
     std::thread watcher([&] { watch_client(fd, wake_read.get(), stop); });
-    auto outcome = m_session.exec(request);
+    auto outcome = m_session.launch(run.staged, request);
     wake_write.reset();
     watcher.join();
-    return outcome ? ok({{"outcome", encode(*outcome)}}) : error_message(outcome.error());
+    if (!outcome) {
+      return error_message(outcome.error());
+    }
+    const auto report = outcome->out.launcher_report
+                            ? parse_launcher_report(*outcome->out.launcher_report)
+                            : std::nullopt;
+    run.removed = report && report->run_dir_removed;
+    return ok({{"outcome", encode(*outcome)}});
   }
 
   // Until `wake` is closed: a `stop` from the client, or the client going away, stops the run.
@@ -369,6 +387,7 @@ private:
   Clock::duration m_persist;
   std::string m_since;
   std::atomic<int> m_clients{0};
+  std::atomic<std::uint64_t> m_last_run{0}; // the runs' ids
   std::atomic<bool> m_exit{false};
   std::mutex m_prepare_mutex;
   std::condition_variable m_prepare;
@@ -456,7 +475,7 @@ int run_holder(std::string_view spec_text)
     return 1;
   }
   // SFTP started now, not in the first client's run (3 round trips fewer for it).
-  (void)(*session)->file_exists("/");
+  (*session)->prepare_files();
   ino_t inode = 0;
   auto listener = listen_at(socket, inode);
   if (!listener) {

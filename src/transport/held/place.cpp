@@ -83,13 +83,6 @@ fs::path socket_path(const fs::path& dir, const std::string& options_identity)
   return dir / (sha256_hex(key).substr(0, 24) + ".sock");
 }
 
-fs::path standby_memo_path(const fs::path& dir, const std::string& options_identity)
-{
-  fs::path memo = socket_path(dir, options_identity);
-  memo.replace_extension(".standby");
-  return memo;
-}
-
 fs::path lock_path(const fs::path& socket)
 {
   fs::path lock = socket;

@@ -20,10 +20,6 @@ namespace ferry::held {
 // The socket of the holder for a connection with these effective options.
 [[nodiscard]] std::filesystem::path socket_path(const std::filesystem::path& dir,
                                                 const std::string& options_identity);
-// Where a direct connection with these options keeps its note of the python standby's script
-// in the host's job cache (docs/run-protocol.md, "A first run without SFTP"): next to the socket.
-[[nodiscard]] std::filesystem::path standby_memo_path(const std::filesystem::path& dir,
-                                                      const std::string& options_identity);
 // The lock its holder keeps while it lives (two holders of one connection never run at once).
 [[nodiscard]] std::filesystem::path lock_path(const std::filesystem::path& socket);
 

@@ -236,33 +236,100 @@ FetchedFile decode_file(const Message& m)
   return file;
 }
 
-Message encode(const ExecRequest& request)
+Message encode(const LauncherSpec& spec)
 {
-  return {{"argv", request.argv},
-          {"sentinel", request.sentinel},
-          {"end_marker", request.end_marker},
-          {"output_cap", request.output_cap},
-          {"report_cap", request.report_cap},
-          {"deadline_ms", ms_of(request.deadline)},
-          {"grace_ms", ms_of(request.grace)},
-          {"start_limit_ms", ms_of(request.start_limit)},
-          {"python_standby", request.python_standby},
-          {"runs_on_standby", request.runs_on_standby}};
+  return {{"run_dir", spec.run_dir},
+          {"job_file", spec.job_file},
+          {"job_name", bytes_of(spec.job_name)},
+          {"interpreter", spec.interpreter},
+          {"timeout_s", spec.timeout_s},
+          {"grace_s", spec.grace_s},
+          {"sentinel", spec.sentinel},
+          {"end_marker", spec.end_marker},
+          {"params", bytes_of(spec.params)},
+          {"frame_limit", spec.result_frame_limit},
+          {"keep_run_dir", spec.keep_run_dir},
+          {"env", spec.env}};
 }
 
-ExecRequest decode_request(const Message& m)
+LauncherSpec decode_launcher(const Message& m)
 {
-  ExecRequest request;
-  request.argv = m.at("argv").get<std::vector<std::string>>();
-  request.sentinel = m.at("sentinel").get<std::string>();
-  request.end_marker = m.at("end_marker").get<std::string>();
+  LauncherSpec spec;
+  spec.run_dir = m.at("run_dir").get<std::string>();
+  spec.job_file = m.at("job_file").get<std::string>();
+  spec.job_name = text_of(m.at("job_name"));
+  spec.interpreter = m.at("interpreter").get<std::string>();
+  spec.timeout_s = m.at("timeout_s").get<int>();
+  spec.grace_s = m.at("grace_s").get<int>();
+  spec.sentinel = m.at("sentinel").get<std::string>();
+  spec.end_marker = m.at("end_marker").get<std::string>();
+  spec.params = text_of(m.at("params"));
+  spec.result_frame_limit = m.at("frame_limit").get<std::size_t>();
+  spec.keep_run_dir = m.at("keep_run_dir").get<bool>();
+  spec.env = m.at("env").get<std::map<std::string, std::string>>();
+  return spec;
+}
+
+Message encode(const RunBundle& bundle)
+{
+  Message files = Message::array();
+  for (const auto& file : bundle.files) {
+    files.push_back({file.path, bytes_of(file.bytes), file.mode});
+  }
+  return {{"launcher", encode(bundle.launcher)},
+          {"job", bytes_of(bundle.job_bytes)},
+          {"sha256", bundle.job_sha256},
+          {"files", files},
+          {"scheduler", bundle.scheduler}};
+}
+
+RunBundle decode_bundle(const Message& m)
+{
+  RunBundle bundle;
+  bundle.launcher = decode_launcher(m.at("launcher"));
+  bundle.job_bytes = text_of(m.at("job"));
+  bundle.job_sha256 = m.at("sha256").get<std::string>();
+  for (const auto& file : m.at("files")) {
+    bundle.files.push_back(
+        {file.at(0).get<std::string>(), text_of(file.at(1)), file.at(2).get<unsigned>()});
+  }
+  bundle.scheduler = m.at("scheduler");
+  return bundle;
+}
+
+Message encode(const StagedRun& run)
+{
+  return {{"run_dir", run.run_dir},
+          {"launcher", encode(run.launcher)},
+          {"cached", run.job_from_cache},
+          {"id", run.id}};
+}
+
+StagedRun decode_run(const Message& m)
+{
+  StagedRun run;
+  run.run_dir = m.at("run_dir").get<std::string>();
+  run.launcher = decode_launcher(m.at("launcher"));
+  run.job_from_cache = m.at("cached").get<bool>();
+  run.id = m.at("id").get<std::uint64_t>();
+  return run;
+}
+
+Message encode(const LaunchRequest& request)
+{
+  return {{"output_cap", request.output_cap},
+          {"report_cap", request.report_cap},
+          {"deadline_ms", ms_of(request.deadline)},
+          {"grace_ms", ms_of(request.grace)}};
+}
+
+LaunchRequest decode_launch(const Message& m)
+{
+  LaunchRequest request;
   request.output_cap = m.at("output_cap").get<std::size_t>();
   request.report_cap = m.at("report_cap").get<std::size_t>();
   request.deadline = std::chrono::milliseconds(m.at("deadline_ms").get<long long>());
   request.grace = std::chrono::milliseconds(m.at("grace_ms").get<long long>());
-  request.start_limit = std::chrono::milliseconds(m.at("start_limit_ms").get<long long>());
-  request.python_standby = m.value("python_standby", false);
-  request.runs_on_standby = m.value("runs_on_standby", request.python_standby);
   return request;
 }
 

@@ -14,7 +14,7 @@
 namespace ferry::held {
 
 // Bumped whenever a message changes: a holder of another version is not used.
-inline constexpr int k_protocol = 2;
+inline constexpr int k_protocol = 3;
 // Uploads may be bundles of up to 256 MiB; output comes capped.
 inline constexpr std::size_t k_max_message = 600u << 20;
 
@@ -38,9 +38,16 @@ enum class Received { message, closed, timeout, broken };
 [[nodiscard]] ExecOutcome decode_outcome(const Message& message);
 [[nodiscard]] Message encode(const FetchedFile& file);
 [[nodiscard]] FetchedFile decode_file(const Message& message);
-[[nodiscard]] Message encode(const ExecRequest& request);
+[[nodiscard]] Message encode(const LauncherSpec& spec);
+[[nodiscard]] LauncherSpec decode_launcher(const Message& message);
+[[nodiscard]] Message encode(const RunBundle& bundle);
+[[nodiscard]] RunBundle decode_bundle(const Message& message);
+// A staged run as the holder names it (its id); its stop token is the caller's to set.
+[[nodiscard]] Message encode(const StagedRun& run);
+[[nodiscard]] StagedRun decode_run(const Message& message);
+[[nodiscard]] Message encode(const LaunchRequest& request);
 // The request's fields; its stop token and sinks are the caller's to set.
-[[nodiscard]] ExecRequest decode_request(const Message& message);
+[[nodiscard]] LaunchRequest decode_launch(const Message& message);
 [[nodiscard]] Message encode(const std::optional<std::vector<DirEntry>>& entries);
 [[nodiscard]] std::optional<std::vector<DirEntry>> decode_entries(const Message& message);
 

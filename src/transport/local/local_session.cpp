@@ -13,10 +13,13 @@
 
 #include <boost/process.hpp>
 
+#include "ferry/bundle.hpp"
 #include "ferry/fd.hpp"
 #include "ferry/remote/launcher.hpp"
 #include "ferry/sessions.hpp"
 #include "ferry/util.hpp"
+#include "transport/exec_request.hpp"
+#include "transport/run_files.hpp"
 #include "transport/stop_schedule.hpp"
 
 namespace ferry {
@@ -24,6 +27,24 @@ namespace {
 
 namespace bp = boost::process;
 namespace fs = std::filesystem;
+
+// The run directory's files, written as on any target (run_files.hpp).
+class LocalWriter final : public RunDirWriter {
+public:
+  Expected<void> make_dir(const std::string& path) override
+  {
+    if (::mkdir(path.c_str(), 0700) != 0) {
+      return fail(ErrorKind::failed, "cannot create the directory {}: {}", path,
+                  std::strerror(errno));
+    }
+    ::chmod(path.c_str(), 0700); // the umask is not trusted
+    return {};
+  }
+  Expected<void> put_file(const std::string& path, std::string_view bytes) override
+  {
+    return write_file_atomic(path, bytes, 0600);
+  }
+};
 
 class LocalSession final : public HostSession {
 public:
@@ -34,7 +55,52 @@ public:
 
   Expected<void> connect() override { return {}; }
 
-  Expected<std::string> create_run_dir() override
+  Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override
+  {
+    FERRY_TRY_ASSIGN(const std::string dir, create_run_dir());
+    LocalWriter writer;
+    auto cached = write_run_files(writer, bundle, dir);
+    if (!cached) {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      return Unexpected{cached.error()};
+    }
+    return staged_run(bundle, dir, stop);
+  }
+
+  Expected<ExecOutcome> launch(StagedRun& run, const LaunchRequest& request) override
+  {
+    return exec(launcher_request(run, request));
+  }
+
+  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
+                              const ChunkSink& sink) override
+  {
+    return fetch_stream(run.run_dir + "/" + rel, sink);
+  }
+
+  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
+                                                      const std::string& rel) override
+  {
+    return list_local_dir(rel.empty() ? run.run_dir : run.run_dir + "/" + rel);
+  }
+
+  Expected<void> finish(StagedRun& run, Finish how) override
+  {
+    if (how != Finish::remove) {
+      return {};
+    }
+    std::error_code ec;
+    fs::remove_all(run.run_dir, ec);
+    if (ec) {
+      return fail(ErrorKind::failed, "cannot remove the run directory {}: {}", run.run_dir,
+                  ec.message());
+    }
+    return {};
+  }
+
+private:
+  Expected<std::string> create_run_dir()
   {
     std::error_code ec;
     const fs::path base =
@@ -53,50 +119,8 @@ public:
     sweep_stale(base, dir);
     return dir.string();
   }
-
-  Expected<void> put_file(const std::string& path, std::string_view bytes) override
-  {
-    return write_file_atomic(path, bytes, 0600);
-  }
-
-  Expected<ExecOutcome> exec(const ExecRequest& request) override;
-
-  Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override;
-
-  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override;
-
-  Expected<void> make_dir(const std::string& path) override
-  {
-    if (::mkdir(path.c_str(), 0700) != 0) {
-      return fail(ErrorKind::failed, "cannot create the directory {}: {}", path,
-                  std::strerror(errno));
-    }
-    ::chmod(path.c_str(), 0700); // the umask is not trusted
-    return {};
-  }
-
-  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path) override
-  {
-    return list_local_dir(path);
-  }
-
-  Expected<bool> file_exists(const std::string& path) override
-  {
-    std::error_code ec;
-    return fs::exists(fs::symlink_status(path, ec));
-  }
-
-  Expected<void> remove_run_dir(const std::string& path) override
-  {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-    if (ec) {
-      return fail(ErrorKind::failed, "cannot remove the run directory {}: {}", path, ec.message());
-    }
-    return {};
-  }
-
-private:
+  Expected<ExecOutcome> exec(const ExecRequest& request);
+  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink);
   void sweep_stale(const fs::path& base, const fs::path& new_dir);
 
   LocalTarget m_target;
@@ -201,28 +225,6 @@ Expected<FetchedFile> LocalSession::fetch_stream(const std::string& path, const 
     FERRY_TRY(sink(std::string_view(buffer.data(), static_cast<std::size_t>(n))));
   }
   return FetchedFile{FetchedFile::Kind::regular, {}, {}};
-}
-
-Expected<FetchedFile> LocalSession::fetch_file(const std::string& path, std::size_t cap)
-{
-  std::string bytes;
-  bool over = false;
-  auto fetched = fetch_stream(path, [&](std::string_view chunk) -> Expected<void> {
-    bytes.append(chunk);
-    if (bytes.size() > cap) {
-      over = true; // cap + 1 bytes tell the caller it is over the cap; no need to read on
-      bytes.resize(cap + 1);
-      return fail(ErrorKind::failed, "over the cap");
-    }
-    return {};
-  });
-  if (over) {
-    return FetchedFile{FetchedFile::Kind::regular, std::move(bytes), {}};
-  }
-  if (fetched) {
-    fetched->bytes = std::move(bytes);
-  }
-  return fetched;
 }
 
 // Reads what is ready on the job's two pipes into their captures; a closed pipe is dropped.

@@ -15,7 +15,7 @@ struct Said {
 };
 
 // A fixed command on the login node (its tokens are shell-neutral), its output kept small.
-Expected<Said> run_command(HostSession& login, std::vector<std::string> argv, const StopToken& stop)
+Expected<Said> run_command(ssh::Remote& login, std::vector<std::string> argv, const StopToken& stop)
 {
   ExecRequest request;
   request.argv = std::move(argv);
@@ -32,7 +32,7 @@ Expected<Said> run_command(HostSession& login, std::vector<std::string> argv, co
 
 } // namespace
 
-Expected<void> ping_controller(HostSession& login, std::string_view label, const StopToken& stop)
+Expected<void> ping_controller(ssh::Remote& login, std::string_view label, const StopToken& stop)
 {
   auto said = run_command(login, {"scontrol", "ping"}, stop);
   if (!said) {
@@ -73,7 +73,7 @@ nlohmann::json parse_scontrol_records(std::string_view text)
   return records;
 }
 
-nlohmann::json describe_cluster(HostSession& login, const StopToken& stop)
+nlohmann::json describe_cluster(ssh::Remote& login, const StopToken& stop)
 {
   nlohmann::json cluster = nlohmann::json::object();
   if (auto version = run_command(login, {"scontrol", "--version"}, stop);

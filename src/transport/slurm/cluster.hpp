@@ -7,18 +7,18 @@
 #include <nlohmann/json.hpp>
 
 #include "ferry/expected.hpp"
-#include "ferry/transport.hpp"
+#include "transport/ssh/remote.hpp"
 
 namespace ferry::slurm {
 
 // `scontrol ping` on the login node: a controller that is down is an unreachable target
 // (exit 3), a login node without Slurm's commands an error.
-[[nodiscard]] Expected<void> ping_controller(HostSession& login, std::string_view label,
+[[nodiscard]] Expected<void> ping_controller(ssh::Remote& login, std::string_view label,
                                              const StopToken& stop);
 
 // {"version": "22.05.8", "partitions": [{"name", "default", "state", "nodes", "total_nodes"}],
 //  "nodes": [{"name", "gres", "partitions", "state"}]}; what could not be read is left out.
-[[nodiscard]] nlohmann::json describe_cluster(HostSession& login, const StopToken& stop);
+[[nodiscard]] nlohmann::json describe_cluster(ssh::Remote& login, const StopToken& stop);
 
 // "KEY=VALUE KEY=VALUE ..." lines of `scontrol -o show ...` as objects.
 [[nodiscard]] nlohmann::json parse_scontrol_records(std::string_view text);

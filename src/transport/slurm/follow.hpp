@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "ferry/transport.hpp"
+#include "transport/exec_request.hpp"
 #include "transport/slurm/frames.hpp"
 #include "transport/slurm/verdict.hpp"
 

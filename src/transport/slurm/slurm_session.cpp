@@ -35,18 +35,6 @@ std::string slurm_job_name(std::string_view job)
   return name + "-" + random_hex(4);
 }
 
-// RUN_DIR of the runner's `/bin/sh RUN_DIR/launch.sh`.
-Expected<std::string> run_dir_of(const ExecRequest& request)
-{
-  constexpr std::string_view launcher = "/launch.sh";
-  const auto& argv = request.argv;
-  if (argv.size() != 2 || argv[0] != "/bin/sh" || argv[1].size() <= launcher.size() ||
-      argv[1].compare(argv[1].size() - launcher.size(), launcher.size(), launcher) != 0) {
-    return fail(ErrorKind::failed, "the Slurm target runs only ferry's launcher");
-  }
-  return argv[1].substr(0, argv[1].size() - launcher.size());
-}
-
 // sbatch's arguments, one per line: ferry's fixed options, the run's checked options, the batch
 // script and the run directories it gets as arguments.
 std::string sbatch_args_file(const SlurmOptions& options, const std::string& job_name,
@@ -92,8 +80,9 @@ public:
   SlurmSession(std::shared_ptr<const SlurmTarget> target, int slot,
                std::shared_ptr<SharedAllocation> allocation)
       : m_shared_target(std::move(target)), m_target(*m_shared_target), m_slot(slot),
-        m_allocation(std::move(allocation)), m_login(make_ssh_session(m_target.login))
+        m_allocation(std::move(allocation)), m_login(ssh::make_remote(m_target.login))
   {
+    m_login->without_job_cache();
   }
   SlurmSession(const SlurmSession&) = delete;
   SlurmSession& operator=(const SlurmSession&) = delete;
@@ -106,44 +95,26 @@ public:
   nlohmann::json target() const override;
   std::string label() const override;
   Expected<void> connect() override;
-  void bind_stop(const StopToken& stop) override
-  {
-    m_stop = stop;
-    m_login->bind_stop(stop);
-  }
-  void prepare_run(const Job& job, int timeout_s, bool python_standby) override;
   // The submit script forwards the launcher's output file from the run directory after the
-  // launcher has ended: the directory stays until ferry removes it.
-  bool launcher_cleans_up() const override { return false; }
-  Expected<std::string> create_run_dir() override { return m_login->create_run_dir(); }
-  Expected<void> put_file(const std::string& path, std::string_view bytes) override
+  // launcher has ended: the directory stays until the run is finished.
+  Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override;
+  Expected<ExecOutcome> launch(StagedRun& run, const LaunchRequest& request) override;
+  // Files alongside and files back go over the login node's SFTP: the run directory is on the
+  // shared file system the nodes see.
+  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
+                              const ChunkSink& sink) override
   {
-    return m_login->put_file(path, bytes);
+    return m_login->fetch(run, rel, sink);
   }
-  Expected<ExecOutcome> exec(const ExecRequest& request) override;
-  Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override
+  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
+                                                      const std::string& rel) override
   {
-    return m_login->fetch_file(path, cap);
+    return m_login->list(run, rel);
   }
-  // Files alongside and files back go over the login node's SFTP too: the run directory is on
-  // the shared file system the nodes see.
-  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override
+  Expected<void> finish(StagedRun& run, Finish how) override
   {
-    return m_login->fetch_stream(path, sink);
-  }
-  Expected<void> make_dir(const std::string& path) override { return m_login->make_dir(path); }
-  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path) override
-  {
-    return m_login->list_dir(path);
-  }
-  Expected<bool> file_exists(const std::string& path) override
-  {
-    return m_login->file_exists(path);
-  }
-  Expected<void> remove_run_dir(const std::string& path) override
-  {
-    withdraw("its run could not be staged");
-    return m_login->remove_run_dir(path);
+    withdraw("its run was not launched");
+    return m_login->finish(run, how);
   }
 
 private:
@@ -156,6 +127,7 @@ private:
       m_joined = true;
     }
   }
+  void start_round(const RunBundle& bundle);
   Expected<std::string> submit_or_wait(const std::string& run_dir, const ExecRequest& request);
   Expected<ExecOutcome> follow(const ExecRequest& request, const std::string& run_dir,
                                const std::string& job_id);
@@ -164,7 +136,7 @@ private:
   const SlurmTarget& m_target;
   const int m_slot;
   std::shared_ptr<SharedAllocation> m_allocation;
-  std::unique_ptr<HostSession> m_login;
+  std::unique_ptr<ssh::Remote> m_login;
   StopToken m_stop;
   nlohmann::json m_cluster; // `check`: what the login node says about the cluster
   // The current run.
@@ -238,21 +210,38 @@ Expected<void> SlurmSession::connect()
   return connected;
 }
 
-void SlurmSession::prepare_run(const Job& job, int timeout_s, bool /*python_standby*/)
+void SlurmSession::start_round(const RunBundle& bundle)
 {
   withdraw("its run could not be staged");
   ++m_round;
   m_joined = false;
-  m_options = merge_slurm_options(m_target.command_line,
-                                  merge_slurm_options(job.meta.slurm, m_target.config));
+  // The job's own options were checked as its file was read.
+  auto read = slurm_options_from_json(bundle.scheduler.is_object() ? bundle.scheduler
+                                                                   : nlohmann::json::object());
+  const SlurmOptions of_job = read ? *read : SlurmOptions{};
+  m_options =
+      merge_slurm_options(m_target.command_line, merge_slurm_options(of_job, m_target.config));
   m_options.nodes = m_target.nodes;
-  m_job_name = slurm_job_name(job.name);
-  m_timeout_s = timeout_s;
+  m_job_name = slurm_job_name(bundle.launcher.job_name);
+  m_timeout_s = bundle.launcher.timeout_s;
   m_time_min = 0;
   m_job_id.clear();
   m_node.clear();
   m_end.reset();
   m_run_dir_shared.reset();
+}
+
+Expected<StagedRun> SlurmSession::stage(const RunBundle& bundle, const StopToken& stop)
+{
+  m_stop = stop;
+  start_round(bundle);
+  RunBundle kept = bundle;
+  kept.launcher.keep_run_dir = true; // the submit script reads the launcher's output there
+  auto staged = m_login->stage(kept, stop);
+  if (!staged) {
+    withdraw("its run could not be staged");
+  }
+  return staged;
 }
 
 // Slot 0 submits the job for every slot's run directory; the others wait for its id.
@@ -273,9 +262,10 @@ Expected<std::string> SlurmSession::submit_or_wait(const std::string& run_dir,
   return std::string(); // submitted by this slot's submit script
 }
 
-Expected<ExecOutcome> SlurmSession::exec(const ExecRequest& request)
+Expected<ExecOutcome> SlurmSession::launch(StagedRun& run, const LaunchRequest& launch)
 {
-  FERRY_TRY_ASSIGN(const auto run_dir, run_dir_of(request));
+  const ExecRequest request = launcher_request(run, launch);
+  const std::string& run_dir = run.run_dir;
   m_time_min = m_options.time_min.value_or(slurm_minutes_for(
       m_timeout_s,
       static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(request.grace).count())));

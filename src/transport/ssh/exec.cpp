@@ -291,12 +291,6 @@ ExecOutcome follow(ssh_session session, ssh_channel channel, ExitWatch& watch,
   return outcome;
 }
 
-// The launcher is `/bin/sh PATH`: the one command a standby channel runs.
-bool is_launcher(const std::vector<std::string>& argv)
-{
-  return argv.size() == 2 && argv[0] == "/bin/sh";
-}
-
 } // namespace
 
 // A channel opened ahead of its run: its `/bin/sh -s`, or the python standby, waits on stdin
@@ -322,17 +316,14 @@ bool is_python(const StandbyChannel& standby)
   return standby && standby->python;
 }
 
+namespace {
 void decide_standby(Standby& standby, const std::string& python_command)
 {
   static const std::string sh_command = *shell_neutral_command({"/bin/sh", "-s"});
   standby.python = !python_command.empty();
   standby.command = standby.python ? python_command : sh_command;
 }
-
-bool undecided(const Standby& standby)
-{
-  return standby.command.empty();
-}
+} // namespace
 
 StandbyChannel begin_standby(ssh_session session, const std::string& python_command)
 {
@@ -341,18 +332,9 @@ StandbyChannel begin_standby(ssh_session session, const std::string& python_comm
   return advance_standby(session, *standby) == StandbyState::failed ? nullptr : std::move(standby);
 }
 
-StandbyChannel begin_undecided_standby(ssh_session session)
-{
-  StandbyChannel standby(new Standby(session));
-  return advance_standby(session, *standby) == StandbyState::failed ? nullptr : std::move(standby);
-}
-
 StandbyState advance_standby(ssh_session session, Standby& standby)
 {
   while (!standby.started) {
-    if (standby.open && standby.command.empty()) {
-      return StandbyState::pending; // open, its command not decided yet
-    }
     ssh_set_blocking(session, 0);
     const int rc = standby.open
                        ? ssh_channel_request_exec(standby.channel.get(), standby.command.c_str())
@@ -379,9 +361,6 @@ StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>&
 {
   const auto until = Clock::now() + limit;
   const int fd = ssh_get_fd(session);
-  if (standby && undecided(*standby)) {
-    decide_standby(*standby, {}); // nobody decided: a sh standby, as ever
-  }
   // The lock released while the server answers: the session's runs and SFTP steps go on
   // meanwhile.
   while (standby) {
@@ -481,6 +460,9 @@ struct Settle {
 // there is room. Holding the lock.
 void keep_standby(const StandbyUse& use, StandbyChannel standby)
 {
+  if (use.may_keep && !use.may_keep()) {
+    return; // its channel closes: the standby reads the end of its stdin and ends
+  }
   if (!*use.standby) {
     *use.standby = std::move(standby);
   } else if (use.spares != nullptr && use.spares->size() < k_max_spare_standbys) {
@@ -557,7 +539,7 @@ run_on_a_standby(ssh_session session, std::string_view label, const std::string&
                  std::unique_lock<std::mutex>& lock, const FreeAChannel& free_a_channel,
                  const StandbyUse& standby, Settle& settle)
 {
-  const bool may_use = standby.standby != nullptr && is_launcher(request.argv);
+  const bool may_use = standby.standby != nullptr;
   // Freed while the lock is held, as every channel.
   if (StandbyChannel taken = may_use ? take_standby(standby) : nullptr) {
     // A python standby usually stays for the next run: no other opens meanwhile.
@@ -567,7 +549,7 @@ run_on_a_standby(ssh_session session, std::string_view label, const std::string&
     return run_and_keep(session, std::move(taken), command, request, watchdog, lock, standby,
                         settle);
   }
-  if (!may_use || !(request.python_standby || standby.any_job) || standby.python_command.empty() ||
+  if (!may_use || !request.python_standby || standby.python_command.empty() ||
       (standby.python_failed != nullptr && *standby.python_failed)) {
     return std::optional<ExecOutcome>();
   }

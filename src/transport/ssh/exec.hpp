@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ferry/expected.hpp"
-#include "ferry/transport.hpp"
+#include "transport/exec_request.hpp"
 #include "transport/ssh/handles.hpp"
 #include "transport/ssh/watchdog.hpp"
 
@@ -52,12 +52,12 @@ struct StandbyUse {
   std::function<void()> taken;   // called (holding the lock) once the run has taken it
   std::vector<StandbyChannel>* spares = nullptr;
   std::string python_command;
-  // A run that finds no standby free opens a python standby of its own (python_command) for any
-  // job, not only a python3 job's: a direct connection's only run, staged by it without SFTP.
-  bool any_job = false;
   std::string stage;
   std::function<Expected<void>(bool)> settle;
   bool* staged_by_standby = nullptr;
+  // Asked (holding the lock) when a python standby stays after its run: whether it may be kept.
+  // Not on a host that allows one channel at a time: it would hold the slot SFTP needs.
+  std::function<bool()> may_keep;
 };
 [[nodiscard]] Expected<ExecOutcome> exec(ssh_session session, std::string_view label,
                                          const ExecRequest& request, CallWatchdog& watchdog,
@@ -76,13 +76,6 @@ enum class StandbyState { pending, ready, failed };
 [[nodiscard]] StandbyChannel begin_standby(ssh_session session,
                                            const std::string& python_command = {});
 [[nodiscard]] StandbyState advance_standby(ssh_session session, Standby& standby);
-// A standby whose command is not known yet: its channel opens, and advance_standby sends no exec
-// request (it stays pending) until decide_standby names the command (a python standby's, or
-// `/bin/sh -s` when empty). A direct run's first channel opens so, before the SFTP listing of the
-// run base tells whether the job cache holds the python standby's script.
-[[nodiscard]] StandbyChannel begin_undecided_standby(ssh_session session);
-[[nodiscard]] bool undecided(const Standby& standby);
-void decide_standby(Standby& standby, const std::string& python_command);
 [[nodiscard]] StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
                                             StandbyChannel standby,
                                             std::chrono::steady_clock::duration limit,

@@ -108,12 +108,14 @@ private:
   Expected<void> read_config();
   Expected<void> where_to();
   Expected<void> identities();
+  Expected<void> identity_agent(IdentityPlan& plan);
   Expected<void> known_hosts();
   Expected<void> trust();
   Expected<void> proxy();
   Expected<void> proxy_jump(const ConfigValue& value);
   void timeout_and_algorithms();
   void warnings();
+  void set_env_note();
   Expected<std::string> expand_path(const std::string& path, std::string_view what);
 
   const SshTarget& m_target;
@@ -226,6 +228,12 @@ Expected<void> Resolver::identities()
     plan.identities_only = only->args[0] == "yes" || only->args[0] == "true";
     plan.identities_only_origin = origin(*only);
   }
+  return identity_agent(plan);
+}
+
+// The agent: IdentityAgent, else $SSH_AUTH_SOCK.
+Expected<void> Resolver::identity_agent(IdentityPlan& plan)
+{
   plan.agent_socket = env_or("SSH_AUTH_SOCK", "");
   plan.agent_origin = "SSH_AUTH_SOCK";
   if (const auto* agent = m_config.find("identityagent")) {
@@ -233,10 +241,13 @@ Expected<void> Resolver::identities()
     plan.agent_origin = origin(*agent) + " (IdentityAgent)";
     if (value == "none") {
       plan.agent_socket.clear();
-    } else if (value[0] == '$') {
-      plan.agent_socket = env_or(value.substr(1).c_str(), "");
     } else if (value != "SSH_AUTH_SOCK") {
-      FERRY_TRY_ASSIGN(plan.agent_socket, expand_path(value, plan.agent_origin));
+      // As ssh: ~, %-tokens and ${VAR} first; what then starts with $ names a variable that
+      // holds the socket ($SSH_AUTH_SOCK, $MY_AGENT), anything else is the socket's path.
+      FERRY_TRY_ASSIGN(const std::string expanded, expand_path(value, plan.agent_origin));
+      plan.agent_socket = !expanded.empty() && expanded[0] == '$'
+                              ? env_or(expanded.substr(1).c_str(), "")
+                              : expanded;
     }
   }
   return {};
@@ -420,6 +431,24 @@ void Resolver::warnings()
   warn("pubkeyauthentication", "ignored: ferry authenticates with keys only", no);
 }
 
+// SetEnv asks ssh to send variables to the server. A job gets only the variables its job file,
+// ferry's config file and --env declare (docs/job-file.md), so ferry sends none; -v says so,
+// with the names only (a value may be a secret), and where to declare them instead.
+void Resolver::set_env_note()
+{
+  const auto* value = m_config.find("setenv");
+  if (value == nullptr || !m_target.debug) {
+    return;
+  }
+  std::vector<std::string> names;
+  for (const auto& assignment : value->args) {
+    names.push_back(assignment.substr(0, assignment.find('=')));
+  }
+  m_target.debug(fmt::format("{}: SetEnv {}: not sent — a job gets only the variables of its "
+                             "[env], config.toml's env and --env; give them there (--env {}=VALUE)",
+                             origin(*value), fmt::join(names, " "), names.front()));
+}
+
 Expected<Resolved> Resolver::run()
 {
   FERRY_TRY(read_config());
@@ -430,6 +459,7 @@ Expected<Resolved> Resolver::run()
   FERRY_TRY(proxy());
   timeout_and_algorithms();
   warnings();
+  set_env_note();
   return std::move(m_out);
 }
 

@@ -30,9 +30,6 @@ SftpFiles::SftpFiles(ssh_session session, std::string label, std::string user,
 
 CallWatchdog::Armed SftpFiles::arm(std::string what)
 {
-  if (m_sftp && m_on_step) {
-    m_on_step();
-  }
   return m_watchdog.arm(std::move(what), &m_stop);
 }
 
@@ -106,9 +103,12 @@ Expected<void> SftpFiles::start()
   {
     const auto armed = arm("open an SFTP channel");
     m_sftp.reset(sftp_new(m_session));
-    // A host with MaxSessions 1 frees the exec channel's slot only once it has reaped the
-    // command: a refused open right after an exec is tried again, briefly.
-    for (int wait_ms = 20; !m_sftp && wait_ms <= 640 && !m_watchdog.fired() && was_suspended;
+    // A refused open: a standby the session keeps may hold the slot (a host with MaxSessions 1),
+    // and goes. sshd frees a channel's slot only once it has reaped its command, so the open is
+    // tried again, briefly, after an exec or a standby let one go.
+    const bool made_room = !m_sftp && m_make_room && m_make_room();
+    for (int wait_ms = 20;
+         !m_sftp && wait_ms <= 640 && !m_watchdog.fired() && (was_suspended || made_room);
          wait_ms *= 2) {
       std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
       m_sftp.reset(sftp_new(m_session));
@@ -170,7 +170,18 @@ bool SftpFiles::suspend()
   return true;
 }
 
-Expected<void> SftpFiles::check_base_dir(const std::string& dir, bool is_base)
+namespace {
+SeenDir seen_dir(const std::string& path, const sftp_attributes_struct& attributes)
+{
+  const SeenDir::Type type = attributes.type == SSH_FILEXFER_TYPE_DIRECTORY
+                                 ? SeenDir::Type::directory
+                             : attributes.type == SSH_FILEXFER_TYPE_SYMLINK ? SeenDir::Type::link
+                                                                            : SeenDir::Type::other;
+  return {path, type, attributes.uid, attributes.permissions & 07777};
+}
+} // namespace
+
+Expected<SeenDir> SftpFiles::make_base_dir(const std::string& dir)
 {
   sftp_session sftp = m_sftp.get();
   Attributes attributes(sftp_lstat(sftp, dir.c_str()));
@@ -192,21 +203,22 @@ Expected<void> SftpFiles::check_base_dir(const std::string& dir, bool is_base)
       attributes->permissions = (attributes->permissions & ~07777U) | 0700;
     }
   }
-  if (attributes->type == SSH_FILEXFER_TYPE_SYMLINK) {
-    return fail(ErrorKind::failed,
-                "{}: {} is a symbolic link; ferry does not write through links it did not make. "
-                "Remove it or set --remote-base to a real directory",
-                m_label, dir);
+  return seen_dir(dir, *attributes);
+}
+
+Expected<SeenDir> SftpFiles::look_at_dir(const std::string& dir)
+{
+  const Attributes attributes(sftp_lstat(m_sftp.get(), dir.c_str()));
+  if (!attributes) {
+    return fail(ErrorKind::failed, "{}", error("inspect", dir));
   }
-  if (attributes->type != SSH_FILEXFER_TYPE_DIRECTORY) {
-    return fail(ErrorKind::failed, "{}: {} exists and is not a directory", m_label, dir);
-  }
-  if (is_base && (attributes->permissions & 022) != 0) {
-    return fail(
-        ErrorKind::failed,
-        "{}: the run base {} is writable by group or others (mode {:o}); another user "
-        "could tamper with runs. Fix it with `chmod 700 {}` or choose another --remote-base",
-        m_label, dir, attributes->permissions & 07777, dir);
+  return seen_dir(dir, *attributes);
+}
+
+Expected<void> SftpFiles::judge_base() const
+{
+  if (auto problem = base_chain_problem(m_base_chain, m_uid, m_user)) {
+    return fail(ErrorKind::failed, "{}: {}", m_label, *problem);
   }
   return {};
 }
@@ -237,10 +249,23 @@ Expected<void> SftpFiles::prepare_base()
         m_label, base);
   }
   // One bounded step per directory: over a slow link the whole walk takes many round trips.
+  // Made top down, judged bottom up (the base first), then the directories above them up to the
+  // first of root's.
+  std::vector<SeenDir> chain;
   for (const auto& dir : to_create) {
     const auto armed = arm("prepare the run base " + dir);
-    FERRY_TRY(check_base_dir(dir, dir == base));
+    FERRY_TRY_ASSIGN(auto seen, make_base_dir(dir));
+    chain.insert(chain.begin(), std::move(seen));
   }
+  for (auto above = parent_dir(to_create.front());
+       above && chain.back().type == SeenDir::Type::directory && walk_above(chain.back());
+       above = parent_dir(*above)) {
+    const auto armed = arm("inspect " + *above + ", above the run base");
+    FERRY_TRY_ASSIGN(auto seen, look_at_dir(*above));
+    chain.push_back(std::move(seen));
+  }
+  m_base_chain = std::move(chain);
+  FERRY_TRY(judge_base());
   m_base = base;
   return {};
 }
@@ -253,13 +278,7 @@ std::string SftpFiles::run_dir_name(const std::string& base)
 
 bool SftpFiles::mkdir_0700(const std::string& dir)
 {
-  const auto started = std::chrono::steady_clock::now();
-  if (sftp_mkdir(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
-    return false;
-  }
-  const auto took = std::chrono::steady_clock::now() - started;
-  m_round_trip = m_round_trip ? std::min(*m_round_trip, took) : took;
-  return true;
+  return sftp_mkdir(m_sftp.get(), dir.c_str(), 0700) == SSH_OK;
 }
 
 Expected<void> SftpFiles::make_run_dir(const std::string& dir)
@@ -286,19 +305,6 @@ Expected<std::string> SftpFiles::create_run_dir()
   return dir;
 }
 
-Expected<void> SftpFiles::create_named_run_dir(const std::string& dir)
-{
-  FERRY_TRY(prepare_base());
-  if (dir.substr(0, dir.rfind('/')) != m_base) {
-    return fail(ErrorKind::failed,
-                "{}: the run base is {} now, not {} as an earlier run of this machine found it; "
-                "run again",
-                m_label, m_base, dir.substr(0, dir.rfind('/')));
-  }
-  FERRY_TRY(start());
-  return make_new_run_dir(dir);
-}
-
 Expected<void> SftpFiles::make_new_run_dir(const std::string& dir)
 {
   const auto armed = arm("create the run directory");
@@ -316,6 +322,15 @@ Expected<void> SftpFiles::make_new_run_dir(const std::string& dir)
     }
     m_chmod_run_dirs = (attributes->permissions & 07777) != 0700;
     created = static_cast<long long>(attributes->mtime);
+    // The session's first directory is the user's: its owner tells who that is on the host, and
+    // the base is judged again, owners included, before anything there is run or trusted.
+    m_uid = attributes->uid;
+    if (auto judged = judge_base(); !judged) {
+      sftp_rmdir(m_sftp.get(), dir.c_str());
+      m_base.clear();
+      m_chmod_run_dirs.reset();
+      return judged;
+    }
   }
   if (*m_chmod_run_dirs && sftp_chmod(m_sftp.get(), dir.c_str(), 0700) != SSH_OK) {
     return fail(ErrorKind::failed, "{}", error("set mode 0700 on", dir));
@@ -384,7 +399,8 @@ void SftpFiles::sweep_stale(const std::string& new_dir, long long now)
         candidates.emplace_back(m_base + "/" + name, entry->mtime);
       } else if (is_job_cache_name(name)) {
         const bool usable = entry->type == SSH_FILEXFER_TYPE_REGULAR &&
-                            (entry->permissions & 07777) == k_job_cache_mode;
+                            (entry->permissions & 07777) == k_job_cache_mode &&
+                            trusted_file(true, entry->uid, entry->permissions, *m_uid);
         cache.push_back({{name, entry->size, static_cast<long long>(entry->mtime)}, usable});
       }
     }

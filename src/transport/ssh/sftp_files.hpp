@@ -10,6 +10,7 @@
 
 #include "ferry/expected.hpp"
 #include "ferry/transport.hpp"
+#include "transport/ssh/base_trust.hpp"
 #include "transport/ssh/handles.hpp"
 #include "transport/ssh/job_cache.hpp"
 #include "transport/ssh/watchdog.hpp"
@@ -34,9 +35,6 @@ public:
             CallWatchdog& watchdog, const StopToken& stop);
 
   [[nodiscard]] Expected<std::string> create_run_dir();
-  // create_run_dir for a run directory already named (under the base as an earlier session
-  // found it: a run its python standby was to stage, left to SFTP after all).
-  [[nodiscard]] Expected<void> create_named_run_dir(const std::string& dir);
   // Whether this session has swept the base (its first run directory is made).
   [[nodiscard]] bool swept() const { return m_chmod_run_dirs.has_value(); }
   [[nodiscard]] Expected<void> put_file(const std::string& path, std::string_view bytes);
@@ -64,12 +62,6 @@ public:
   {
     m_uploaded[path.substr(0, path.rfind('/'))].push_back(path);
   }
-  // The shortest time a run directory's mkdir took in this session: one SFTP round trip and
-  // next to no work on the host. nullopt before the first.
-  [[nodiscard]] std::optional<std::chrono::steady_clock::duration> round_trip() const
-  {
-    return m_round_trip;
-  }
   // A script of ferry's own in the job cache (as a job's bytes are kept): its entry's path.
   [[nodiscard]] Expected<std::string> cache_script(std::string_view file_name,
                                                    std::string_view bytes);
@@ -86,9 +78,10 @@ public:
   void forget_run_dir(const std::string& path) { m_uploaded.erase(path); }
   // Closes the SFTP channel (the next request opens it again); false when none was open.
   bool suspend();
-  // Called before each SFTP request while the SFTP channel is open (the session's lock held):
-  // the session takes a standby it is opening one step further meanwhile.
-  void on_step(std::function<void()> step) { m_on_step = std::move(step); }
+  // Called (the session's lock held) when the server refuses the SFTP channel: closes a channel
+  // the session keeps open ahead of a run (a standby) so that SFTP can have its slot; false when
+  // there is none to close.
+  void on_refused(std::function<bool()> make_room) { m_make_room = std::move(make_room); }
 
 private:
   [[nodiscard]] Expected<void> start();
@@ -96,7 +89,15 @@ private:
   // A new run directory (0700), the umask checked and the base swept when it is the session's
   // first.
   [[nodiscard]] Expected<void> make_new_run_dir(const std::string& dir);
-  [[nodiscard]] Expected<void> check_base_dir(const std::string& dir, bool is_base);
+  // A directory of the base as lstat shows it, made (0700) when missing.
+  [[nodiscard]] Expected<SeenDir> make_base_dir(const std::string& dir);
+  [[nodiscard]] Expected<SeenDir> look_at_dir(const std::string& dir);
+  // The base and the directories above it, judged by base_chain_problem (owners once m_uid is
+  // known).
+  [[nodiscard]] Expected<void> judge_base() const;
+  // Makes (and removes) the session's first run directory when none was made yet: its owner is
+  // the user, which the base's and the job cache's owners are judged against.
+  [[nodiscard]] Expected<void> know_the_user();
   [[nodiscard]] Expected<void> write_all(sftp_file file, const std::string& path,
                                          std::string_view bytes);
   // A new file (O_EXCL: never through an existing name or link) with `mode`, written in place.
@@ -114,7 +115,6 @@ private:
   [[nodiscard]] std::optional<std::string> read_small(const std::string& path);
   [[nodiscard]] bool launcher_alive(const std::string& dir, const std::string& state);
   [[nodiscard]] CallWatchdog::Armed arm(std::string what);
-  // sftp_mkdir, timed for round_trip.
   [[nodiscard]] bool mkdir_0700(const std::string& dir);
   [[nodiscard]] std::string error(std::string_view what, std::string_view path) const;
   struct ShellProbe {
@@ -130,11 +130,12 @@ private:
   CallWatchdog& m_watchdog;
   const StopToken& m_stop;
   Sftp m_sftp;
-  std::string m_base; // the run base, checked once per session
+  std::string m_base;                 // the run base, checked once per session
+  std::vector<SeenDir> m_base_chain;  // the base, then the directories above it (judge_base)
+  std::optional<std::uint32_t> m_uid; // the user's, on the host: the owner of the first run dir
   // Whether run directories need an explicit chmod (the server's umask takes owner bits); known
   // after the session's first, which is also when the base is swept.
   std::optional<bool> m_chmod_run_dirs;
-  std::optional<std::chrono::steady_clock::duration> m_round_trip;
   bool m_suspended = false; // SFTP stepped aside for an exec (MaxSessions 1)
   std::map<std::string, std::vector<std::string>> m_uploaded; // run dir -> files put there
   // Job cache entries (by name) this session listed, checked or made, and when: trusted
@@ -146,7 +147,7 @@ private:
   std::string m_cache_missing; // the name a look last found missing, and when
   std::chrono::steady_clock::time_point m_cache_missing_at{};
   bool m_cache_off = false;
-  std::function<void()> m_on_step; // on_step
+  std::function<bool()> m_make_room; // on_refused
 };
 
 } // namespace ferry::ssh

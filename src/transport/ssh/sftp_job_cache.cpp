@@ -30,8 +30,7 @@ long long epoch_now()
 Expected<bool> SftpFiles::put_job_file(const std::string& path, std::string_view bytes,
                                        const std::string& sha256)
 {
-  FERRY_TRY(prepare_base());
-  FERRY_TRY(start());
+  FERRY_TRY(know_the_user());
   const std::string name = job_cache_name(sha256, path.substr(path.rfind('/') + 1));
   if (m_cache_off || name.empty() || sha256_hex(bytes) != sha256) {
     FERRY_TRY(put_file(path, bytes));
@@ -63,7 +62,7 @@ std::optional<std::string> SftpFiles::cached_job_entry(const std::string& path,
                                                        const std::string& sha256)
 {
   const std::string name = job_cache_name(sha256, path.substr(path.rfind('/') + 1));
-  if (m_base.empty() || m_cache_off || name.empty() || sha256_hex(bytes) != sha256 ||
+  if (m_base.empty() || !m_uid || m_cache_off || name.empty() || sha256_hex(bytes) != sha256 ||
       !job_cache_has(name, bytes.size())) {
     return std::nullopt;
   }
@@ -72,8 +71,7 @@ std::optional<std::string> SftpFiles::cached_job_entry(const std::string& path,
 
 Expected<std::string> SftpFiles::cache_script(std::string_view file_name, std::string_view bytes)
 {
-  FERRY_TRY(prepare_base());
-  FERRY_TRY(start());
+  FERRY_TRY(know_the_user());
   if (auto entry = cached_script(file_name, bytes)) {
     return std::move(*entry);
   }
@@ -89,10 +87,22 @@ std::optional<std::string> SftpFiles::cached_script(std::string_view file_name,
                                                     std::string_view bytes)
 {
   const std::string name = job_cache_name(sha256_hex(bytes), file_name);
-  if (m_base.empty() || m_cache_off || name.empty() || !job_cache_has(name, bytes.size())) {
+  if (m_base.empty() || !m_uid || m_cache_off || name.empty() ||
+      !job_cache_has(name, bytes.size())) {
     return std::nullopt;
   }
   return m_base + "/" + name;
+}
+
+Expected<void> SftpFiles::know_the_user()
+{
+  FERRY_TRY(prepare_base());
+  FERRY_TRY(start());
+  if (!m_uid) {
+    FERRY_TRY_ASSIGN(const std::string dir, create_run_dir());
+    FERRY_TRY(remove_run_dir(dir));
+  }
+  return {};
 }
 
 // The job goes up as any other file, and so do the session's later jobs; unless the connection
@@ -115,6 +125,9 @@ Expected<bool> SftpFiles::job_cache_give_up(const std::string& path, std::string
 // sees it in use.
 bool SftpFiles::job_cache_has(const std::string& name, std::size_t size)
 {
+  if (!m_uid) {
+    return false; // nothing is trusted before the session knows whose the base is
+  }
   const std::string entry = m_base + "/" + name;
   sftp_session sftp = m_sftp.get();
   const auto now = Clock::now();
@@ -135,8 +148,9 @@ bool SftpFiles::job_cache_has(const std::string& name, std::size_t size)
       m_cache_missing_at = now;
       return false;
     }
-    seen = {attributes->type == SSH_FILEXFER_TYPE_REGULAR &&
-                (attributes->permissions & 07777) == k_job_cache_mode,
+    seen = {(attributes->permissions & 07777) == k_job_cache_mode &&
+                trusted_file(attributes->type == SSH_FILEXFER_TYPE_REGULAR, attributes->uid,
+                             attributes->permissions, *m_uid),
             attributes->size, static_cast<long long>(attributes->mtime), now};
   }
   if (!seen.usable || seen.size != size) {

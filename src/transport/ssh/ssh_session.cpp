@@ -19,14 +19,16 @@
 #include "ferry/sessions.hpp"
 #include "ferry/text.hpp"
 #include "ferry/util.hpp"
+#include "transport/exec_request.hpp"
+#include "transport/run_files.hpp"
 #include "transport/ssh/auth.hpp"
 #include "transport/ssh/exec.hpp"
 #include "transport/ssh/host_key.hpp"
 #include "transport/ssh/libssh_loader.hpp"
 #include "transport/ssh/options.hpp"
 #include "transport/ssh/proxy.hpp"
+#include "transport/ssh/remote.hpp"
 #include "transport/ssh/sftp_files.hpp"
-#include "transport/ssh/standby_memo.hpp"
 
 namespace ferry {
 namespace {
@@ -41,32 +43,11 @@ constexpr std::chrono::minutes k_script_check_every{10};
 // The holder's own SFTP steps wait for the runs' (SshSession::let_runs_go_first).
 constexpr std::chrono::milliseconds k_runs_quiet{20};
 constexpr std::chrono::seconds k_runs_first_at_most{30};
-// A round trip from which the run of a job that declares an environment is better staged by a
-// python standby too (which then execs its launch.sh): the SFTP steps it saves (5 round trips,
-// 100 ms and up) outweigh the interpreter the standby started ahead for nothing (tens of ms of
-// the host's CPU, while nobody waits). Well above what a busy
-// loopback or LAN takes, since the round trip is timed as it comes (SftpFiles::round_trip).
-constexpr std::chrono::milliseconds k_slow_link{20};
 
 // The python standby's command: its script ENTRY in the job cache (docs/run-protocol.md, "Exec").
 std::string python_standby_command(const std::string& entry)
 {
   return "python3 -I -S " + entry + " ferry-standby";
-}
-// The same for a direct connection's only run, which it stages (docs/run-protocol.md, "A first
-// run without SFTP"): no interpreter started ahead, any job's started when it comes.
-std::string once_standby_command(const std::string& entry)
-{
-  return "python3 -I -S " + entry + " once ferry-standby";
-}
-// The largest job whose bytes go to such a standby on its channel; a larger one goes over SFTP.
-constexpr std::size_t k_max_staged_job = 4u << 20;
-// The name of this build's standby script in a job cache.
-const std::string& standby_entry_name()
-{
-  static const std::string name =
-      ssh::job_cache_name(sha256_hex(standby_script()), k_standby_script);
-  return name;
 }
 
 bool is_transient_connect_error(std::string_view message)
@@ -80,7 +61,7 @@ bool is_transient_connect_error(std::string_view message)
   return false;
 }
 
-class SshSession final : public SshConnection {
+class SshSession final : public ssh::Remote {
 public:
   explicit SshSession(SshTarget target) : m_target(std::move(target)) {}
 
@@ -106,131 +87,58 @@ public:
     }
     return {};
   }
-  // Several runs may use the session at once (concurrent_runs): every libssh call is made
-  // holding m_mutex. SFTP calls hold it for their whole length (one SFTP channel serves them
-  // all); an exec holds it only while it calls libssh, not while it waits for data.
-  bool concurrent_runs() const override { return true; }
-  Expected<std::string> create_run_dir() override
+  // Several runs may use the session at once: every libssh call is made holding m_mutex. SFTP
+  // calls hold it for their whole length (one SFTP channel serves them all); an exec holds it
+  // only while it calls libssh, not while it waits for data.
+  SessionTraits traits() const override { return {true}; }
+  void plan(std::size_t runs, std::size_t at_once) override
   {
-    return with_sftp([this]() -> Expected<std::string> {
-      if (!m_once_entry.empty()) {
-        // The session's only run, staged by a python standby with no SFTP step at all.
-        std::string dir = ssh::SftpFiles::run_dir_name(parent_of(m_once_entry));
-        m_deferred[dir].standby_entry = std::exchange(m_once_entry, {});
-        m_staging.insert(dir);
-        return dir;
-      }
-      if (defers_staging()) {
-        std::string dir = files().new_run_dir_name();
-        m_deferred[dir];
-        m_staging.insert(dir);
-        return dir;
-      }
-      auto dir = files().create_run_dir();
-      if (dir) {
-        m_staging.insert(*dir);
-        note_standby_script();
-        decide_early_standby(); // the sweep's listing told what the job cache holds
-      }
-      return dir;
+    const std::lock_guard lock(m_mutex);
+    m_runs_expected = runs;
+    m_runs_at_once = std::max<std::size_t>(at_once, 1);
+  }
+  Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override;
+  Expected<ExecOutcome> launch(StagedRun& run, const LaunchRequest& request) override
+  {
+    return exec_run(run.run_dir, launcher_request(run, request));
+  }
+  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
+                              const ChunkSink& sink) override
+  {
+    return with_sftp([&]() -> Expected<FetchedFile> {
+      FERRY_TRY(settle_deferred(run.run_dir));
+      return files().fetch_stream(run.run_dir + "/" + rel, sink);
     });
   }
+  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
+                                                      const std::string& rel) override
+  {
+    return with_sftp([&]() -> Expected<std::optional<std::vector<DirEntry>>> {
+      FERRY_TRY(settle_deferred(run.run_dir));
+      return files().list_dir(rel.empty() ? run.run_dir : run.run_dir + "/" + rel);
+    });
+  }
+  Expected<void> finish(StagedRun& run, Finish how) override
+  {
+    if (how == Finish::remove) {
+      return remove_run_dir(run.run_dir);
+    }
+    forget_run_dir(run.run_dir);
+    return {};
+  }
+  // A plain command (a scheduler's submit script): a channel of its own, never a standby.
+  Expected<ExecOutcome> exec(const ExecRequest& request) override;
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
   {
     return with_sftp([&]() -> Expected<void> {
-      const std::string dir = parent_of(path);
-      if (const auto it = m_deferred.find(dir); it != m_deferred.end() && it->second.job &&
-                                                !it->second.launch &&
-                                                path == dir + "/" + k_launcher_file) {
-        it->second.launch = std::string(bytes);
-        return {};
-      }
-      FERRY_TRY(settle_deferred(path));
+      FERRY_TRY(settle_deferred(parent_of(path)));
       return files().put_file(path, bytes);
     });
   }
-  Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
-                              const std::string& sha256) override
+  void without_job_cache() override { m_job_cache = false; }
+  void prepare_files() override
   {
-    return with_sftp([&]() -> Expected<bool> {
-      if (const auto it = m_deferred.find(parent_of(path));
-          it != m_deferred.end() && !it->second.job && !it->second.launch) {
-        if (const std::string& script = it->second.standby_entry; !script.empty()) {
-          // Its bytes go with the run; the standby makes the cache's entry when it lacks it.
-          const std::string name = ssh::job_cache_name(sha256, path.substr(path.rfind('/') + 1));
-          if (!name.empty() && bytes.size() <= k_max_staged_job && sha256_hex(bytes) == sha256) {
-            it->second.job =
-                DeferredJob{path, std::string(bytes), sha256, parent_of(script) + "/" + name};
-            return false;
-          }
-        } else if (auto entry = files().cached_job_entry(path, bytes, sha256)) {
-          it->second.job = DeferredJob{path, std::string(bytes), sha256, std::move(*entry)};
-          return true;
-        }
-      }
-      FERRY_TRY(settle_deferred(path));
-      return files().put_job_file(path, bytes, sha256);
-    });
-  }
-  void bind_stop(const StopToken& stop) override
-  {
-    const std::lock_guard lock(m_mutex);
-    m_stop = stop;
-  }
-  Expected<ExecOutcome> exec(const ExecRequest& request) override;
-  Expected<FetchedFile> fetch_file(const std::string& path, std::size_t cap) override
-  {
-    return with_sftp([&]() -> Expected<FetchedFile> {
-      FERRY_TRY(settle_deferred(path));
-      return files().fetch_file(path, cap);
-    });
-  }
-  Expected<bool> file_exists(const std::string& path) override
-  {
-    return with_sftp([&]() -> Expected<bool> {
-      FERRY_TRY(settle_deferred(path));
-      return files().file_exists(path);
-    });
-  }
-  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink) override
-  {
-    return with_sftp([&]() -> Expected<FetchedFile> {
-      FERRY_TRY(settle_deferred(path));
-      return files().fetch_stream(path, sink);
-    });
-  }
-  Expected<void> make_dir(const std::string& path) override
-  {
-    return with_sftp([&]() -> Expected<void> {
-      FERRY_TRY(settle_deferred(path));
-      return files().make_dir(path);
-    });
-  }
-  Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path) override
-  {
-    return with_sftp([&]() -> Expected<std::optional<std::vector<DirEntry>>> {
-      FERRY_TRY(settle_deferred(path));
-      return files().list_dir(path);
-    });
-  }
-  Expected<void> remove_run_dir(const std::string& path) override
-  {
-    return with_sftp([&]() -> Expected<void> {
-      m_staging.erase(path);
-      if (m_deferred.erase(path) > 0) {
-        return {}; // never made on the host
-      }
-      return files().remove_run_dir(path);
-    });
-  }
-  void forget_run_dir(const std::string& path) override
-  {
-    const std::lock_guard lock(m_mutex);
-    m_deferred.erase(path);
-    m_staging.erase(path);
-    if (m_files) {
-      m_files->forget_run_dir(path);
-    }
+    (void)with_sftp([&]() -> Expected<bool> { return files().file_exists("/"); });
   }
   std::string options_identity() const override;
   bool alive() override
@@ -264,38 +172,16 @@ public:
   void prepare_exec() override;
   void prepare_idle() override;
   void prepare_python_standby() override;
-  // The session's first run: its channel is opened as soon as the SFTP channel is open, while
-  // the SFTP steps that stage the run go on (a direct run; a holder opens its standbys itself).
-  // A python3 job's is a python standby when the job cache holds the standby's script and more
-  // runs follow on the session.
-  void prepare_run(const Job& /*job*/, int /*timeout_s*/, bool python_standby) override
+  // The session's first run: a direct connection's later python3 runs go to python standbys
+  // when the job cache holds the standby's script and more runs follow on the session (a holder
+  // readies its own). Holding the lock.
+  void prepare_first_run(bool python_standby)
   {
-    const std::lock_guard lock(m_mutex);
-    if (!std::exchange(m_early_asked, true)) {
-      // The session's only run, nothing staged yet, and this machine's note says the host's job
-      // cache held the standby's script at its last sweep, lately: no SFTP at all.
-      if (m_runs_expected == 1 && !m_files) {
-        if (auto memo = ssh::recall_standby(options_identity(), standby_entry_name());
-            memo && !memo->entry.empty()) {
-          m_once_entry = std::move(memo->entry);
-          debug(fmt::format("the run is staged by a python standby, without SFTP (its script "
-                            "{} was in the job cache at this machine's last sweep)",
-                            m_once_entry));
-          return;
-        }
-      }
-      m_early_wanted = true;
+    if (!std::exchange(m_first_asked, true)) {
       // Not for a session's only run: on its own, the standby's two python starts cost the host
-      // what launch.sh's helpers would (measured: tests/bench/README.md); its gain is the later
-      // runs', on the standbys that stay.
-      m_early_python = python_standby && m_runs_expected != 1;
+      // what launch.sh's helpers would; its gain is the later runs', on the standbys that stay.
+      m_fan_out_python = python_standby && m_runs_expected != 1;
     }
-  }
-  void expect_runs(std::size_t runs, std::size_t at_once) override
-  {
-    const std::lock_guard lock(m_mutex);
-    m_runs_expected = runs;
-    m_runs_at_once = std::max<std::size_t>(at_once, 1);
   }
   void on_standby_taken(std::function<void()> callback) override
   {
@@ -304,6 +190,47 @@ public:
   }
 
 private:
+  // A staged run's directory, named (a run left to its python standby) or made over SFTP.
+  Expected<std::string> create_run_dir()
+  {
+    return with_sftp([this]() -> Expected<std::string> {
+      if (defers_staging()) {
+        std::string dir = files().new_run_dir_name();
+        m_deferred[dir];
+        m_staging.insert(dir);
+        return dir;
+      }
+      auto dir = files().create_run_dir();
+      if (dir) {
+        m_staging.insert(*dir);
+        note_python_standby(); // the sweep's listing told what the job cache holds
+      }
+      return dir;
+    });
+  }
+  // The run's files: kept in memory while its python standby is to make them (the job from the
+  // cache and launch.sh), else made over SFTP.
+  class Writer;
+  Expected<void> remove_run_dir(const std::string& path)
+  {
+    return with_sftp([&]() -> Expected<void> {
+      m_staging.erase(path);
+      if (m_deferred.erase(path) > 0) {
+        return {}; // never made on the host
+      }
+      return files().remove_run_dir(path);
+    });
+  }
+  void forget_run_dir(const std::string& path)
+  {
+    const std::lock_guard lock(m_mutex);
+    m_deferred.erase(path);
+    m_staging.erase(path);
+    if (m_files) {
+      m_files->forget_run_dir(path);
+    }
+  }
+  Expected<ExecOutcome> exec_run(const std::string& run_dir, const ExecRequest& request);
   // Runs an SFTP step holding the lock; while the host allows one channel at a time, only once
   // no exec holds it.
   template <typename Step> auto with_sftp(Step step) -> decltype(step())
@@ -335,9 +262,6 @@ private:
   struct Deferred {
     std::optional<DeferredJob> job;
     std::optional<std::string> launch; // launch.sh's bytes
-    // A direct connection's only run (prepare_run): the standby's script entry, which its
-    // `once` standby runs. Its session has not swept the base; the job's bytes go with the run.
-    std::string standby_entry;
   };
   static std::string parent_of(const std::string& path) { return path.substr(0, path.rfind('/')); }
   // Holding the lock, as a run's exec begins: whether no later run will take the python standby
@@ -364,22 +288,14 @@ private:
   Expected<void> settle_deferred(const std::string& path, bool after_standby = false);
   // The `stage` line and launch.sh's bytes for a run whose files a python standby may make
   // (`dir` set to its run directory); empty when there is none.
-  std::string stage_line(const ExecRequest& request, std::string& dir);
+  // The `stage` line and launch.sh's bytes for a run in `run_dir` whose files its python
+  // standby is to make; empty when they were made over SFTP.
+  std::string stage_line(const ExecRequest& request, const std::string& run_dir);
   void staged_by_the_standby(const std::string& dir);
-  // Holding the lock: settle_deferred's run directory itself (a direct connection's only run's
-  // is the session's first: the base checked and swept).
-  Expected<void> make_deferred_dir(const std::string& dir, const Deferred& deferred);
   // Holding the lock: standby_use, and for a run whose files wait (`dir`, handed over by
-  // `stage`) what makes them; a direct connection's only run gets a `once` standby of its own
-  // (*once set).
+  // `stage`) what makes them.
   ssh::StandbyUse standby_use_for(const std::string& dir, const std::string& stage,
-                                  bool& staged_by_standby, bool& once);
-  // Holding the lock, after the exec of a run whose files waited: noted as made by the standby,
-  // or (`once`: a direct connection's only run, not stopped) its standby's failure noted.
-  void after_staged_exec(const std::string& dir, bool staged_by_standby, bool once);
-  // Holding the lock, once the session has swept the base: notes whether the job cache holds
-  // the standby's script, for a later direct connection's only run (standby_memo.hpp).
-  void note_standby_script();
+                                  bool& staged_by_standby);
   Expected<void> connect_once();
   Expected<void> open_connection();
   Unexpected<Error> connection_failed(const ssh::Stepped& step);
@@ -397,7 +313,7 @@ private:
     if (!m_files) {
       m_files.emplace(m_session.get(), m_target.spec, m_where.user, m_target.remote_base,
                       watchdog(), m_stop);
-      m_files->on_step([this] { step_early_standby(); });
+      m_files->on_refused([this] { return close_a_standby(); });
     }
     return *m_files;
   }
@@ -415,10 +331,10 @@ private:
     return *m_watchdog;
   }
   bool free_a_channel(std::unique_lock<std::mutex>& lock, bool& refused, int& refusals);
-  void step_early_standby();
-  void decide_early_standby();
-  void settle_early_standby(std::unique_lock<std::mutex>& lock,
-                            std::chrono::steady_clock::duration limit, const StopToken& stop);
+  // Holding the lock: closes a spare, else the standby, whose slot a run or SFTP needs; false
+  // when the session keeps none.
+  bool close_a_standby();
+  void note_python_standby();
   ssh::StandbyUse standby_use();
   std::string connect_failure_hint() const
   {
@@ -440,6 +356,7 @@ private:
   std::mutex m_key_mutex; // around m_offered_key (recheck_host_key does not take m_mutex)
   std::optional<ssh::ServerKey> m_offered_key;
   bool m_resolved = false;
+  bool m_job_cache = true; // without_job_cache
   bool m_told = false;     // the config's story and warnings: once, not once per attempt
   bool m_no_retry = false; // a proxy that failed says why; trying again would not help
   std::mutex m_mutex;      // held around every libssh call once runs share the session
@@ -459,19 +376,9 @@ private:
   // The next run's channel, opened ahead (prepare_exec); not counted in m_execs. Last: it ends
   // first, while the connection is still up.
   ssh::StandbyChannel m_standby;
-  // The first run's standby while the SFTP steps that stage it open it (prepare_run): begun
-  // once the SFTP channel is open (so that on a host with MaxSessions 1 SFTP keeps its slot),
-  // taken a step further at each SFTP request, and waited for by the run's exec.
-  ssh::StandbyChannel m_early;
-  bool m_early_wanted = false; // prepare_run asked for it; it is begun at the next SFTP step
-  bool m_early_asked = false;  // only for the session's first run
-  // The standby script's entry in the job cache, from this machine's note (prepare_run): the
-  // session's only run is staged by a python standby, without SFTP (create_run_dir takes it).
-  std::string m_once_entry;
-  bool m_script_noted = false; // note_standby_script: once per session
-  // The first run's job may run on a python standby (prepare_run): its channel's command waits
-  // for the sweep's listing of the job cache (decide_early_standby).
-  bool m_early_python = false;
+  bool m_first_asked = false; // prepare_first_run: only for the session's first run
+  // A direct fan-out's python3 runs may go to python standbys (prepare_first_run).
+  bool m_fan_out_python = false;
   // Runs this session will be given (expect_runs; 0: unknown), how many at once, and execs
   // begun: the python standbys of the last `m_runs_at_once` end with their runs
   // (ExecRequest::last; last_on_its_channel).
@@ -490,21 +397,11 @@ private:
   bool m_no_python_standby = false;
   std::function<void()> m_standby_taken; // on_standby_taken
   bool m_standby_opening = false;        // prepare_exec is opening one (it holds a slot)
-  // The last run's job could run on a python standby (ExecRequest::runs_on_standby: a sh job's
-  // too), or the link is slow: the next standby is one only then, and while one can be had here.
-  // Holding the lock.
-  bool m_last_run_on_standby = true;
+  // The next standby is a python one whenever one can be had here (it runs a job that declares
+  // an environment through launch.sh, and stages its files all the same). Holding the lock.
   [[nodiscard]] bool next_standby_python() const
   {
-    return (m_last_run_on_standby || slow_link()) && !m_no_python_standby &&
-           !m_python_command.empty();
-  }
-  // A job that declares an environment is staged by a python standby too (k_slow_link), which
-  // then execs its launch.sh. Holding the lock.
-  [[nodiscard]] bool slow_link() const
-  {
-    const auto round_trip = m_files ? m_files->round_trip() : std::nullopt;
-    return round_trip && *round_trip >= k_slow_link;
+    return !m_no_python_standby && !m_python_command.empty();
   }
 };
 
@@ -512,7 +409,7 @@ void SshSession::prepare_exec()
 {
   std::unique_lock lock(m_mutex);
   // Only with room for it and one more channel: a standby never keeps a run waiting.
-  if (m_standby || m_early || !m_session || !ssh_is_connected(m_session.get()) ||
+  if (m_standby || !m_session || !ssh_is_connected(m_session.get()) ||
       m_channel_limit - m_execs < 2) {
     return;
   }
@@ -586,7 +483,6 @@ void SshSession::prepare_python_standby()
       return;
     }
     m_python_command = python_standby_command(*entry);
-    ssh::remember_standby(options_identity(), *entry);
   }
   // The session's first run directory checks the server's umask and sweeps the base: made
   // here, while nobody waits, so that the next run's can be left to its standby.
@@ -607,73 +503,20 @@ void SshSession::prepare_python_standby()
   }
 }
 
-// Called holding the lock before each SFTP request (SftpFiles::on_step), never waiting.
-void SshSession::step_early_standby()
-{
-  if (std::exchange(m_early_wanted, false) && !m_standby && m_execs == 0 && m_channel_limit > 1) {
-    // A python3 job's channel opens now; its command once the job cache is known.
-    const bool python = m_early_python && !m_no_python_standby;
-    m_early = python && m_python_command.empty()
-                  ? ssh::begin_undecided_standby(m_session.get())
-                  : ssh::begin_standby(m_session.get(), python ? m_python_command : std::string());
-  }
-  if (!m_early) {
-    return;
-  }
-  switch (ssh::advance_standby(m_session.get(), *m_early)) {
-  case ssh::StandbyState::pending:
-    return;
-  case ssh::StandbyState::ready:
-    if (!m_standby) {
-      m_standby = std::move(m_early);
-    }
-    break;
-  case ssh::StandbyState::failed:
-    break;
-  }
-  m_early.reset();
-}
-
 // Called holding the lock once the session's first run directory is made, and with it the
-// sweep's listing of the base: the first run's channel, opened ahead, runs the python standby
-// when the job cache holds its script (docs/run-protocol.md, "Exec"); it is not uploaded for
-// that. Else `/bin/sh -s`, as for any other job.
-void SshSession::decide_early_standby()
+// sweep's listing of the base: a direct fan-out's later python3 runs go to python standbys when
+// the job cache holds the standby's script (docs/run-protocol.md, "Exec"); it is not uploaded for
+// that.
+void SshSession::note_python_standby()
 {
-  if (!m_early || !ssh::undecided(*m_early)) {
+  if (!m_fan_out_python || m_no_python_standby || !m_python_command.empty()) {
     return;
   }
-  std::string command;
-  if (m_early_python && !m_no_python_standby) {
-    const auto entry = files().cached_script(k_standby_script, standby_script());
-    if (entry && is_shell_neutral_token(*entry)) {
-      m_python_command = python_standby_command(*entry);
-      command = m_python_command;
-      debug("the first run's channel runs the python standby (its script is in the job cache)");
-    }
+  const auto entry = files().cached_script(k_standby_script, standby_script());
+  if (entry && is_shell_neutral_token(*entry)) {
+    m_python_command = python_standby_command(*entry);
+    debug("python3 jobs go to python standbys (their script is in the job cache)");
   }
-  if (m_early) { // an SFTP step of the look above may have dropped it (its channel failed)
-    ssh::decide_standby(*m_early, command);
-  }
-  step_early_standby(); // its exec request goes now
-}
-
-// Called holding the lock by a run's exec: the early standby still being opened is waited for
-// (the lock released meanwhile), so that the run takes it rather than opening another channel.
-void SshSession::settle_early_standby(std::unique_lock<std::mutex>& lock,
-                                      std::chrono::steady_clock::duration limit,
-                                      const StopToken& stop)
-{
-  if (!m_early) {
-    return;
-  }
-  m_standby_opening = true;
-  auto standby = ssh::finish_standby(m_session.get(), lock, std::move(m_early), limit, &stop);
-  m_standby_opening = false;
-  if (standby && !m_standby) {
-    m_standby = std::move(standby);
-  }
-  m_changed.notify_all();
 }
 
 // Called holding the lock when the server refuses a run's channel. A channel of this session
@@ -683,16 +526,10 @@ bool SshSession::free_a_channel(std::unique_lock<std::mutex>& lock, bool& refuse
 {
   // A standby still being opened holds a slot too: once it is open, it goes as below.
   m_changed.wait_for(lock, std::chrono::seconds(5), [this] { return !m_standby_opening; });
-  if (!m_spares.empty() || m_standby) {
-    // A spare, else the standby, takes a slot the run needs: it goes first. Its slot is free
-    // once sshd has reaped what ran there (a python standby's two processes take a moment):
-    // until then a refusal is not taken for the server's bound.
-    if (!m_spares.empty()) {
-      m_spares.pop_back();
-    } else {
-      m_standby.reset();
-    }
-    m_last_exec_end = Clock::now();
+  // A spare, else the standby, takes a slot the run needs: it goes first. Its slot is free once
+  // sshd has reaped what ran there (a python standby's two processes take a moment): until then
+  // a refusal is not taken for the server's bound.
+  if (close_a_standby()) {
     return true;
   }
   const bool just_freed = Clock::now() - m_last_exec_end < k_slot_reaping;
@@ -715,6 +552,19 @@ bool SshSession::free_a_channel(std::unique_lock<std::mutex>& lock, bool& refuse
   return just_freed;
 }
 
+bool SshSession::close_a_standby()
+{
+  if (!m_spares.empty()) {
+    m_spares.pop_back();
+  } else if (m_standby) {
+    m_standby.reset();
+  } else {
+    return false;
+  }
+  m_last_exec_end = Clock::now();
+  return true;
+}
+
 // What a run may use of the standbys, holding the lock.
 ssh::StandbyUse SshSession::standby_use()
 {
@@ -731,8 +581,9 @@ ssh::StandbyUse SshSession::standby_use()
           &m_spares,
           m_no_python_standby ? std::string() : m_python_command,
           {},
-          {},
-          nullptr};
+          nullptr,
+          nullptr,
+          [this] { return m_channel_limit > 1; }};
 }
 
 Expected<void> SshSession::settle_deferred(const std::string& path, bool after_standby)
@@ -750,7 +601,7 @@ Expected<void> SshSession::settle_deferred(const std::string& path, bool after_s
   if (after_standby) {
     (void)files().remove_run_dir(dir); // what the standby made before it went, if anything
   }
-  FERRY_TRY(make_deferred_dir(dir, deferred));
+  FERRY_TRY(files().make_run_dir(dir));
   if (deferred.job) {
     FERRY_TRY(files().put_job_file(deferred.job->path, deferred.job->bytes, deferred.job->sha256));
   }
@@ -760,27 +611,14 @@ Expected<void> SshSession::settle_deferred(const std::string& path, bool after_s
   return {};
 }
 
-std::string SshSession::stage_line(const ExecRequest& request, std::string& dir)
+std::string SshSession::stage_line(const ExecRequest& request, const std::string& run_dir)
 {
-  if (request.argv.size() != 2 || request.argv[0] != "/bin/sh") {
-    return {};
-  }
   const std::lock_guard lock(m_mutex);
-  const std::string run_dir = parent_of(request.argv[1]);
   const auto it = m_deferred.find(run_dir);
-  if (it == m_deferred.end() || !it->second.job || !it->second.launch ||
-      request.argv[1] != run_dir + "/" + k_launcher_file) {
+  if (it == m_deferred.end() || !it->second.job || !it->second.launch) {
     return {};
   }
   const Deferred& deferred = it->second;
-  dir = run_dir;
-  if (!deferred.standby_entry.empty()) {
-    return fmt::format("stage-first {} {} {} {} {} {}{}\n", run_dir, k_launcher_file,
-                       deferred.job->path.substr(run_dir.size() + 1), deferred.job->entry,
-                       deferred.launch->size(), deferred.job->bytes.size(),
-                       request.last ? " last" : "") +
-           *deferred.launch + deferred.job->bytes;
-  }
   return fmt::format("stage {} {} {} {} {}{}\n", run_dir, k_launcher_file,
                      deferred.job->path.substr(run_dir.size() + 1), deferred.job->entry,
                      deferred.launch->size(), request.last ? " last" : "") +
@@ -798,82 +636,124 @@ void SshSession::staged_by_the_standby(const std::string& dir)
   }
 }
 
-Expected<void> SshSession::make_deferred_dir(const std::string& dir, const Deferred& deferred)
-{
-  if (deferred.standby_entry.empty()) {
-    return files().make_run_dir(dir);
-  }
-  // No SFTP step yet: the base is checked and swept now, as for any first run directory.
-  FERRY_TRY(files().create_named_run_dir(dir));
-  note_standby_script();
-  return {};
-}
-
 ssh::StandbyUse SshSession::standby_use_for(const std::string& dir, const std::string& stage,
-                                            bool& staged_by_standby, bool& once)
+                                            bool& staged_by_standby)
 {
   ssh::StandbyUse standby = standby_use();
   const auto it = dir.empty() ? m_deferred.end() : m_deferred.find(dir);
   if (it == m_deferred.end()) {
     return standby;
   }
-  if (const std::string& script = it->second.standby_entry; !script.empty()) {
-    standby.python_command = once_standby_command(script);
-    standby.any_job = true;
-    once = true;
-  }
   standby.stage = stage;
-  standby.settle = [this, &dir](bool after_standby) { return settle_deferred(dir, after_standby); };
+  standby.settle = [this, dir](bool after_standby) { return settle_deferred(dir, after_standby); };
   standby.staged_by_standby = &staged_by_standby;
   return standby;
 }
 
-void SshSession::after_staged_exec(const std::string& dir, bool staged_by_standby, bool once)
-{
-  if (staged_by_standby) {
-    staged_by_the_standby(dir);
-  } else if (once) {
-    // It could not start there (no python3, its script gone, a base it would not take): the run
-    // went over SFTP, and so do the next ones for as long as the note is fresh.
-    ssh::standby_failed(options_identity());
-    debug("the python standby did not start; the run was staged over SFTP");
-  }
-}
+// The run directory's files, as write_run_files makes them (run_files.hpp): a job the job
+// cache holds and launch.sh wait in memory for the python standby that is to make them, when
+// the run was left to one (create_run_dir); anything else settles the run over SFTP first.
+class SshSession::Writer final : public RunDirWriter {
+public:
+  explicit Writer(SshSession& session) : m_session(session) {}
 
-void SshSession::note_standby_script()
+  Expected<void> make_dir(const std::string& path) override
+  {
+    return m_session.with_sftp([&]() -> Expected<void> {
+      FERRY_TRY(m_session.settle_deferred(path));
+      return m_session.files().make_dir(path);
+    });
+  }
+  Expected<void> put_file(const std::string& path, std::string_view bytes) override
+  {
+    return m_session.with_sftp([&]() -> Expected<void> {
+      const std::string dir = parent_of(path);
+      auto& deferred = m_session.m_deferred;
+      if (const auto it = deferred.find(dir); it != deferred.end() && it->second.job &&
+                                              !it->second.launch &&
+                                              path == dir + "/" + k_launcher_file) {
+        it->second.launch = std::string(bytes);
+        return {};
+      }
+      FERRY_TRY(m_session.settle_deferred(path));
+      return m_session.files().put_file(path, bytes);
+    });
+  }
+  Expected<bool> put_job(const std::string& path, std::string_view bytes,
+                         const std::string& sha256) override
+  {
+    if (!m_session.m_job_cache) {
+      FERRY_TRY(put_file(path, bytes));
+      return false;
+    }
+    return m_session.with_sftp([&]() -> Expected<bool> {
+      auto& deferred = m_session.m_deferred;
+      if (const auto it = deferred.find(parent_of(path));
+          it != deferred.end() && !it->second.job && !it->second.launch) {
+        if (auto entry = m_session.files().cached_job_entry(path, bytes, sha256)) {
+          it->second.job = DeferredJob{path, std::string(bytes), sha256, std::move(*entry)};
+          return true;
+        }
+      }
+      FERRY_TRY(m_session.settle_deferred(path));
+      return m_session.files().put_job_file(path, bytes, sha256);
+    });
+  }
+
+private:
+  SshSession& m_session;
+};
+
+Expected<StagedRun> SshSession::stage(const RunBundle& bundle, const StopToken& stop)
 {
-  if (!m_files || !m_files->swept() || std::exchange(m_script_noted, true)) {
-    return;
+  {
+    const std::lock_guard lock(m_mutex);
+    m_stop = stop;
+    prepare_first_run(runs_on_python_standby(bundle.launcher));
   }
-  const auto entry = files().cached_script(k_standby_script, standby_script());
-  if (entry && is_shell_neutral_token(*entry)) {
-    ssh::remember_standby(options_identity(), *entry);
-  } else {
-    ssh::forget_standby(options_identity());
+  FERRY_TRY_ASSIGN(std::string dir, create_run_dir());
+  Writer writer(*this);
+  auto cached = write_run_files(writer, bundle, dir);
+  if (!cached) {
+    (void)remove_run_dir(dir); // what was made of it, if anything
+    return Unexpected{cached.error()};
   }
+  StagedRun run = staged_run(bundle, std::move(dir), stop);
+  run.job_from_cache = *cached;
+  return run;
 }
 
 Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
 {
+  return exec_run({}, request);
+}
+
+// `run_dir` empty: a plain command, on a channel of its own.
+Expected<ExecOutcome> SshSession::exec_run(const std::string& run_dir, const ExecRequest& request)
+{
   ExecRequest bounded = request;
-  {
-    const std::lock_guard lock(m_mutex);
-    bounded.last = last_on_its_channel();
-  }
-  // A run whose files wait for a python standby: the line that hands them to it.
+  std::string stage;
+  // The run directory whose files wait for a python standby (standby_use_for keeps a reference
+  // to it while the run lasts).
   std::string staged_dir;
-  const std::string stage = stage_line(bounded, staged_dir);
-  if (staged_dir.empty()) {
-    FERRY_TRY(with_sftp([&] {
-      return settle_deferred(request.argv.size() == 2 ? request.argv[1] : std::string());
-    }));
+  if (!run_dir.empty()) {
+    {
+      const std::lock_guard lock(m_mutex);
+      bounded.last = last_on_its_channel();
+    }
+    // A run whose files wait for a python standby: the line that hands them to it.
+    stage = stage_line(bounded, run_dir);
+    if (!stage.empty()) {
+      staged_dir = run_dir;
+    } else {
+      FERRY_TRY(with_sftp([&] { return settle_deferred(run_dir); }));
+    }
   }
   int refusals = 0;
   ssh::CallWatchdog* dog = nullptr;
   {
     std::unique_lock lock(m_mutex);
     dog = &watchdog();
-    settle_early_standby(lock, dog->limits().call, request.stop);
   }
   bounded.start_limit = dog->limits().call; // the login shell runs before the launcher
   while (true) {
@@ -881,9 +761,7 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       std::unique_lock lock(m_mutex);
       m_changed.wait(lock, [this] { return m_execs < m_channel_limit; });
       ++m_execs;
-      if (request.argv.size() == 2) {
-        m_staging.erase(parent_of(request.argv[1]));
-      }
+      m_staging.erase(run_dir);
     }
     bool refused = false;
     const auto free_a_channel = [this, &refused, &refusals](std::unique_lock<std::mutex>& lock) {
@@ -891,11 +769,9 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
     };
     ssh::StandbyUse standby;
     bool staged_by_standby = false;
-    bool once = false; // a direct connection's only run, for its own python standby to stage
-    {
+    if (!run_dir.empty()) {
       const std::lock_guard lock(m_mutex);
-      m_last_run_on_standby = request.runs_on_standby;
-      standby = standby_use_for(staged_dir, stage, staged_by_standby, once);
+      standby = standby_use_for(staged_dir, stage, staged_by_standby);
     }
     auto outcome =
         ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel, standby);
@@ -903,7 +779,9 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
       const std::lock_guard lock(m_mutex);
       --m_execs;
       m_last_exec_end = Clock::now();
-      after_staged_exec(staged_dir, staged_by_standby, once && !request.stop.stop_requested());
+      if (staged_by_standby) {
+        staged_by_the_standby(run_dir);
+      }
     }
     m_changed.notify_all();
     if (outcome || !refused || request.stop.stop_requested() || dog->fired()) {
@@ -1110,6 +988,11 @@ std::string SshSession::options_identity() const
 }
 
 std::unique_ptr<HostSession> make_ssh_session(const SshTarget& target)
+{
+  return std::make_unique<SshSession>(target);
+}
+
+std::unique_ptr<ssh::Remote> ssh::make_remote(const SshTarget& target)
 {
   return std::make_unique<SshSession>(target);
 }

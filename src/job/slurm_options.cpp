@@ -35,7 +35,7 @@ bool is_digits(std::string_view text)
          text.find_first_not_of("0123456789") == std::string_view::npos;
 }
 
-std::vector<std::string_view> split(std::string_view text, char separator)
+std::vector<std::string_view> split_list(std::string_view text, char separator)
 {
   std::vector<std::string_view> parts;
   std::size_t start = 0;
@@ -52,7 +52,7 @@ std::vector<std::string_view> split(std::string_view text, char separator)
 // One gres item: NAME[:TYPE][:COUNT], NAME a letter then letters, digits or '_'.
 bool is_gres_item(std::string_view item)
 {
-  const auto parts = split(item, ':');
+  const auto parts = split_list(item, ':');
   if (parts.size() > 3 || parts[0].empty() || !std::isalpha(static_cast<unsigned char>(item[0])) ||
       parts[0].find_first_not_of(k_gres_name_chars) != std::string_view::npos) {
     return false;
@@ -200,7 +200,7 @@ bool SlurmOptions::empty() const
 
 Expected<std::string> check_slurm_partition(std::string_view value, std::string_view what)
 {
-  const auto names = split(value, ',');
+  const auto names = split_list(value, ',');
   if (std::all_of(names.begin(), names.end(),
                   [](std::string_view name) { return only(name, k_name_chars); })) {
     return std::string(value);
@@ -213,7 +213,7 @@ Expected<std::string> check_slurm_partition(std::string_view value, std::string_
 
 Expected<std::string> check_slurm_gres(std::string_view value, std::string_view what)
 {
-  const auto items = split(value, ',');
+  const auto items = split_list(value, ',');
   if (value.size() <= k_max_value && std::all_of(items.begin(), items.end(), is_gres_item)) {
     return std::string(value);
   }

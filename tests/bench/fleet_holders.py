@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""ferry's connection holders for the benchmark's fleet case: end them, ready them, count them.
+
+    fleet_holders.py end FERRY                 # `disconnect --all`, then wait until none is left
+    fleet_holders.py ready N FERRY COMMAND     # fewer than N sessions held: run COMMAND (bash -c)
+                                               # once, then wait until N are held (or no more come)
+    fleet_holders.py count FERRY               # "PROCESSES RSS_KIB SESSIONS"
+
+hyperfine runs the first two, untimed, as --prepare and --cleanup. The holders are those of
+$XDG_RUNTIME_DIR; a holder process is any live process of the FERRY binary (the benchmark
+times a private copy: nothing else runs it), so a design with one holder for many hosts is
+counted as it is. Python 3 standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+WAIT_S = 120
+STALL_S = 15
+
+
+def sessions(ferry: str) -> int:
+    """How many held sessions `ferry disconnect --list --json` lists (not yet ended)."""
+    proc = subprocess.run([ferry, "disconnect", "--list", "--json"], capture_output=True, text=True,
+                          timeout=60)
+    return sum(1 for h in json.loads(proc.stdout or "[]") if not h.get("ended"))
+
+
+def processes(ferry: str) -> list[tuple[int, int]]:
+    """(pid, VmRSS KiB) of every live process of the FERRY binary."""
+    target = os.path.realpath(ferry)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry}/exe") != target:
+                continue
+            with open(f"/proc/{entry}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        if fields.get("State", "").split()[:1] == ["Z"]:
+            continue
+        found.append((int(entry), int(fields.get("VmRSS", "0 kB").split()[0])))
+    return found
+
+
+def end(ferry: str) -> int:
+    subprocess.run([ferry, "disconnect", "--all"], capture_output=True, timeout=120)
+    deadline = time.monotonic() + WAIT_S
+    while processes(ferry):
+        if time.monotonic() > deadline:
+            print(f"fleet_holders: {len(processes(ferry))} holder processes left {WAIT_S} s after "
+                  "`ferry disconnect --all`", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+    return 0
+
+
+def ready(n: int, ferry: str, command: str) -> int:
+    if sessions(ferry) >= n:
+        return 0
+    run = subprocess.run(["bash", "--norc", "--noprofile", "-c", command],
+                         stdout=subprocess.DEVNULL, timeout=1800)
+    if run.returncode != 0:
+        print(f"fleet_holders: `{command}` exited {run.returncode}", file=sys.stderr)
+        return 1
+    wait_for_sessions(ferry, n)
+    return 0
+
+
+def wait_for_sessions(ferry: str, n: int) -> int:
+    """Wait until N sessions are held, or their count has not grown for STALL_S (a holder that
+    failed to connect never comes), WAIT_S at most; the count reached."""
+    start = last_growth = time.monotonic()
+    count = sessions(ferry)
+    while count < n and time.monotonic() - last_growth < STALL_S and time.monotonic() - start < WAIT_S:
+        time.sleep(0.5)
+        now = sessions(ferry)
+        if now > count:
+            count, last_growth = now, time.monotonic()
+    if count < n:
+        print(f"fleet_holders: {count} of {n} sessions held {time.monotonic() - start:.0f} s after "
+              "the run; going on without the others", file=sys.stderr)
+    return count
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "end":
+        return end(argv[1])
+    if len(argv) == 4 and argv[0] == "ready":
+        return ready(int(argv[1]), argv[2], argv[3])
+    if len(argv) == 2 and argv[0] == "count":
+        procs = processes(argv[1])
+        print(len(procs), sum(rss for _, rss in procs), sessions(argv[1]))
+        return 0
+    print(__doc__.split("\n\n")[1], file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
