@@ -260,7 +260,7 @@ Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   add_mapped(needs, *config, sessions);
   const nlohmann::json programs = programs_to_ask(needs);
-  // MUTATION
+  allow_programs(job, programs);
   FERRY_TRY_ASSIGN(auto params, resolve_params(job, {}, nlohmann::json{{"interpreters", programs}},
                                                "the interpreters the jobs need"));
   const std::vector<PlannedRun> runs = {{&job, std::move(params)}};

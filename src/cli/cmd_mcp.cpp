@@ -91,7 +91,7 @@ std::string output_pattern(const Context& ctx, const McpCommand& cmd)
 {
   const auto dir = cmd.out_dir.empty() ? ctx.archive_path().parent_path() / "outputs"
                                        : std::filesystem::path(cmd.out_dir);
-  return "ferry-out/{run_id}"; // MUTATION
+  return (std::filesystem::absolute(dir) / "{run_id}").string();
 }
 
 // What every call runs with: the environment and interpreters as `ferry run` resolves them.
