@@ -45,7 +45,7 @@ struct Screen {
   {
     std::string text;
     char buffer[4096];
-    for (ssize_t n; (n = read(reader, buffer, sizeof buffer)) > 0;) {
+    for (ssize_t n; (n = ::read(reader, buffer, sizeof buffer)) > 0;) {
       text.append(buffer, static_cast<std::size_t>(n));
     }
     return text;
