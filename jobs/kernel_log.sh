@@ -47,6 +47,7 @@ export KL_SOURCE KL_TEXT KL_NOTE
 report() {  # report json|text
     awk -v mode="$1" '
     function jstr(s,   out, i, c) {
+        gsub(/[^\t -~]/, "?", s)  # bytes outside printable ASCII: JSON stays valid UTF-8
         out = ""
         for (i = 1; i <= length(s); i++) {
             c = substr(s, i, 1)
