@@ -57,7 +57,7 @@ json param_schema(const ParamSpec& spec)
   } else if (spec.choices) {
     schema["enum"] = *spec.choices;
   }
-  if (false && spec.pattern) {
+  if (spec.pattern) {
     // JSON Schema's pattern is not anchored; ferry's is matched whole.
     (spec.type == ParamType::list ? schema["items"] : schema)["pattern"] =
         fmt::format("^(?:{})$", *spec.pattern);
