@@ -9,10 +9,11 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "ferry/expected.hpp"
-#include "ferry/fleet.hpp"
+#include "ferry/run_observer.hpp"
 
 namespace ferry {
 

@@ -18,6 +18,7 @@
 
 #include "ferry/dir_entry.hpp"
 #include "ferry/expected.hpp"
+#include "ferry/output_stream.hpp"
 #include "ferry/remote/launcher.hpp"
 
 namespace ferry {
@@ -35,8 +36,6 @@ struct CapturedStream {
   // was lost).
   std::optional<std::string> launcher_report;
 };
-
-enum class OutputStream { out, err };
 
 // What a job printed, passed on as it arrives (live output); called from the thread that runs
 // the job.

@@ -1,7 +1,14 @@
 #!/usr/bin/env python3
-"""Fails when code outside src/transport/ reaches libssh, SFTP or Boost.Process headers, directly
-or through a project header that includes them: the runner, the archive, the CLI and the jobs
-know nothing of how a session reaches its host."""
+"""Two rules of the layering (docs/architecture.md):
+
+1. Code outside src/transport/ never reaches libssh, SFTP or Boost.Process headers, directly or
+   through a project header that includes them: the runner, the archive, the CLI and the jobs
+   know nothing of how a session reaches its host.
+2. The folders keep one dependency order, cli -> mcp -> run/archive -> transport -> job ->
+   remote/report -> util: a file includes project headers of its own layer or of a layer below.
+   Each public header under include/ferry/ belongs to the layer named in LAYER_OF_HEADER, and
+   within src/transport/, ssh/ and held/ do not include each other (the holder drives an SSH
+   session through the HostSession seam; the SSH session knows nothing of holders)."""
 
 import os
 import re
@@ -11,6 +18,66 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FORBIDDEN = re.compile(r"^(libssh/|boost/process)")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 ALLOWED_DIR = os.path.join("src", "transport") + os.sep
+
+
+# Higher numbers sit higher: a layer may include its own and lower ones.
+LAYER = {"util": 0, "remote": 1, "report": 1, "job": 2, "transport": 3, "run": 4, "archive": 4,
+         "mcp": 5, "cli": 6, "main": 7}
+LAYER_OF_HEADER = {
+    "expected.hpp": "util", "exit_code.hpp": "util", "fd.hpp": "util", "text.hpp": "util",
+    "util.hpp": "util", "suggest.hpp": "util", "version.hpp": "util", "host_spec.hpp": "util",
+    "json_diff.hpp": "util", "dir_entry.hpp": "util", "output_stream.hpp": "util",
+    "remote/launcher.hpp": "remote", "remote/shell_neutral.hpp": "remote",
+    "run_record.hpp": "report", "reporter.hpp": "report", "run_observer.hpp": "report",
+    "bundle.hpp": "job", "job.hpp": "job", "params.hpp": "job", "run_env.hpp": "job",
+    "slurm_options.hpp": "job", "sweep.hpp": "job", "user_config.hpp": "job",
+    "transport.hpp": "transport", "sessions.hpp": "transport", "held.hpp": "transport",
+    "slurm.hpp": "transport",
+    "runner.hpp": "run", "fleet.hpp": "run", "archive.hpp": "archive",
+}
+
+
+def layer_of(path: str):
+    """The layer of a file under src/ or include/ferry/, or None for tests and tools."""
+    parts = path.split(os.sep)
+    if parts[0] == "include" and parts[1] == "ferry":
+        return LAYER_OF_HEADER.get("/".join(parts[2:]), "unknown")
+    if parts[0] == "src":
+        return "main" if len(parts) == 2 else parts[1]
+    return None
+
+
+def order_breaks(includes) -> list:
+    bad = []
+    for path, incs in sorted(includes.items()):
+        mine = layer_of(path)
+        if mine is None:
+            continue
+        if mine not in LAYER:
+            bad.append(f"{path}: no layer (add it to LAYER_OF_HEADER in check_layering.py)")
+            continue
+        for inc in incs:
+            local = resolve(REPO_TOP[0], inc)
+            theirs = layer_of(local) if local else None
+            if theirs is None:
+                continue
+            if theirs not in LAYER:
+                bad.append(f"{local}: no layer (add it to LAYER_OF_HEADER in check_layering.py)")
+            elif LAYER[theirs] > LAYER[mine]:
+                bad.append(f"{path} ({mine}) includes {local} ({theirs}), a layer above it")
+            elif mine == "transport" and cross_transport(path, local):
+                bad.append(f"{path} includes {local}: ssh/ and held/ do not include each other")
+    return sorted(set(bad))
+
+
+def cross_transport(path: str, included: str) -> bool:
+    sub = {os.path.join("src", "transport", d) + os.sep: d for d in ("ssh", "held")}
+    mine = next((d for p, d in sub.items() if path.startswith(p)), None)
+    theirs = next((d for p, d in sub.items() if included.startswith(p)), None)
+    return mine is not None and theirs is not None and mine != theirs
+
+
+REPO_TOP = [REPO]
 
 
 def sources(top: str):
@@ -64,6 +131,15 @@ def main(top: str) -> int:
         print("layering: only src/transport/ may include libssh, SFTP or Boost.Process headers;"
               " move the code that needs them behind the HostSession interface:")
         for line in bad:
+            print("  " + line)
+        return 1
+    REPO_TOP[0] = top
+    broken = order_breaks(includes)
+    if broken:
+        print("layering: the folder order is cli -> mcp -> run/archive -> transport -> job ->"
+              " remote/report -> util (docs/architecture.md); move the code, or the type it"
+              " needs, down a layer:")
+        for line in broken:
             print("  " + line)
         return 1
     print(f"layering: ok ({len(includes)} files checked)")

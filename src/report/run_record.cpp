@@ -6,7 +6,7 @@
 
 namespace ferry {
 
-using nlohmann::json;
+using Json = nlohmann::json; // not `json`: ParamType::json is a name in ferry
 
 std::string_view to_string(RunStatus status)
 {
@@ -77,7 +77,7 @@ std::vector<std::string> tokens_of(std::string_view pointer)
 }
 
 // TOKEN as an index of the array NODE, when it is one and NODE has that element.
-std::optional<std::size_t> array_index(const json& node, const std::string& token)
+std::optional<std::size_t> array_index(const Json& node, const std::string& token)
 {
   std::size_t index = 0;
   const auto [end, error] = std::from_chars(token.data(), token.data() + token.size(), index);
@@ -89,8 +89,8 @@ std::optional<std::size_t> array_index(const json& node, const std::string& toke
 }
 
 // Walks TOKENS from NODE, adding every value reached to OUT under the names "*" matched.
-void collect_summary(const json& node, const std::vector<std::string>& tokens, std::size_t at,
-                     const std::string& matched, json& out)
+void collect_summary(const Json& node, const std::vector<std::string>& tokens, std::size_t at,
+                     const std::string& matched, Json& out)
 {
   if (at == tokens.size()) {
     // "/kv/*" names each member by its key alone.
@@ -113,16 +113,16 @@ void collect_summary(const json& node, const std::vector<std::string>& tokens, s
 
 } // namespace
 
-json result_summary(const json& result, const std::vector<std::string>& pointers)
+Json result_summary(const Json& result, const std::vector<std::string>& pointers)
 {
-  json summary = json::array();
+  Json summary = Json::array();
   for (const auto& pointer : pointers) {
     collect_summary(result, tokens_of(pointer), 0, "", summary);
   }
   return summary;
 }
 
-std::string summary_text(const json& summary)
+std::string summary_text(const Json& summary)
 {
   std::string text;
   for (const auto& item : summary) {
@@ -130,7 +130,7 @@ std::string summary_text(const json& summary)
     if (name == item.end() || !name->is_string()) {
       continue; // not what ferry writes: an archive changed by hand
     }
-    const json value = item.value("value", json());
+    const Json value = item.value("value", Json());
     text += fmt::format("{}{}={}", text.empty() ? "" : " ", name->get<std::string>(),
                         value.is_string() ? value.get<std::string>() : to_json_line(value));
   }
@@ -142,17 +142,17 @@ std::string new_run_id()
   return utc_compact(std::chrono::system_clock::now()) + "-" + random_hex(4);
 }
 
-json to_json(const RunRecord& r, bool with_streams)
+Json to_json(const RunRecord& r, bool with_streams)
 {
-  json j;
+  Json j;
   j["run_id"] = r.run_id;
   j["job"] = r.job;
   j["job_sha256"] = r.job_sha256;
   j["target"] = r.target;
   j["params"] = r.params;
   j["status"] = to_string(r.status);
-  j["exit_code"] = r.exit_code ? json(*r.exit_code) : json(nullptr);
-  j["error"] = r.error ? json(*r.error) : json(nullptr);
+  j["exit_code"] = r.exit_code ? Json(*r.exit_code) : Json(nullptr);
+  j["error"] = r.error ? Json(*r.error) : Json(nullptr);
   j["result"] = r.result;
   if (with_streams) {
     j["stdout"] = r.stdout_text;
@@ -166,7 +166,7 @@ json to_json(const RunRecord& r, bool with_streams)
                   {"upload", r.timings.upload},
                   {"exec", r.timings.exec},
                   {"fetch", r.timings.fetch}};
-  j["replay_of"] = r.replay_of ? json(*r.replay_of) : json(nullptr);
+  j["replay_of"] = r.replay_of ? Json(*r.replay_of) : Json(nullptr);
   j["ferry_version"] = r.ferry_version;
   if (!r.warnings.empty()) {
     j["warnings"] = r.warnings;
@@ -193,7 +193,7 @@ json to_json(const RunRecord& r, bool with_streams)
   return j;
 }
 
-Expected<RunRecord> run_record_from_json(const json& j)
+Expected<RunRecord> run_record_from_json(const Json& j)
 {
   if (!j.is_object()) {
     return fail(ErrorKind::failed, "a run record must be a JSON object, not {}", j.type_name());
@@ -203,8 +203,8 @@ Expected<RunRecord> run_record_from_json(const json& j)
     r.run_id = j.at("run_id").get<std::string>();
     r.job = j.at("job").get<std::string>();
     r.job_sha256 = j.value("job_sha256", "");
-    r.target = j.value("target", json::object());
-    r.params = j.value("params", json::object());
+    r.target = j.value("target", Json::object());
+    r.params = j.value("params", Json::object());
     const auto status = run_status_from(j.at("status").get<std::string>());
     if (!status) {
       return fail(ErrorKind::failed, "run record {}: unknown status '{}'", r.run_id,
@@ -217,7 +217,7 @@ Expected<RunRecord> run_record_from_json(const json& j)
     if (j.contains("error") && j["error"].is_string()) {
       r.error = j["error"].get<std::string>();
     }
-    r.result = j.value("result", json());
+    r.result = j.value("result", Json());
     r.stdout_text = j.value("stdout", "");
     r.stderr_text = j.value("stderr", "");
     r.stdout_truncated = j.value("stdout_truncated", false);
@@ -232,9 +232,9 @@ Expected<RunRecord> run_record_from_json(const json& j)
       r.replay_of = j["replay_of"].get<std::string>();
     }
     r.ferry_version = j.value("ferry_version", "");
-    r.warnings = j.value("warnings", json::array());
-    r.files = j.value("files", json::array());
-    r.outputs = j.value("outputs", json::array());
+    r.warnings = j.value("warnings", Json::array());
+    r.files = j.value("files", Json::array());
+    r.outputs = j.value("outputs", Json::array());
     if (const auto summary = j.find("summary"); summary != j.end() && summary->is_array()) {
       r.summary = *summary;
     }
@@ -252,20 +252,20 @@ Expected<RunRecord> run_record_from_json(const json& j)
     if (const auto options = j.find("options"); options != j.end() && options->is_object()) {
       r.options = *options;
     }
-  } catch (const json::exception& e) {
+  } catch (const Json::exception& e) {
     return fail(ErrorKind::failed, "malformed run record: {}", e.what());
   }
   return r;
 }
 
-std::string params_file_bytes(const json& params)
+std::string params_file_bytes(const Json& params)
 {
   return to_json_line(params) + "\n";
 }
 
-std::string to_json_line(const json& j)
+std::string to_json_line(const Json& j)
 {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 } // namespace ferry
