@@ -8,7 +8,9 @@
 # type = "list"
 # items = "string"
 # default = []
-# help = "programs to look for on PATH (names or absolute paths), each with its version"
+# program = true
+# choices = ["sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "tcsh", "csh", "busybox", "python", "python3", "python3.8", "python3.9", "python3.10", "python3.11", "python3.12", "python3.13", "python3.14", "pypy3", "perl", "ruby", "node", "Rscript", "julia", "lua", "php", "tclsh"]
+# help = "interpreters to look for on PATH, each with its version (`ferry check` also asks about those the jobs on the job path and the config file name)"
 # ///
 #
 # Result:
@@ -20,6 +22,9 @@
 #    "user", "shell", "sh"}
 # "interpreters" has one member per name the `interpreters` parameter lists (what `ferry check`
 # asks about); its version is the first version-like word of `PROGRAM --version`, else null.
+# ferry checks the names against the parameter's choices before the job runs (`program = true`):
+# a caller cannot make it run a program of its choosing. Only `ferry check`, which asks about the
+# interpreters the user's own jobs and config file name, may add to them.
 # A figure this host does not offer is null. The disk is the one holding $FERRY_RUN_DIR
 # (else $HOME). POSIX sh and awk only (runs under dash, busybox sh, bash, ...).
 

@@ -27,6 +27,12 @@ struct ParamSpec {
   bool required = false;
   std::optional<nlohmann::json> choices; // a JSON array of allowed values (elements, for lists)
   std::string help;
+  // `program = true`: the values name programs the job runs on the host; `choices` is then
+  // required, and is the allow-list of plain program names (no path).
+  bool program = false;
+  // `pattern`: an ECMAScript regular expression every string value (list element) must match
+  // whole: a parameter that names a thing on the host (a service) without being free text.
+  std::optional<std::string> pattern;
 };
 
 struct JobMeta {
@@ -81,8 +87,10 @@ struct JobPath {
   // Why each of `dirs` is on the path ("--jobs-dir", "$FERRY_JOBS_PATH", ...); may be shorter.
   std::vector<std::string> origins;
 
-  // The default path for the given --jobs-dir options and the environment.
-  [[nodiscard]] static JobPath from_environment(const std::vector<std::string>& jobs_dirs);
+  // The default path for the given --jobs-dir options and the environment. `cwd_jobs` false
+  // leaves out ./jobs, whose jobs depend on the current directory (`ferry mcp`: the client's).
+  [[nodiscard]] static JobPath from_environment(const std::vector<std::string>& jobs_dirs,
+                                                bool cwd_jobs = true);
 };
 
 // `builtin:NAME` names the built-in job NAME whatever the job path holds.

@@ -61,9 +61,15 @@ struct TerminalOptions {
   // escaped whatever this says.
   bool raw_output = false;
   // Every run's output as it arrives, each line prefixed with its host (with one host, output
-  // is always shown as it arrives, unprefixed; with several, the default is whole blocks).
+  // is always shown as it arrives, unprefixed; with several, the default is to stream on a
+  // terminal with at most k_stream_hosts hosts, else whole blocks).
   bool stream = false;
+  // Whole blocks with several hosts even on a terminal (`--no-stream`).
+  bool blocks = false;
 };
+
+// A terminal streams the output of at most this many hosts by default.
+inline constexpr std::size_t k_stream_hosts = 8;
 
 // Everything from a job, a host or a user that ferry shows in its own lines is escaped
 // (terminal_safe), and so is job output written to a terminal unless `raw_output`.

@@ -1,6 +1,60 @@
 #include "cli/archive_view.hpp"
 
+#include <fmt/ranges.h>
+
+#include "ferry/text.hpp"
+#include "ferry/util.hpp"
+
 namespace ferry::cli {
+
+namespace {
+
+// A file sent with the run or fetched back, whose bytes the archive keeps.
+void check_blob(const RunRecord& run, const nlohmann::json& item, std::string_view role,
+                std::vector<std::string>& mismatched)
+{
+  if (!item.value("archived", true)) {
+    return; // recorded by its hash only
+  }
+  const std::string sha256 = item.value("sha256", "");
+  const std::string name = terminal_safe(item.value("path", ""));
+  const auto blob = run.blobs.find(sha256);
+  if (blob == run.blobs.end()) {
+    mismatched.push_back(fmt::format("the {} {} (sha256 {}) is missing", role, name, sha256));
+  } else if (const std::string actual = sha256_hex(blob->second); actual != sha256) {
+    mismatched.push_back(fmt::format("the {} {} is filed under sha256 {} but hashes to {}", role,
+                                     name, sha256, actual));
+  }
+}
+
+} // namespace
+
+std::vector<std::string> mismatched_bytes(const RunRecord& run)
+{
+  std::vector<std::string> mismatched;
+  if (!run.job_sha256.empty()) {
+    if (run.script.empty()) {
+      mismatched.push_back(fmt::format("the script (sha256 {}) is missing", run.job_sha256));
+    } else if (const std::string actual = sha256_hex(run.script); actual != run.job_sha256) {
+      mismatched.push_back(fmt::format("the script is filed under sha256 {} but hashes to {}",
+                                       run.job_sha256, actual));
+    }
+  }
+  for (const auto& item : run.files) {
+    check_blob(run, item, "file sent", mismatched);
+  }
+  for (const auto& item : run.outputs) {
+    check_blob(run, item, "fetched file", mismatched);
+  }
+  return mismatched;
+}
+
+std::string mismatch_note(const RunRecord& run, const std::vector<std::string>& mismatched)
+{
+  return fmt::format("run {}: {} — the archive was changed outside ferry: these bytes are not "
+                     "the ones that ran, and `ferry replay` refuses this run",
+                     run.run_id, fmt::join(mismatched, "; "));
+}
 
 std::string target_label(const RunRecord& run)
 {

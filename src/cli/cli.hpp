@@ -15,6 +15,8 @@
 #include "ferry/job.hpp"
 #include "ferry/reporter.hpp"
 #include "ferry/user_config.hpp"
+#include "run/environment.hpp"
+#include "run/targets.hpp"
 #include "slurm_cli.hpp" // relative: main.cpp sees only include/
 
 namespace ferry::cli {
@@ -25,20 +27,10 @@ struct GlobalOptions {
   bool verbose = false;
 };
 
-// Where to run: docs/cli.md, "Targets".
-struct TargetOptions {
-  std::vector<std::string> hosts;
-  std::string hosts_file;
-  bool local = false;
-  std::string identity;
-  std::string known_hosts;
-  std::string ssh_config;
-  bool accept_new_host_key = false;
-  double connect_timeout_s = 0; // 0: ConnectTimeout from the ssh config, else 10 s
-  std::string remote_base;      // default: $HOME/.cache/ferry/runs on the host
-  int retries = 1;
-  std::optional<int> persist_s; // --persist: seconds a connection is kept after the run
-  SlurmCli slurm;               // --slurm LOGIN and its options (docs/slurm.md)
+// Where to run: docs/cli.md, "Targets": the SSH and local targets (resolved in run/targets.hpp,
+// for every command alike) and the Slurm one.
+struct TargetOptions : HostTargets {
+  SlurmCli slurm; // --slurm LOGIN and its options (docs/slurm.md)
 };
 
 using Action = std::function<Expected<ExitCode>()>;
@@ -77,6 +69,8 @@ private:
 void on_chosen(CLI::App& command, Context& ctx, Action action);
 
 void add_target_options(CLI::App& command, TargetOptions& target);
+// --env and --interpreter (run/environment.hpp resolves them with the config file).
+void add_environment_options(CLI::App& command, EnvironmentOptions& environment);
 
 void add_run_command(CLI::App& app, Context& ctx);
 void add_jobs_command(CLI::App& app, Context& ctx);

@@ -5,6 +5,7 @@
 
 #include "cli/execute.hpp"
 #include "cli/targets.hpp"
+#include "ferry/params.hpp"
 #include "ferry/text.hpp"
 
 namespace ferry::cli {
@@ -77,6 +78,22 @@ nlohmann::json programs_to_ask(const std::vector<InterpreterNeed>& needs)
   std::sort(programs.begin(), programs.end());
   programs.erase(std::unique(programs.begin(), programs.end()), programs.end());
   return programs;
+}
+
+// host_facts asks only about the programs its `interpreters` parameter allows; check also asks
+// about those the user's own jobs and config file name (a client of `ferry mcp`, or `ferry run`,
+// cannot add to them).
+void allow_programs(Job& host_facts, const nlohmann::json& programs)
+{
+  for (auto& spec : host_facts.meta.params) {
+    if (spec.name == "interpreters" && spec.choices) {
+      for (const auto& program : programs) {
+        if (std::find(spec.choices->begin(), spec.choices->end(), program) == spec.choices->end()) {
+          spec.choices->push_back(program);
+        }
+      }
+    }
+  }
 }
 
 // What one host said about each needed interpreter.
@@ -230,7 +247,7 @@ Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
 {
   ctx.use_json(cmd.json);
   // Always the built-in: a host_facts on the job path cannot change what check reports.
-  FERRY_TRY_ASSIGN(const auto job, find_job(std::string(k_builtin_prefix) + "host_facts", {}));
+  FERRY_TRY_ASSIGN(auto job, find_job(std::string(k_builtin_prefix) + "host_facts", {}));
   auto needs = interpreter_needs(ctx.job_path());
   TargetOptions target = cmd.target;
   target.slurm.describe_cluster = true; // --slurm: version, partitions, GPU gres
@@ -242,11 +259,17 @@ Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
   FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target));
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   add_mapped(needs, *config, sessions);
-  const std::vector<PlannedRun> runs = {
-      {&job, nlohmann::json{{"interpreters", programs_to_ask(needs)}}}};
+  const nlohmann::json programs = programs_to_ask(needs);
+  allow_programs(job, programs);
+  FERRY_TRY_ASSIGN(auto params, resolve_params(job, {}, nlohmann::json{{"interpreters", programs}},
+                                               "the interpreters the jobs need"));
+  const std::vector<PlannedRun> runs = {{&job, std::move(params)}};
+  // The config file's environment applies as for `run` (its env.PATH finds the programs).
+  RunOptions options;
+  FERRY_TRY(set_run_environment(options, {}, *config));
   CheckView view(ctx.reporter(), needs);
   const ExitCode code =
-      execute_runs(ctx, sessions, runs, RunOptions{},
+      execute_runs(ctx, sessions, runs, options,
                    {false, batch_parallel(target, cmd.parallel, sessions.size()), {}}, view);
   return code == ExitCode::ok && view.missing() ? ExitCode::run_failed : code;
 }

@@ -136,6 +136,11 @@ Expected<ExitCode> run_export(Context& ctx, const ExportCommand& cmd)
     }
   }
   FERRY_TRY_ASSIGN(const auto hash_only, write_bundles(run, dir));
+  // Written as the archive holds them, and said: they are not the bytes that ran.
+  const auto mismatched = mismatched_bytes(run);
+  if (!mismatched.empty()) {
+    ctx.reporter().note("warning: " + mismatch_note(run, mismatched));
+  }
   ctx.reporter().document(
       fmt::format("exported run {} to {}: script, params.json, result.json, stdout, stderr, "
                   "run.json{}{}{}\n",
@@ -145,8 +150,8 @@ Expected<ExitCode> run_export(Context& ctx, const ExportCommand& cmd)
                       ? ""
                       : fmt::format(" ({} fetched file{} recorded by hash only, not archived)",
                                     hash_only, hash_only == 1 ? "" : "s")),
-      {{"run_id", run.run_id}, {"dir", dir.string()}});
-  return ExitCode::ok;
+      {{"run_id", run.run_id}, {"dir", dir.string()}, {"mismatched", mismatched}});
+  return mismatched.empty() ? ExitCode::ok : ExitCode::run_failed;
 }
 
 } // namespace

@@ -26,6 +26,8 @@ nlohmann::json param_json(const ParamSpec& spec)
   }
   j["default"] = spec.default_value ? *spec.default_value : nlohmann::json();
   j["choices"] = spec.choices ? *spec.choices : nlohmann::json();
+  j["program"] = spec.program;
+  j["pattern"] = spec.pattern ? nlohmann::json(*spec.pattern) : nlohmann::json();
   return j;
 }
 
@@ -112,7 +114,11 @@ std::string param_line(const ParamSpec& spec)
     line += fmt::format(" default {}", to_json_line(*spec.default_value));
   }
   if (spec.choices) {
-    line += fmt::format(" choices {}", to_json_line(*spec.choices));
+    line += fmt::format(" {} {}", spec.program ? "allowed programs" : "choices",
+                        to_json_line(*spec.choices));
+  }
+  if (spec.pattern) {
+    line += fmt::format(" pattern {}", *spec.pattern);
   }
   if (!spec.help.empty()) {
     line += "\n      " + spec.help;

@@ -2,11 +2,11 @@
 #include "cli/targets.hpp"
 #include "ferry/bundle.hpp"
 #include "ferry/params.hpp"
-#include "ferry/remote/shell_neutral.hpp"
 #include "ferry/run_env.hpp"
 #include "ferry/sweep.hpp"
 #include "ferry/text.hpp"
 #include "ferry/util.hpp"
+#include "run/environment.hpp"
 
 namespace ferry::cli {
 
@@ -22,12 +22,12 @@ struct RunCommand {
   bool json = false;
   bool raw_output = false;
   bool stream = false;
+  bool no_stream = false;
   bool keep_remote = false;
   bool no_archive = false;
   std::size_t output_cap_mib = 16;
-  std::vector<std::string> env;          // --env KEY=VALUE | KEY
-  std::vector<std::string> interpreters; // --interpreter NAME=PATH
-  std::vector<std::string> sweeps;       // --sweep KEY=V1,V2
+  EnvironmentOptions environment;  // --env, --interpreter
+  std::vector<std::string> sweeps; // --sweep KEY=V1,V2
   // Files alongside and files back.
   std::vector<std::string> files;
   std::uint64_t max_upload_mib = k_default_max_upload >> 20;
@@ -35,26 +35,6 @@ struct RunCommand {
   std::string out_dir = "ferry-out/{run_id}/{host}";
   std::uint64_t archive_outputs_max_mib = 16;
 };
-
-// --interpreter NAME=PATH: the job's interpreter NAME runs as PATH on every host.
-Expected<std::map<std::string, std::string>>
-interpreter_options(const std::vector<std::string>& assignments)
-{
-  std::map<std::string, std::string> interpreters;
-  for (const auto& assignment : assignments) {
-    const auto equals = assignment.find('=');
-    const std::string name = assignment.substr(0, equals);
-    const std::string path = equals == std::string::npos ? "" : assignment.substr(equals + 1);
-    if (name.empty() || !is_shell_neutral_token(name) || !is_shell_neutral_token(path)) {
-      return fail(ErrorKind::usage,
-                  "--interpreter '{}': give NAME=PATH, both made only of [A-Za-z0-9/._-] (e.g. "
-                  "--interpreter python3=/opt/venv/bin/python)",
-                  terminal_safe(assignment));
-    }
-    interpreters[name] = path;
-  }
-  return interpreters;
-}
 
 // `--params FILE` or `--params -` (standard input): its size and nesting are checked before it
 // is parsed, so no input can make ferry recurse itself to death or hold more than the cap.
@@ -178,7 +158,7 @@ Expected<std::vector<Job>> find_jobs(const RunCommand& cmd, const JobPath& path)
 
 Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
 {
-  ctx.use_json(cmd.json, TerminalOptions{cmd.raw_output, cmd.stream});
+  ctx.use_json(cmd.json, TerminalOptions{cmd.raw_output, cmd.stream, cmd.no_stream});
   // Everything is checked before any host is contacted: jobs, parameters, targets.
   FERRY_TRY_ASSIGN(const auto jobs, find_jobs(cmd, ctx.job_path()));
   if (cmd.params_file == "-" && cmd.target.hosts_file == "-") {
@@ -189,12 +169,8 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   FERRY_TRY_ASSIGN(const auto runs, plan_runs(cmd, jobs, file));
   FERRY_TRY(check_keys_used(cmd, jobs));
   RunOptions options;
-  FERRY_TRY_ASSIGN(options.env, env_from_options(cmd.env));
-  FERRY_TRY_ASSIGN(options.interpreters, interpreter_options(cmd.interpreters));
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
-  options.host_settings = [config](std::string_view host) {
-    return config->for_host(host).settings;
-  };
+  FERRY_TRY(set_run_environment(options, cmd.environment, *config));
   FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, cmd.target, jobs));
   options.verbose = ctx.global.verbose;
   options.timeout_s = cmd.timeout_s;
@@ -244,17 +220,10 @@ void add_run_command(CLI::App& app, Context& ctx)
                   "KEY=VALUE, typed by the job's declaration; KEY=@FILE reads the value from FILE; "
                   "repeating a list parameter appends (any other is given once)")
       ->allow_extra_args(false);
-  sub->add_option("--env", cmd->env,
-                  "KEY=VALUE in the job's environment (repeatable); KEY alone passes ferry's own "
-                  "value, and only the name is archived")
-      ->allow_extra_args(false);
+  add_environment_options(*sub, cmd->environment);
   sub->add_option("--sweep", cmd->sweeps,
                   "KEY=V1,V2,... runs the job once per value, typed like -p (repeatable: every "
                   "combination); KEY=[JSON list] for values with commas")
-      ->allow_extra_args(false);
-  sub->add_option("--interpreter", cmd->interpreters,
-                  "NAME=PATH runs jobs whose interpreter is NAME with PATH (repeatable; wins over "
-                  "the config file)")
       ->allow_extra_args(false);
   sub->add_option("--params", cmd->params_file,
                   "JSON file with an object of parameters (- reads standard input)");
@@ -266,9 +235,16 @@ void add_run_command(CLI::App& app, Context& ctx)
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   sub->add_flag("--json", cmd->json, "print one JSON run record per line (JSON Lines)");
-  sub->add_flag("--stream", cmd->stream,
-                "show every host's output as it arrives, each line prefixed with its host (one "
-                "host's output is always shown as it arrives); with --json, output events");
+  auto* stream = sub->add_flag(
+      "--stream", cmd->stream,
+      fmt::format("show every host's output as it arrives, each line prefixed with its host (the "
+                  "default on a terminal with up to {} hosts; one host's output is always shown "
+                  "as it arrives); with --json, output events",
+                  k_stream_hosts));
+  sub->add_flag("--no-stream", cmd->no_stream,
+                "with several hosts, show each run's output as one block when it ends, even on a "
+                "terminal")
+      ->excludes(stream);
   sub->add_flag("--raw-output", cmd->raw_output,
                 "write job output to a terminal as it is, control sequences included (by default "
                 "they are shown escaped; ferry's own lines always are)");

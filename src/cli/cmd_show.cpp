@@ -103,7 +103,7 @@ std::string target_section(const RunRecord& run)
   return terminal_safe(text);
 }
 
-std::string page(const RunRecord& run)
+std::string page(const RunRecord& run, bool mismatched)
 {
   std::string page;
   const auto field = [&](std::string_view name, std::string_view value) {
@@ -115,7 +115,9 @@ std::string page(const RunRecord& run)
     job += " (" + terminal_safe(run.script_name) + ")";
   }
   field("job", job);
-  field("sha256", run.job_sha256);
+  field("sha256", run.job_sha256 + (mismatched ? " (the archived bytes no longer match it: "
+                                                 "see the warning)"
+                                               : ""));
   field("target", target_section(run));
   std::string status(to_string(run.status));
   if (run.exit_code) {
@@ -189,6 +191,12 @@ std::string outputs_listing(const RunRecord& run)
 Expected<ExitCode> run_show(Context& ctx, const ShowCommand& cmd)
 {
   FERRY_TRY_ASSIGN(const auto run, load_archived_run(ctx, cmd.run, cmd.narrow));
+  // Bytes that no longer match their sha256 are shown (they are what the archive holds), but
+  // never without saying so; printing the script then fails, as replaying it would.
+  const auto mismatched = mismatched_bytes(run);
+  if (!mismatched.empty()) {
+    ctx.reporter().note("warning: " + mismatch_note(run, mismatched));
+  }
   if (cmd.outputs) {
     if (cmd.json) {
       ctx.reporter().bytes(pretty_json(run.outputs) + "\n");
@@ -202,9 +210,9 @@ Expected<ExitCode> run_show(Context& ctx, const ShowCommand& cmd)
     if (std::ferror(stdout) != 0) {
       return fail(ErrorKind::failed, "cannot write to standard output");
     }
-    return ExitCode::ok;
+    return cmd.script && !mismatched.empty() ? ExitCode::run_failed : ExitCode::ok;
   }
-  ctx.reporter().document(page(run), to_json(run));
+  ctx.reporter().document(page(run, !mismatched.empty()), to_json(run));
   return ExitCode::ok;
 }
 

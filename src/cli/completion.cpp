@@ -456,8 +456,9 @@ int print_completions(const CLI::App& app, std::vector<std::string> words)
   const Answer answer = answer_for(app, words);
   std::string out;
   for (const auto& candidate : answer.candidates) {
-    if (candidate.word.find_first_of("\t\n") != std::string::npos) {
-      continue; // cannot be told apart from the next line
+    if (candidate.word.find_first_of("\t\n") != std::string::npos ||
+        terminal_safe(candidate.word) != candidate.word) {
+      continue; // cannot be told apart from the next line, or would reach the terminal raw
     }
     out += candidate.word;
     if (!candidate.description.empty()) {

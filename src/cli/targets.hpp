@@ -1,4 +1,6 @@
 #pragma once
+// The command line's targets: the SSH and local ones as run/targets.hpp resolves them for every
+// command, and --slurm.
 #include <memory>
 #include <vector>
 

@@ -123,7 +123,7 @@ std::string no_such_job(const std::string& spec, const JobPath& path,
 
 } // namespace
 
-JobPath JobPath::from_environment(const std::vector<std::string>& jobs_dirs)
+JobPath JobPath::from_environment(const std::vector<std::string>& jobs_dirs, bool cwd_jobs)
 {
   JobPath path;
   auto add = [&path](fs::path dir, std::string origin) {
@@ -136,7 +136,9 @@ JobPath JobPath::from_environment(const std::vector<std::string>& jobs_dirs)
   for (const auto& dir : split(env_or("FERRY_JOBS_PATH", ""), ':')) {
     add(dir, "$FERRY_JOBS_PATH");
   }
-  add("jobs", "./jobs, relative to the current directory");
+  if (cwd_jobs) {
+    add("jobs", "./jobs, relative to the current directory");
+  }
   add(fs::path(env_or("XDG_CONFIG_HOME", home_dir() + "/.config")) / "ferry" / "jobs",
       "$XDG_CONFIG_HOME/ferry/jobs (default ~/.config/ferry/jobs)");
   return path;

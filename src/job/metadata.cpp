@@ -1,6 +1,7 @@
 // The `/// ferry` block: TOML in comment lines, like PEP 723's inline script metadata.
 #include <algorithm>
 #include <cmath>
+#include <regex>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -201,6 +202,26 @@ Expected<void> set_param_value(ParamSpec& spec, std::string_view key, const toml
   return {};
 }
 
+// `pattern`: a regular expression (ECMAScript) that string values must match whole.
+Expected<void> set_param_pattern(ParamSpec& spec, const toml::node& value, const Source& source)
+{
+  const auto pattern = value.value<std::string>();
+  if (!pattern || pattern->empty()) {
+    return source.refuse(value,
+                         "params.{}.pattern must be a non-empty string, a regular "
+                         "expression such as \"[A-Za-z0-9@._-]+\"",
+                         spec.name);
+  }
+  try {
+    std::regex compiled(*pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    return source.refuse(value, "params.{}.pattern is not a regular expression: {}", spec.name,
+                         e.what());
+  }
+  spec.pattern = *pattern;
+  return {};
+}
+
 Expected<void> set_param_key(ParamSpec& spec, std::string_view key, const toml::node& value,
                              const Source& source)
 {
@@ -218,6 +239,17 @@ Expected<void> set_param_key(ParamSpec& spec, std::string_view key, const toml::
     spec.required = *flag;
     return {};
   }
+  if (key == "pattern") {
+    return set_param_pattern(spec, value, source);
+  }
+  if (key == "program") {
+    const auto flag = value.value_exact<bool>(); // 1 is not true here: a program is at stake
+    if (!flag) {
+      return source.refuse(value, "params.{}.program must be true or false", spec.name);
+    }
+    spec.program = *flag;
+    return {};
+  }
   if (key == "help") {
     const auto help = value.value<std::string>();
     if (!help) {
@@ -228,8 +260,55 @@ Expected<void> set_param_key(ParamSpec& spec, std::string_view key, const toml::
   }
   return source.refuse(value,
                        "params.{} has an unknown key '{}' (known: type, items, default, "
-                       "required, choices, help)",
+                       "required, choices, program, pattern, help)",
                        spec.name, key);
+}
+
+// A program a parameter may name: a plain name (what PATH finds), never a path or an option.
+bool is_program_name(const nlohmann::json& choice)
+{
+  if (!choice.is_string()) {
+    return false;
+  }
+  const std::string& name = choice.get_ref<const std::string&>();
+  return !name.empty() && name.size() <= 64 && name.front() != '-' && name.front() != '.' &&
+         std::all_of(name.begin(), name.end(), [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ||
+                  c == '+';
+         });
+}
+
+// `program = true`: a string (or list of strings) with an allow-list of plain program names.
+Expected<void> check_program_param(const ParamSpec& spec, const toml::node& at,
+                                   const Source& source)
+{
+  const bool strings = spec.type == ParamType::string ||
+                       (spec.type == ParamType::list && spec.items == ParamType::string);
+  if (!strings) {
+    return source.refuse(at,
+                         "params.{}: a parameter that names programs (program = true) must "
+                         "be a string or a list of strings",
+                         spec.name);
+  }
+  if (!spec.choices || spec.choices->empty()) {
+    return source.refuse(at,
+                         "params.{}: a parameter that names programs (program = true) needs "
+                         "choices, the programs it allows, e.g. choices = [\"python3\", "
+                         "\"perl\"]",
+                         spec.name);
+  }
+  for (const auto& choice : *spec.choices) {
+    if (!is_program_name(choice)) {
+      return source.refuse(
+          at,
+          "params.{}.choices: {} is not a plain program name; allow names "
+          "that PATH finds ([A-Za-z0-9._+-], not starting with '-' or "
+          "'.'), never a path",
+          spec.name,
+          shorten(choice.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), 80));
+    }
+  }
+  return {};
 }
 
 // Choices and the default must themselves be values the parameter accepts.
@@ -272,6 +351,15 @@ Expected<ParamSpec> parse_param(const std::string& name, const toml::node& node,
   spec.name = name;
   for (const auto& [key, value] : *table) {
     FERRY_TRY(set_param_key(spec, key.str(), value, source));
+  }
+  if (spec.program) {
+    FERRY_TRY(check_program_param(spec, node, source));
+  }
+  const bool strings = spec.type == ParamType::string ||
+                       (spec.type == ParamType::list && spec.items == ParamType::string);
+  if (spec.pattern && !strings) {
+    return source.refuse(node, "params.{}.pattern applies to a string or a list of strings",
+                         spec.name);
   }
   FERRY_TRY(check_declared_values(spec, node, source));
   return spec;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <regex>
 #include <set>
 
 #include <fcntl.h>
@@ -22,6 +23,7 @@ using nlohmann::json;
 
 // How much of a refused value an error message quotes.
 constexpr std::size_t k_shown = 60;
+constexpr std::size_t k_max_pattern_value = 256;
 
 std::string describe(const ParamSpec& spec)
 {
@@ -105,6 +107,32 @@ bool has_type(ParamType type, const json& value)
   return false;
 }
 
+// `pattern`: each string (list element) matches it whole. Long values are refused before the
+// match: std::regex recurses per character.
+Expected<void> check_pattern(const ParamSpec& spec, const json& value)
+{
+  if (!spec.pattern) {
+    return {};
+  }
+  const std::regex pattern(*spec.pattern, std::regex::ECMAScript);
+  const auto matches = [&](const json& v) {
+    const auto& text = v.get_ref<const std::string&>();
+    return text.size() <= k_max_pattern_value && std::regex_match(text, pattern);
+  };
+  const json single = json::array({value});
+  for (const auto& element : spec.type == ParamType::list ? value : single) {
+    if (element.is_string() && !matches(element)) {
+      return fail(ErrorKind::usage,
+                  "parameter '{}': {} does not match the pattern {} the job "
+                  "declares (at most {} characters)",
+                  spec.name,
+                  shorten(element.dump(-1, ' ', false, json::error_handler_t::replace), k_shown),
+                  *spec.pattern, k_max_pattern_value);
+    }
+  }
+  return {};
+}
+
 Expected<void> check_choices(const ParamSpec& spec, const json& value)
 {
   if (!spec.choices) {
@@ -116,6 +144,17 @@ Expected<void> check_choices(const ParamSpec& spec, const json& value)
   };
   const bool ok = spec.type == ParamType::list ? std::all_of(value.begin(), value.end(), allowed)
                                                : allowed(value);
+  if (!ok && spec.program) {
+    const json& bad = spec.type == ParamType::list
+                          ? *std::find_if_not(value.begin(), value.end(), allowed)
+                          : value;
+    return fail(ErrorKind::usage,
+                "parameter '{}' names programs to run on the host, and {} is not one the job "
+                "allows; allowed: {}",
+                spec.name,
+                shorten(bad.dump(-1, ' ', false, json::error_handler_t::replace), k_shown),
+                spec.choices->dump(-1, ' ', false, json::error_handler_t::replace));
+  }
   if (!ok) {
     return fail(ErrorKind::usage, "parameter '{}': {} is not one of the choices {}", spec.name,
                 shorten(value.dump(-1, ' ', false, json::error_handler_t::replace), k_shown),
@@ -212,6 +251,7 @@ Expected<json> check_param_value(const ParamSpec& spec, const json& value, std::
     }
   }
   FERRY_TRY(check_choices(spec, typed));
+  FERRY_TRY(check_pattern(spec, typed));
   return typed;
 }
 
@@ -407,6 +447,7 @@ Expected<json> parse_param_text(const ParamSpec& spec, std::string_view text)
                                : spec.type == ParamType::list ? parse_list_text(spec, text)
                                                               : parse_scalar_text(spec, text));
   FERRY_TRY(check_choices(spec, value));
+  FERRY_TRY(check_pattern(spec, value));
   return value;
 }
 

@@ -1,109 +1,75 @@
 #include "mcp/call.hpp"
 
-#include <atomic>
-#include <mutex>
-#include <thread>
+#include <algorithm>
+#include <cstdio>
 
 #include "ferry/text.hpp"
+#include "run/archiving.hpp"
 
 namespace ferry::mcp {
 
 namespace {
 
-// How many targets of one call run at once.
-constexpr std::size_t k_parallel_targets = 8;
-
-// The run failed before anything was staged: on a session that sat idle, that is a connection
-// that died in the meantime, and a new one may well work.
-bool never_started(const RunRecord& record)
+void stderr_line(std::string_view kind, std::string_view text)
 {
-  return record.status == RunStatus::error && record.timings.exec == 0 &&
-         record.timings.upload == 0;
+  const std::string line = fmt::format("ferry mcp: {}{}\n", kind, terminal_safe(text));
+  std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-RunRecord not_connected(const CallSetup& setup, const Lease& lease)
-{
-  const bool stopped = setup.options.stop.stop_requested();
-  RunRecord record =
-      unstarted_run(*setup.job, setup.params, *lease.session,
-                    stopped ? RunStatus::interrupted : RunStatus::error, lease.failed->message);
-  record.unreachable = !stopped && lease.failed->kind == ErrorKind::unreachable;
-  return record;
-}
-
-RunRecord run_on_target(HostPool& pool, const std::string& label, const CallSetup& setup,
-                        const RunOptions& options)
-{
-  Lease lease = pool.borrow(label);
-  RunRecord record = lease.failed ? not_connected(setup, lease)
-                                  : run_job(*lease.session, *setup.job, setup.params, options);
-  if (!lease.failed && lease.reused && never_started(record) && !options.stop.stop_requested()) {
-    pool.reconnect(lease);
-    record = lease.failed ? not_connected(setup, lease)
-                          : run_job(*lease.session, *setup.job, setup.params, options);
+// Passes every event on to the call's reporter and keeps each target's record.
+class Collector final : public RunObserver {
+public:
+  Collector(RunObserver& view, const std::vector<std::string>& targets)
+      : m_view(view), m_targets(targets), m_runs(targets.size())
+  {
   }
-  record.timings.connect = lease.connect_s;
-  record.duration_s += lease.connect_s;
-  pool.give_back(label, std::move(lease), record.status != RunStatus::error);
-  return record;
-}
 
-// Stores the run with the client that asked for it; false when the archive refused it.
-bool archive_run(Archive* archive, RunRecord& record, const nlohmann::json& client)
-{
-  record.client = client;
-  if (archive == nullptr) {
-    return false;
+  void run_started(const RunRef& run) override { m_view.run_started(run); }
+  void run_output(const RunRef& run, OutputStream stream, std::string_view bytes) override
+  {
+    m_view.run_output(run, stream, bytes);
   }
-  auto stored = archive->record(record);
-  if (!stored) {
-    const std::string line =
-        fmt::format("ferry mcp: error: {}\n", terminal_safe(stored.error().message));
-    std::fwrite(line.data(), 1, line.size(), stderr);
-    record.warnings.push_back(
-        {{"code", "not-archived"},
-         {"message", "the archive refused this run: " + stored.error().message}});
-    return false;
+  void run_note(const RunRef& run, std::string_view text) override { m_view.run_note(run, text); }
+  void progress(const FleetProgress& progress) override { m_view.progress(progress); }
+  void run_finished(RunRecord& record) override
+  {
+    m_view.run_finished(record);
+    const auto at = std::find(m_targets.begin(), m_targets.end(), record.host_label);
+    if (at != m_targets.end()) {
+      m_runs[static_cast<std::size_t>(at - m_targets.begin())] = record;
+    }
   }
-  return true;
-}
+
+  [[nodiscard]] std::vector<RunRecord> take() { return std::move(m_runs); }
+
+private:
+  RunObserver& m_view;
+  const std::vector<std::string>& m_targets;
+  std::vector<RunRecord> m_runs;
+};
 
 } // namespace
 
-CallOutcome run_call(HostPool& pool, Archive* archive, const CallSetup& setup,
+CallOutcome run_call(SessionPool& pool, const CallArchive& archive, const CallSetup& setup,
                      RunObserver& observer)
 {
-  const std::size_t count = setup.targets.size();
-  CallOutcome outcome{std::vector<RunRecord>(count), std::vector<bool>(count, false)};
-  std::mutex lock; // observer calls never overlap
-  std::atomic<std::size_t> next{0};
-  auto work = [&] {
-    for (std::size_t i = next++; i < count; i = next++) {
-      const std::string& label = setup.targets[i];
-      {
-        std::lock_guard guard(lock);
-        observer.run_started(RunRef{label, setup.job->name});
-      }
-      RunOptions options = setup.options;
-      options.on_output = [&, label](OutputStream stream, std::string_view bytes) {
-        std::lock_guard guard(lock);
-        observer.run_output(RunRef{label, setup.job->name}, stream, bytes);
-      };
-      RunRecord record = run_on_target(pool, label, setup, options);
-      record.host_label = label;
-      std::lock_guard guard(lock);
-      outcome.archived[i] = archive_run(archive, record, setup.client);
-      observer.run_finished(record);
-      outcome.runs[i] = std::move(record);
-    }
-  };
-  std::vector<std::thread> threads;
-  for (std::size_t t = 1; t < std::min(count, k_parallel_targets); ++t) {
-    threads.emplace_back(work);
+  Collector collector(observer, setup.targets);
+  ArchivingSettings settings;
+  settings.archive = archive.archive;
+  settings.client = setup.client;
+  settings.on_error = [](const Error& error) { stderr_line("error: ", error.message); };
+  settings.on_note = [](std::string_view text) { stderr_line("", text); };
+  settings.not_archived_hint = "the client gets the run's result without a resource";
+  settings.warn_in_record = true;
+  ArchivingObserver archiving(std::move(settings), collector);
+  PooledSessions sessions(pool, setup.targets);
+  run_fleet(sessions, {{setup.job, setup.params}}, k_parallel_targets, setup.options, archiving);
+  if (archive.max_size) {
+    archiving.keep_within(*archive.max_size, archive.config_file);
   }
-  work();
-  for (auto& thread : threads) {
-    thread.join();
+  CallOutcome outcome{collector.take(), {}};
+  for (const auto& run : outcome.runs) {
+    outcome.archived.push_back(archiving.archived(run.run_id));
   }
   return outcome;
 }

@@ -168,14 +168,14 @@ void CallReporter::emit_line(const std::string& host_name, OutputStream stream,
     return;
   }
   report_skipped(host_name);
-  m_writer.send(
-      notification("notifications/message", {{"level", "info"},
-                                             {"logger", "ferry"},
-                                             {"data",
-                                              {{"target", host_name},
-                                               {"job", m_job},
-                                               {"stream", stream_name(stream)},
-                                               {"line", shorten(line, m_rate.line_bytes)}}}}));
+  m_writer.send(notification("notifications/message",
+                             {{"level", "info"},
+                              {"logger", "ferry"},
+                              {"data",
+                               {{"target", host_name},
+                                {"job", m_job},
+                                {"stream", stream_name(stream)},
+                                {"line", terminal_safe(shorten(line, m_rate.line_bytes))}}}}));
 }
 
 void CallReporter::report_skipped(const std::string& host_name)

@@ -1,6 +1,9 @@
 #include "mcp/render.hpp"
 
 #include <algorithm>
+#include <cctype>
+
+#include "ferry/bundle.hpp"
 
 #include "ferry/text.hpp"
 
@@ -10,9 +13,18 @@ using nlohmann::json;
 
 namespace {
 
+// JSON in the text a client shows: every character outside ASCII escaped, so no control or
+// bidirectional character the job sent reaches a screen.
 std::string dump(const json& value)
 {
-  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+  return value.dump(-1, ' ', true, json::error_handler_t::replace);
+}
+
+// Text a job or host wrote, as the result's text shows it: control and bidirectional
+// characters escaped (tab and newline kept).
+std::string shown(std::string_view text)
+{
+  return terminal_safe(text, Newlines::keep);
 }
 
 // The first byte at or after `from` that starts a character (not a UTF-8 continuation byte).
@@ -26,7 +38,7 @@ std::size_t character_start(std::string_view text, std::size_t from)
 
 std::string status_line(const RunRecord& run)
 {
-  std::string line = fmt::format("{}: {}", run.host_label, to_string(run.status));
+  std::string line = fmt::format("{}: {}", shown(run.host_label), to_string(run.status));
   line += run.exit_code ? fmt::format(" (exit {}, {:.2f} s)", *run.exit_code, run.duration_s)
                         : fmt::format(" ({:.2f} s)", run.duration_s);
   return line + ", run " + run.run_id;
@@ -39,17 +51,32 @@ void add_stream(std::string& text, std::string_view name, std::string_view bytes
   }
   const std::string excerpt = tail_excerpt(bytes, k_excerpt_lines, k_excerpt_bytes);
   const bool whole = excerpt.size() == bytes.size() && !truncated;
-  text += fmt::format("{}{}:\n{}", name, whole ? "" : " (last lines)", excerpt);
+  text += fmt::format("{}{}:\n{}", name, whole ? "" : " (last lines)", shown(excerpt));
   if (!excerpt.empty() && excerpt.back() != '\n') {
     text += '\n';
   }
 }
 
-std::string render_run(const RunRecord& run, bool archived)
+// The files fetched back: where they are on this machine, and which a resource gives.
+void add_outputs(std::string& text, const RunRecord& run, bool archived, std::string_view out_dir)
+{
+  if (run.outputs.empty()) {
+    return;
+  }
+  text += fmt::format("fetched files, saved under {}:\n", shown(local_output_dir(out_dir, run)));
+  for (const auto& item : run.outputs) {
+    const bool kept = archived && item.value("archived", false);
+    text += fmt::format("  {} ({} bytes){}\n", shown(item.value("path", "")),
+                        item.value("size", std::uint64_t{0}),
+                        kept ? "" : "; not in the archive (over its cap): read it on this machine");
+  }
+}
+
+std::string render_run(const RunRecord& run, bool archived, std::string_view out_dir)
 {
   std::string text = status_line(run) + "\n";
   if (run.error) {
-    text += "error: " + *run.error + "\n";
+    text += "error: " + shown(*run.error) + "\n";
   }
   if (!run.result.is_null()) {
     const std::string result = dump(run.result);
@@ -66,9 +93,10 @@ std::string render_run(const RunRecord& run, bool archived)
     add_stream(text, "stdout", run.stdout_text, run.stdout_truncated);
   }
   add_stream(text, "stderr", run.stderr_text, run.stderr_truncated);
+  add_outputs(text, run, archived, out_dir);
   for (const auto& warning : run.warnings) {
-    text +=
-        fmt::format("warning ({}): {}\n", warning.value("code", ""), warning.value("message", ""));
+    text += fmt::format("warning ({}): {}\n", shown(warning.value("code", "")),
+                        shown(warning.value("message", "")));
   }
   if (!archived) {
     text += "(this run is not in the archive)\n";
@@ -106,6 +134,25 @@ std::string run_uri(std::string_view run_id)
   return "ferry://runs/" + std::string(run_id);
 }
 
+std::string output_uri(std::string_view run_id, std::string_view path)
+{
+  std::string uri = run_uri(run_id) + "/outputs/";
+  for (const char c : path) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (std::isalnum(byte) != 0 || std::string_view("-._~/").find(c) != std::string_view::npos) {
+      uri += c;
+    } else {
+      uri += fmt::format("%{:02X}", byte);
+    }
+  }
+  return uri;
+}
+
+std::string local_output_dir(std::string_view out_dir, const RunRecord& run)
+{
+  return output_dir_for(out_dir, run.run_id, run.host_label);
+}
+
 std::string tail_excerpt(std::string_view text, std::size_t lines, std::size_t bytes)
 {
   std::size_t start = text.size();
@@ -126,8 +173,31 @@ std::string tail_excerpt(std::string_view text, std::size_t lines, std::size_t b
   return std::string(text.substr(start));
 }
 
+namespace {
+
+// A resource_link for each fetched file the archive keeps: resources/read gives its bytes.
+void add_output_links(json& content, const RunRecord& run, std::string_view out_dir)
+{
+  const std::string dir = local_output_dir(out_dir, run);
+  for (const auto& item : run.outputs) {
+    if (!item.value("archived", false)) {
+      continue;
+    }
+    const std::string path = item.value("path", "");
+    content.push_back(
+        {{"type", "resource_link"},
+         {"uri", output_uri(run.run_id, path)},
+         {"name", path},
+         {"description", fmt::format("a file fetched from {} by run {}; on this machine at {}/{}",
+                                     run.host_label, run.run_id, dir, path)},
+         {"size", item.value("size", std::uint64_t{0})}});
+  }
+}
+
+} // namespace
+
 json call_result(const Job& job, const std::vector<RunRecord>& runs,
-                 const std::vector<bool>& archived)
+                 const std::vector<bool>& archived, std::string_view out_dir)
 {
   std::string text = runs.size() > 1 ? summary(job, runs) : "";
   json content = json::array();
@@ -135,7 +205,7 @@ json call_result(const Job& job, const std::vector<RunRecord>& runs,
   bool failed = false;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const bool stored = i < archived.size() && archived[i];
-    text += (i == 0 ? "" : "\n") + render_run(runs[i], stored);
+    text += (i == 0 ? "" : "\n") + render_run(runs[i], stored, out_dir);
     structured_runs.push_back(structured_run(runs[i]));
     failed |= runs[i].status != RunStatus::ok;
   }
@@ -148,6 +218,7 @@ json call_result(const Job& job, const std::vector<RunRecord>& runs,
            {"name", runs[i].run_id},
            {"description", fmt::format("archived run of {} on {}", job.name, runs[i].host_label)},
            {"mimeType", "application/json"}});
+      add_output_links(content, runs[i], out_dir);
     }
   }
   json result = {{"content", content}, {"isError", failed}};

@@ -20,13 +20,20 @@ inline constexpr std::size_t k_result_text_bytes = 32 * 1024;
 
 // "ferry://runs/RUN_ID"
 [[nodiscard]] std::string run_uri(std::string_view run_id);
+// "ferry://runs/RUN_ID/outputs/PATH", PATH percent-encoded (but its slashes).
+[[nodiscard]] std::string output_uri(std::string_view run_id, std::string_view path);
+// Where a run's fetched files are on this machine: `out_dir` with {run_id} (and {host}) replaced.
+[[nodiscard]] std::string local_output_dir(std::string_view out_dir, const RunRecord& run);
 
 // The last lines of `text`, at most `lines` of them and `bytes` bytes (cut at a character).
 [[nodiscard]] std::string tail_excerpt(std::string_view text, std::size_t lines, std::size_t bytes);
 
 // The CallToolResult for these runs; `archived[i]` says whether runs[i] is in the archive.
+// Fetched files are listed with where they are (`out_dir`, as RunOptions has it) and linked as
+// resources.
 [[nodiscard]] nlohmann::json call_result(const Job& job, const std::vector<RunRecord>& runs,
-                                         const std::vector<bool>& archived);
+                                         const std::vector<bool>& archived,
+                                         std::string_view out_dir);
 
 // A tool result that reports a refusal (bad arguments) or a failure before any run.
 [[nodiscard]] nlohmann::json error_result(std::string_view message);

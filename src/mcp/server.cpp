@@ -107,7 +107,7 @@ private:
 
   ServerConfig m_config;
   Writer& m_writer;
-  HostPool m_pool;
+  SessionPool m_pool;
   std::vector<std::string> m_targets;
   json m_tools = json::array();
   std::map<std::string, const Job*> m_jobs;
@@ -325,7 +325,7 @@ void Server::run_worker(const json& id, Call& call, const CallSetup& setup, cons
   json result;
   try {
     CallOutcome outcome = run_call(m_pool, m_config.archive, setup, *call.reporter);
-    result = call_result(job, outcome.runs, outcome.archived);
+    result = call_result(job, outcome.runs, outcome.archived, m_config.run_options.out_dir);
   } catch (const std::exception& e) {
     result = error_result(fmt::format("ferry mcp: internal error: {}", e.what()));
   }
@@ -339,12 +339,13 @@ void Server::run_worker(const json& id, Call& call, const CallSetup& setup, cons
 
 void Server::answer_resource(const Incoming& message)
 {
-  if (m_config.archive == nullptr) {
+  Archive* archive = m_config.archive.archive;
+  if (archive == nullptr) {
     refuse(message.id, RpcError::internal_error, "no archive is open");
     return;
   }
   if (message.method == "resources/list") {
-    auto listed = list_runs(*m_config.archive);
+    auto listed = list_runs(*archive);
     listed ? (void)reply(message.id, std::move(listed).value())
            : (void)refuse(message.id, RpcError::internal_error, listed.error().message);
     return;
@@ -354,7 +355,7 @@ void Server::answer_resource(const Incoming& message)
     refuse(message.id, RpcError::invalid_params, "resources/read needs \"uri\", a string");
     return;
   }
-  auto read = read_run(*m_config.archive, uri->get<std::string>());
+  auto read = read_run(*archive, uri->get<std::string>(), m_config.run_options.out_dir);
   if (read) {
     reply(message.id, std::move(read).value());
   } else {

@@ -11,7 +11,8 @@
 #include "ferry/exit_code.hpp"
 #include "ferry/job.hpp"
 #include "ferry/runner.hpp"
-#include "mcp/host_pool.hpp"
+#include "mcp/call.hpp"
+#include "run/session_pool.hpp"
 
 namespace ferry::mcp {
 
@@ -21,9 +22,10 @@ inline constexpr std::string_view k_newer_protocol_version = "2025-11-25";
 
 struct ServerConfig {
   std::vector<Job> jobs; // one tool each (jobs that cannot be tools are left out before)
-  std::vector<TargetEntry> targets;
-  Archive* archive = nullptr;
-  RunOptions run_options;
+  std::vector<PoolTarget> targets;
+  CallArchive archive;
+  RunOptions run_options; // resolved as `ferry run` resolves them (env, interpreters, config)
+  // How long a session stays connected after a call for the next one.
   std::chrono::steady_clock::duration idle_limit = std::chrono::minutes(5);
   std::size_t max_calls = 16; // tools/call requests running at once
 };

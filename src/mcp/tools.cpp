@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/ranges.h>
+
 #include "ferry/params.hpp"
 #include "ferry/run_record.hpp"
 #include "ferry/text.hpp"
@@ -55,6 +57,11 @@ json param_schema(const ParamSpec& spec)
   } else if (spec.choices) {
     schema["enum"] = *spec.choices;
   }
+  if (spec.pattern) {
+    // JSON Schema's pattern is not anchored; ferry's is matched whole.
+    (spec.type == ParamType::list ? schema["items"] : schema)["pattern"] =
+        fmt::format("^(?:{})$", *spec.pattern);
+  }
   if (spec.default_value) {
     schema["default"] = *spec.default_value;
   }
@@ -68,15 +75,22 @@ json param_schema(const ParamSpec& spec)
   return schema;
 }
 
+// One target, "all", or a list of targets.
 json target_schema(const std::vector<std::string>& targets)
 {
   json choices = targets;
   choices.push_back(k_all_targets);
-  json schema = {{"type", "string"},
-                 {"enum", choices},
-                 {"description", fmt::format("where the job runs: one of the targets this server "
-                                             "was started with, or \"{}\" for every one of them",
-                                             k_all_targets)}};
+  json schema = {
+      {"anyOf",
+       {{{"type", "string"}, {"enum", choices}},
+        {{"type", "array"},
+         {"items", {{"type", "string"}, {"enum", targets}}},
+         {"minItems", 1},
+         {"uniqueItems", true}}}},
+      {"description",
+       fmt::format("where the job runs: one of the targets this server was started with, a list "
+                   "of them, or \"{}\" for every one of them",
+                   k_all_targets)}};
   if (targets.size() == 1) {
     schema["default"] = targets.front();
   }
@@ -124,6 +138,46 @@ std::string target_list(const std::vector<std::string>& targets)
   return names + std::string(k_all_targets);
 }
 
+std::string shown_value(const json& value)
+{
+  return shorten(value.dump(-1, ' ', false, json::error_handler_t::replace), 60);
+}
+
+// `target` as a list: each a target of the server, once; they run in the server's order.
+Expected<std::vector<std::string>> listed_targets(const json& given,
+                                                  const std::vector<std::string>& targets)
+{
+  if (given.empty()) {
+    return fail(ErrorKind::usage, "argument '{}' is an empty list; name at least one of {}",
+                k_target_argument, fmt::join(targets, ", "));
+  }
+  std::vector<bool> picked(targets.size(), false);
+  for (const auto& item : given) {
+    const auto at = item.is_string() ? std::find(targets.begin(), targets.end(),
+                                                 item.get_ref<const std::string&>())
+                                     : targets.end();
+    if (at == targets.end()) {
+      return fail(ErrorKind::usage,
+                  "argument '{}' lists {}, which is not a target; the targets "
+                  "are {}",
+                  k_target_argument, shown_value(item), fmt::join(targets, ", "));
+    }
+    const auto index = static_cast<std::size_t>(at - targets.begin());
+    if (picked[index]) {
+      return fail(ErrorKind::usage, "argument '{}' lists {} twice", k_target_argument,
+                  shown_value(item));
+    }
+    picked[index] = true;
+  }
+  std::vector<std::string> chosen;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    if (picked[i]) {
+      chosen.push_back(targets[i]);
+    }
+  }
+  return chosen;
+}
+
 Expected<std::vector<std::string>> chosen_targets(const json& arguments,
                                                   const std::vector<std::string>& targets)
 {
@@ -142,9 +196,11 @@ Expected<std::vector<std::string>> chosen_targets(const json& arguments,
       std::find(targets.begin(), targets.end(), given->get<std::string>()) != targets.end()) {
     return std::vector<std::string>{given->get<std::string>()};
   }
-  return fail(ErrorKind::usage, "argument '{}' must be one of {}, not {}", k_target_argument,
-              target_list(targets),
-              shorten(given->dump(-1, ' ', false, json::error_handler_t::replace), 60));
+  if (given->is_array()) {
+    return listed_targets(*given, targets);
+  }
+  return fail(ErrorKind::usage, "argument '{}' must be one of {} or a list of targets, not {}",
+              k_target_argument, target_list(targets), shown_value(*given));
 }
 
 } // namespace

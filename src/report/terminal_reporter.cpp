@@ -135,6 +135,7 @@ class TerminalReporter final : public Reporter {
 public:
   TerminalReporter(std::FILE* out, std::FILE* err, TerminalOptions options)
       : m_out(out), m_err(err), m_colour(wants_colour(out)), m_stream(options.stream),
+        m_blocks(options.blocks), m_terminal(isatty(fileno(out)) != 0),
         m_escape_out(!options.raw_output && isatty(fileno(out)) != 0),
         m_escape_err(!options.raw_output && isatty(fileno(err)) != 0)
   {
@@ -146,8 +147,11 @@ public:
   {
     m_many = batch.total > 1;
     m_show_progress = m_many && isatty(fileno(m_err)) != 0;
-    // One host: its output as it comes, as ssh shows it. Several: whole blocks, unless asked.
-    m_live = batch.hosts <= 1 || m_stream;
+    // One host: its output as it comes, as ssh shows it. Several: host-prefixed lines as they
+    // come when asked, and by default on a terminal with few enough hosts to follow; else whole
+    // blocks.
+    m_live =
+        batch.hosts <= 1 || m_stream || (!m_blocks && m_terminal && batch.hosts <= k_stream_hosts);
     m_prefixed = m_live && batch.hosts > 1;
     m_swept = batch.swept;
   }
@@ -372,6 +376,8 @@ private:
   std::FILE* m_err;
   bool m_colour;
   bool m_stream;
+  bool m_blocks;     // --no-stream
+  bool m_terminal;   // stdout is a terminal
   bool m_escape_out; // job output shown on a terminal is escaped (unless --raw-output)
   bool m_escape_err;
   bool m_many = false;

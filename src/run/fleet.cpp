@@ -31,54 +31,106 @@ struct HostOrder {
   std::size_t head = 0; // the run whose events pass through
 };
 
+// One target's runs: its session, whether it connected, and whether it stayed healthy.
+struct HostRun {
+  HostRun(std::size_t target, Lease borrowed, std::string label, std::size_t runs)
+      : index(target), lease(std::move(borrowed)), order(std::move(label), runs)
+  {
+  }
+  std::size_t index;
+  Lease lease;
+  HostOrder order;
+  Expected<void> connected;
+  double connect_s = 0;
+  std::atomic<bool> healthy{true};
+};
+
+// The run failed before anything was staged: on a session kept from an earlier batch, that is a
+// connection that died meanwhile, and a new one may well work.
+bool never_started(const RunRecord& record)
+{
+  return record.status == RunStatus::error && record.timings.exec == 0 &&
+         record.timings.upload == 0;
+}
+
 // The shared state of one fleet run: which host is next, the counts, and the one lock that
 // keeps observer calls from overlapping.
 class Fleet {
 public:
-  Fleet(std::vector<std::unique_ptr<HostSession>>& sessions, const std::vector<PlannedRun>& runs,
-        const RunOptions& options, RunObserver& observer, int parallel)
+  Fleet(SessionSource& sessions, const std::vector<PlannedRun>& runs, const RunOptions& options,
+        RunObserver& observer, int parallel)
       : m_sessions(sessions), m_runs(runs), m_options(options), m_observer(observer),
         m_parallel(static_cast<std::size_t>(std::max(1, parallel))), m_slots(m_parallel)
   {
-    m_progress.total = sessions.size() * runs.size();
+    m_progress.total = sessions.targets() * runs.size();
   }
 
   // A worker: takes hosts until none is left.
   void work()
   {
-    for (std::size_t i = m_next++; i < m_sessions.size(); i = m_next++) {
-      run_host(*m_sessions[i]);
-      m_sessions[i].reset(); // disconnect as soon as this host is done
+    for (std::size_t i = m_next++; i < m_sessions.targets(); i = m_next++) {
+      run_host(i);
     }
   }
 
 private:
-  void run_host(HostSession& session)
+  void run_host(std::size_t i)
   {
     {
       std::lock_guard guard(m_lock);
       ++m_progress.running;
       m_observer.progress(m_progress);
     }
+    Lease lease = m_sessions.borrow(i, false);
+    std::string label = m_sessions.label(i, *lease.session);
+    HostRun host(i, std::move(lease), std::move(label), m_runs.size());
+    // A kept session's first run goes alone: should the session have died while idle, it is
+    // tried again on a new one before the others start.
+    const bool kept = host.lease.connected;
+    connect(host);
+    std::size_t first = 0;
+    if (kept && !m_runs.empty()) {
+      run_one(host, 0, true);
+      first = 1;
+    }
+    run_lanes(host, first);
+    const bool healthy = host.connected && host.healthy;
+    m_sessions.give_back(i, std::move(host.lease), healthy); // a batch's own session ends here
+  }
+
+  void connect(HostRun& host)
+  {
+    if (host.lease.connected) {
+      host.connected = {};
+      return;
+    }
+    HostSession& session = *host.lease.session;
     const auto start = std::chrono::steady_clock::now();
-    auto connected = m_options.stop.stop_requested()
+    host.connected = m_options.stop.stop_requested()
                          ? Expected<void>(fail(ErrorKind::failed, "interrupted before connecting"))
                          : session.connect();
-    const double connect_s = seconds_since(start);
-    log_step(m_options, session.label(), "session", connected ? "connect" : "connect (failed)",
-             connect_s);
-    // A host's runs share its session, on as many channels at once as -j allows (the session
-    // learns the server's own limit from a refused channel).
+    const double seconds = seconds_since(start);
+    host.connect_s += seconds;
+    host.lease.connected = static_cast<bool>(host.connected);
+    log_step(m_options, session.label(), "session", host.connected ? "connect" : "connect (failed)",
+             seconds);
+  }
+
+  // Runs `first`.. of the host: they share its session, on as many channels at once as -j
+  // allows (the session learns the server's own limit from a refused channel).
+  void run_lanes(HostRun& host, std::size_t first)
+  {
+    HostSession& session = *host.lease.session;
+    const std::size_t left = m_runs.size() - std::min(first, m_runs.size());
     const std::size_t lanes =
-        connected && session.traits().concurrent_runs ? std::min(m_parallel, m_runs.size()) : 1;
-    if (connected) {
+        host.connected && session.traits().concurrent_runs ? std::min(m_parallel, left) : 1;
+    if (host.connected && !m_sessions.keeps_sessions()) {
       session.plan(m_runs.size(), lanes);
     }
-    HostOrder order(session.label(), m_runs.size());
-    std::atomic<std::size_t> next{0};
+    std::atomic<std::size_t> next{first};
     const auto lane = [&] {
       for (std::size_t r = next++; r < m_runs.size(); r = next++) {
-        run_one(session, order, r, connected, connect_s);
+        run_one(host, r, false);
       }
     };
     std::vector<std::thread> others;
@@ -91,21 +143,39 @@ private:
     }
   }
 
-  void run_one(HostSession& session, HostOrder& order, std::size_t r,
-               const Expected<void>& connected, double connect_s)
+  RunRecord attempt(HostRun& host, std::size_t r)
   {
     const PlannedRun& run = m_runs[r];
+    HostSession& session = *host.lease.session;
+    RunRecord record = host.connected
+                           ? run_job(session, *run.job, run.params, with_output(host.order, r))
+                           : not_connected(session, run, host.connected.error());
+    record.host_label = host.order.host;
+    return record;
+  }
+
+  // `retry_dead`: the session was kept from before; a run that never started goes again on a
+  // new session.
+  void run_one(HostRun& host, std::size_t r, bool retry_dead)
+  {
     m_slots.acquire(); // -j bounds the runs under way across all hosts
-    announce(session, order, r);
-    RunRecord record = connected
-                           ? run_job(session, *run.job, run.params, with_output(session, order, r))
-                           : not_connected(session, run, connected.error());
+    announce(host.order, r);
+    RunRecord record = attempt(host, r);
+    if (retry_dead && host.connected && never_started(record) && !m_options.stop.stop_requested()) {
+      m_sessions.give_back(host.index, std::move(host.lease), false);
+      host.lease = m_sessions.borrow(host.index, true);
+      connect(host);
+      record = attempt(host, r);
+    }
     m_slots.release();
     if (r == 0) {
-      record.timings.connect = connect_s;
-      record.duration_s += connect_s;
+      record.timings.connect = host.connect_s;
+      record.duration_s += host.connect_s;
     }
-    finished(order, r, std::move(record));
+    if (record.status == RunStatus::error) {
+      host.healthy = false;
+    }
+    finished(host.order, r, std::move(record));
   }
 
   RunRecord not_connected(const HostSession& session, const PlannedRun& run, const Error& error)
@@ -122,10 +192,10 @@ private:
 
   // The options for one run, its output passed to the observer as it arrives (or held while
   // earlier runs of its host are under way).
-  RunOptions with_output(const HostSession& session, HostOrder& order, std::size_t r)
+  RunOptions with_output(HostOrder& order, std::size_t r)
   {
     RunOptions options = m_options;
-    options.on_output = [this, &order, r, host = session.label(),
+    options.on_output = [this, &order, r, host = order.host,
                          name = m_runs[r].job->name](OutputStream stream, std::string_view bytes) {
       std::lock_guard guard(m_lock);
       if (r == order.head) {
@@ -138,20 +208,18 @@ private:
         held.output.emplace_back(stream, std::string(bytes));
       }
     };
-    options.on_note = [this, host = session.label(),
-                       name = m_runs[r].job->name](std::string_view text) {
+    options.on_note = [this, host = order.host, name = m_runs[r].job->name](std::string_view text) {
       std::lock_guard guard(m_lock);
       m_observer.run_note(RunRef{host, name}, text);
     };
     return options;
   }
 
-  void announce(const HostSession& session, HostOrder& order, std::size_t r)
+  void announce(HostOrder& order, std::size_t r)
   {
-    const std::string label = session.label();
     std::lock_guard guard(m_lock);
     if (r == order.head) {
-      m_observer.run_started(RunRef{label, m_runs[r].job->name});
+      m_observer.run_started(RunRef{order.host, m_runs[r].job->name});
     } else {
       order.held[r].started = true;
     }
@@ -200,7 +268,7 @@ private:
     m_observer.progress(m_progress);
   }
 
-  std::vector<std::unique_ptr<HostSession>>& m_sessions;
+  SessionSource& m_sessions;
   const std::vector<PlannedRun>& m_runs;
   const RunOptions& m_options;
   RunObserver& m_observer;
@@ -213,14 +281,13 @@ private:
 
 } // namespace
 
-void run_fleet(std::vector<std::unique_ptr<HostSession>>& sessions,
-               const std::vector<PlannedRun>& runs, int parallel, const RunOptions& options,
-               RunObserver& observer, std::vector<std::string> swept)
+void run_fleet(SessionSource& sessions, const std::vector<PlannedRun>& runs, int parallel,
+               const RunOptions& options, RunObserver& observer, std::vector<std::string> swept)
 {
   Fleet fleet(sessions, runs, options, observer, parallel);
-  observer.batch_started(
-      BatchInfo{sessions.size() * runs.size(), sessions.size(), std::move(swept)});
-  const int workers = std::max(1, std::min<int>(parallel, static_cast<int>(sessions.size())));
+  const std::size_t targets = sessions.targets();
+  observer.batch_started(BatchInfo{targets * runs.size(), targets, std::move(swept)});
+  const int workers = std::max(1, std::min<int>(parallel, static_cast<int>(targets)));
   if (workers == 1) {
     fleet.work();
   } else {
@@ -234,6 +301,14 @@ void run_fleet(std::vector<std::unique_ptr<HostSession>>& sessions,
     }
   }
   observer.batch_finished();
+}
+
+void run_fleet(std::vector<std::unique_ptr<HostSession>>& sessions,
+               const std::vector<PlannedRun>& runs, int parallel, const RunOptions& options,
+               RunObserver& observer, std::vector<std::string> swept)
+{
+  SessionList list(sessions);
+  run_fleet(list, runs, parallel, options, observer, std::move(swept));
 }
 
 } // namespace ferry

@@ -50,7 +50,22 @@ class CheckLocal(unittest.TestCase):
         self.assertEqual(by_name["python3"]["path"], python3)
         self.assertEqual(by_name["python3"]["version"], python3_version(python3))
         self.assertIn("kv_calc", by_name["python3"]["jobs"])
-        self.assertEqual(sorted(by_name["sh"]["jobs"]), ["gpu_probe", "host_facts"])
+        self.assertEqual(sorted(by_name["sh"]["jobs"]), ["disk_usage", "gpu_probe", "host_facts",
+                                                         "kernel_log", "memory_usage", "service_log"])
+
+    def test_the_config_files_env_path_is_where_programs_are_found(self):
+        """Issue 42.2: check looks programs up with the environment `run` gives the job."""
+        self.assertIsNone(shutil.which("nvidia-smi"), "this test needs a machine without nvidia-smi")
+        fake_bin = os.path.join(os.path.dirname(__file__), "..", "jobs", "fake-bin")
+        fake_bin = os.path.abspath(fake_bin)
+        os.makedirs(os.path.join(self.tmp, "config", "ferry"))
+        with open(os.path.join(self.tmp, "config", "ferry", "config.toml"), "w") as f:
+            f.write(f'[hosts.local]\nenv.PATH = "{fake_bin}:/usr/bin:/bin"\n')
+        res = self.check()
+        self.assertEqual(res.code, 0, res)
+        self.assertIn(f"nvidia-smi {fake_bin}/nvidia-smi", res.stdout.decode())
+        found = json.loads(self.check("--json").stdout)
+        self.assertEqual(found["facts"]["tools"]["nvidia-smi"], {"path": f"{fake_bin}/nvidia-smi"})
 
     def test_a_missing_interpreter_is_named_with_its_jobs_and_exits_1(self):
         write_job(self.jobs, "needs_nothing_real", "x\n", interpreter="ferry-no-such-interpreter")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import subprocess
 import sys
 import threading
@@ -63,6 +65,35 @@ def run_live(args: list[str], env: dict) -> tuple[int, dict[str, list[tuple[floa
     return code, lines
 
 
+def run_live_in_pty(args: list[str], env: dict) -> tuple[int, list[tuple[float, str]]]:
+    """Runs ferry on a pseudo-terminal (stdout and stderr both), stamping each line it shows
+    with the time it arrived."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(ferry_bin(), [ferry_bin(), *args], {**os.environ, **env})
+    lines: list[tuple[float, str]] = []
+    pending = b""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        pending += chunk
+        *done, pending = pending.split(b"\n")
+        # What is left of a line once the progress line before it was cleared ("\r\x1b[K").
+        lines += [(time.time(), line.decode(errors="replace").rstrip("\r").split("\x1b[K")[-1])
+                  for line in done]
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), lines
+
+
 class LiveOutput(SshTestCase):
     def setUp(self):
         self.job = write_job(self.tmp, "ticks", TICK_JOB, timeout=60, result="required")
@@ -107,6 +138,22 @@ class LiveOutput(SshTestCase):
                              lines["out"])
             self.assertEqual(len(self.assert_on_time(lines["err"], "note", f"{host}: ")), 1,
                              lines["err"])
+
+    def test_a_terminal_streams_a_few_hosts_by_default_and_no_stream_gives_blocks(self):
+        """Issue 42.4: on a terminal, a fleet of a few hosts is not silent until each ends."""
+        hosts = [self.srv.alias("bash"), self.srv.alias("dash")]
+        target = ["--host", ",".join(hosts), "--ssh-config", self.srv.ssh_config]
+        code, lines = run_live_in_pty(["run", self.job, *target], self.env)
+        self.assertEqual(code, 0, lines)
+        for host in hosts:
+            self.assertEqual(len(self.assert_on_time(lines, "tick", f"{host}: ")), TICKS, lines)
+            self.assertEqual(len(self.assert_on_time(lines, "note", f"{host}: ")), 1, lines)
+        self.assertFalse([text for _, text in lines if text.startswith("== ")], lines)
+        code, lines = run_live_in_pty(["run", self.job, "--no-stream", *target], self.env)
+        self.assertEqual(code, 0, lines)
+        self.assertEqual(sorted(text for _, text in lines if text.startswith("== ")),
+                         sorted(f"== ticks @ {host} ==" for host in hosts))
+        self.assertFalse([text for _, text in lines if text.startswith(f"{hosts[0]}: tick")])
 
     def test_json_stream_gives_output_events_before_the_record(self):
         code, lines = run_live(["run", self.job, "--local", "--json", "--stream"], self.env)

@@ -315,5 +315,114 @@ class HostFacts(unittest.TestCase):
                 self.assertFalse(os.path.exists(job.result))
 
 
+def fake_tool(job: JobRun, name: str, script: str) -> None:
+    """A stand-in for `name` in the job's sandbox PATH (replacing a real one linked there)."""
+    path = os.path.join(job.bin, name)
+    if os.path.lexists(path):
+        os.unlink(path)
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n" + script)
+    os.chmod(path, 0o755)
+
+
+# Text a host's logs and process table may hold: quotes, a backslash, a tab, an escape
+# sequence, UTF-8. The result must stay valid JSON, bytes outside printable ASCII shown as '?'.
+AWKWARD = 'say "hi" \\ back\ttab \x1b[31mred caf\u00e9'
+AWKWARD_SHOWN = 'say "hi" \\ back\ttab ?[31mred caf??'
+
+
+class Diagnostics(unittest.TestCase):
+    """The read-only diagnostics set (issue 42.11): disk_usage, memory_usage, kernel_log,
+    service_log: their results' shape, escaping, and the notes when a source is unreadable."""
+
+    def run_job(self, job: JobRun, shell=("/bin/sh",)):
+        proc = job.run(list(shell))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return job.result_json(), proc.stdout
+
+    def test_disk_usage_lists_every_filesystem_df_reports(self):
+        for label, shell in _shells().items():
+            with self.subTest(shell=label):
+                job = JobRun(self, "disk_usage")
+                result, text = self.run_job(job, shell)
+                mounts = {fs["mount"]: fs for fs in result["filesystems"]}
+                self.assertIn("/", mounts)
+                st = os.statvfs("/")
+                self.assertEqual(mounts["/"]["total_mib"], st.f_blocks * st.f_frsize // 1024 // 1024)
+                for fs in result["filesystems"]:
+                    self.assertEqual(set(fs), {"filesystem", "mount", "total_mib", "used_mib",
+                                               "free_mib", "used_percent"})
+                    self.assertTrue(0 <= fs["used_percent"] <= 100, fs)
+                self.assertIn(" MiB free", text)
+        job = JobRun(self, "disk_usage")
+        fake_tool(job, "df", "printf 'Filesystem 1024-blocks Used Available Capacity Mounted on\\n'\n"
+                             f"printf '%s 2048 1024 1024 50%% /mnt/my disk\\n' '{AWKWARD}'\n")
+        result, _ = self.run_job(job)
+        # df's columns are split on blanks: the tab comes back as one space.
+        self.assertEqual(result["filesystems"], [{"filesystem": AWKWARD_SHOWN.replace("\t", " "),
+                                                  "mount": "/mnt/my disk",
+                                                  "total_mib": 2, "used_mib": 1, "free_mib": 1,
+                                                  "used_percent": 50}])
+
+    def test_memory_usage_gives_totals_and_the_ten_largest_processes(self):
+        job = JobRun(self, "memory_usage", tools=("ps",))
+        result, text = self.run_job(job)
+        self.assertGreater(result["total_mib"], 0)
+        self.assertLessEqual(result["available_mib"], result["total_mib"])
+        rss = [p["rss_mib"] for p in result["top"]]
+        self.assertTrue(1 <= len(rss) <= 10, result["top"])
+        self.assertEqual(rss, sorted(rss, reverse=True))
+        self.assertIn("MiB available", text)
+        lines = "".join(f"{pid} {pid * 1024} proc{pid}\\n" for pid in range(1, 13))
+        fake_tool(job, "ps", f"printf '{lines}'\nprintf '99 99999 %s\\n' '{AWKWARD}'\n")
+        result, _ = self.run_job(job)
+        self.assertEqual([p["pid"] for p in result["top"]], [99, 12, 11, 10, 9, 8, 7, 6, 5, 4])
+        self.assertEqual(result["top"][0], {"pid": 99, "rss_mib": 97, "command": AWKWARD_SHOWN})
+
+    def test_kernel_log_from_dmesg_else_the_journal_else_a_note(self):
+        dmesg_denied = "echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2; exit 1\n"
+        lines = "".join(f"[{i}.0] line {i}\\n" for i in range(1, 31))
+        job = JobRun(self, "kernel_log", params={"lines": 20}, tools=("tail", "head"))
+        fake_tool(job, "dmesg", f"printf '{lines}'\nprintf '%s\\n' '{AWKWARD}'\n")
+        result, _ = self.run_job(job)
+        self.assertEqual(result["source"], "dmesg")
+        self.assertEqual(result["lines"], [f"[{i}.0] line {i}" for i in range(12, 31)] + [AWKWARD_SHOWN])
+        fake_tool(job, "dmesg", dmesg_denied)
+        fake_tool(job, "journalctl", 'printf "%s\\n" "$*" >"$FERRY_RUN_DIR/journal.args"\necho "kernel: hello"\n')
+        result, _ = self.run_job(job)
+        self.assertEqual((result["source"], result["lines"]), ("journal", ["kernel: hello"]))
+        with open(os.path.join(job.run_dir, "journal.args")) as f:
+            self.assertEqual(f.read().split(), ["-k", "-n", "20", "--no-pager", "-q", "-o", "short-iso"])
+        fake_tool(job, "journalctl", "echo 'No journal files were found.' >&2; exit 1\n")
+        result, text = self.run_job(job)
+        self.assertEqual((result["source"], result["lines"]), (None, []))
+        self.assertEqual(result["note"], "kernel messages are not readable here (dmesg: dmesg: read kernel "
+                                         "buffer failed: Operation not permitted; journalctl: No journal "
+                                         "files were found.)")
+        self.assertIn("note: kernel messages are not readable here", text)
+
+    def test_service_log_asks_for_the_unit_and_checks_its_name_again(self):
+        job = JobRun(self, "service_log", params={"service": "nginx.service", "lines": 100},
+                     tools=("head",))
+        fake_tool(job, "systemctl", 'echo "$*" >"$FERRY_RUN_DIR/systemctl.args"; echo active\n')
+        fake_tool(job, "journalctl", 'printf "%s\\n" "$*" >"$FERRY_RUN_DIR/journal.args"\n'
+                                     f"printf '%s\\n' 'started' '{AWKWARD}'\n")
+        for label, shell in _shells().items():
+            with self.subTest(shell=label):
+                result, text = self.run_job(job, shell)
+                self.assertEqual(result, {"service": "nginx.service", "state": "active",
+                                          "lines": ["started", AWKWARD_SHOWN]})
+                with open(os.path.join(job.run_dir, "journal.args")) as f:
+                    self.assertEqual(f.read().split(), ["-u", "nginx.service", "-n", "100", "--no-pager",
+                                                        "-q", "-o", "short-iso"])
+                self.assertTrue(text.startswith("nginx.service: active\n"), text)
+        for bad in ("-o", "../x", "a b", "a;b", ""):
+            with self.subTest(service=bad):
+                job = JobRun(self, "service_log", params={"service": bad})
+                proc = job.run(["/bin/sh"])
+                self.assertEqual(proc.returncode, 2, proc.stdout)
+                self.assertIn("the service must be a unit name", proc.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

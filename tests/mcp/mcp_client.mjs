@@ -23,6 +23,7 @@ const transport = new StdioClientTransport({
   command: scenario.command,
   args: scenario.args,
   env: { ...process.env, ...(scenario.env || {}) },
+  cwd: scenario.cwd, // the directory the client starts the server in (default: the client's)
   stderr: "pipe",
 });
 transport.stderr.on("data", (chunk) => {
@@ -92,9 +93,10 @@ async function waitRun(step) {
   return { error: { message: `no run titled '${title}' appeared` } };
 }
 
-function linkOf(steps, index) {
+// The first resource_link of step `index`'s result (whose uri holds `match`, when given).
+function linkOf(steps, index, match) {
   const content = steps[index]?.result?.content ?? [];
-  return content.find((c) => c.type === "resource_link")?.uri;
+  return content.find((c) => c.type === "resource_link" && (!match || c.uri.includes(match)))?.uri;
 }
 
 async function runStep(step, done) {
@@ -111,7 +113,9 @@ async function runStep(step, done) {
     case "listResources":
       return { result: await client.listResources() };
     case "readResource":
-      return { result: await client.readResource({ uri: step.uri ?? linkOf(done, step.fromStep) }) };
+      return {
+        result: await client.readResource({ uri: step.uri ?? linkOf(done, step.fromStep, step.match) }),
+      };
     case "waitRun":
       return waitRun(step);
     case "run": // a command of the test's between two steps, the connection kept open

@@ -38,10 +38,12 @@ def client_script() -> str:
 
 
 def run_client(args: list[str], steps: list[dict], env: dict | None = None,
-               timeout: float = 300) -> dict:
-    """Runs `ferry ARGS` under the SDK client through `steps`; returns the driver's report."""
+               timeout: float = 300, cwd: str | None = None) -> dict:
+    """Runs `ferry ARGS` under the SDK client through `steps` (the server started in `cwd`,
+    default this directory); returns the driver's report."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({"command": ferry_bin(), "args": args, "env": env or {}, "steps": steps}, f)
+        json.dump({"command": ferry_bin(), "args": args, "env": env or {}, "steps": steps,
+                   "cwd": cwd}, f)
         scenario = f.name
     try:
         proc = subprocess.run(["node", client_script(), scenario], capture_output=True,
@@ -254,6 +256,33 @@ sleep 30
 import os, sys, time
 print(f"ready pid={os.getpid()} dir={os.environ['FERRY_RUN_DIR']}", flush=True)
 time.sleep(100)
+'''),
+    # Tells what it runs with: variables, PATH, the nvidia-smi found on it, its interpreter.
+    "environ": dict(body='''
+import json, os, shutil, sys
+with open(os.environ["FERRY_RESULT"], "w", encoding="utf-8") as f:
+    json.dump({"env": {n: os.environ.get(n) for n in ("GREETING", "TOKEN")},
+               "path": os.environ.get("PATH"), "nvidia_smi": shutil.which("nvidia-smi"),
+               "python": sys.executable}, f)
+'''),
+    # Prints control sequences, C1 and bidi characters on stdout and stderr, then fails.
+    "painter": dict(body='''
+import sys
+text = "\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J\\u009b31m\\x7f\\u202eevil\\u2066x"
+print(text, flush=True)
+print(text, file=sys.stderr, flush=True)
+sys.exit(3)
+'''),
+    # Writes two files it declares as `outputs`: one text, one binary.
+    "writer": dict(body='''
+import os
+os.makedirs("out", exist_ok=True)
+with open("out/report.txt", "w") as f:
+    f.write("hello from the run\\n")
+with open("out/blob bin.dat", "wb") as f:
+    f.write(bytes(range(256)))
+''', params='''
+outputs = ["out/*"]
 '''),
     # Prints many lines at once: the live output is rate-limited.
     "chatty": dict(body='''

@@ -6,6 +6,7 @@ messages), a failing job, live output, resources, and the archive rows all of it
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -16,7 +17,7 @@ import tempfile
 import unittest
 
 from mcp_harness import (HERE, RawServer, archive_rows, ferry_bin, job_block, pid_alive,
-                         run_client, wait_until, write_test_jobs)
+                         run_client, wait_until, write_job, write_test_jobs)
 
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 from ferry_harness import HOSTILE  # noqa: E402
@@ -30,7 +31,7 @@ SCHEMA_TYPES = {"int": "integer", "float": "number", "bool": "boolean", "string"
 
 def run_ids(result: dict) -> list[str]:
     return [c["uri"].removeprefix("ferry://runs/") for c in result["content"]
-            if c["type"] == "resource_link"]
+            if c["type"] == "resource_link" and "/outputs/" not in c["uri"]]
 
 
 def text_of(result: dict) -> str:
@@ -48,6 +49,8 @@ def expected_param_schema(param: dict) -> dict:
             schema["items"]["enum"] = param["choices"]
     elif param["choices"] is not None:
         schema["enum"] = param["choices"]
+    if param["pattern"] is not None:
+        (schema["items"] if param["type"] == "list" else schema)["pattern"] = f"^(?:{param['pattern']})$"
     if param["default"] is not None:
         schema["default"] = param["default"]
     description = param["help"]
@@ -143,9 +146,12 @@ class Local(McpTestCase):
             with self.subTest(tool=name):
                 meta = json.loads(self.ferry("jobs", name, "--json").stdout)
                 properties = {p["name"]: expected_param_schema(p) for p in meta["params"]}
-                properties["target"] = {"type": "string", "enum": ["local", "all"],
-                                        "default": "local",
-                                        "description": tool["inputSchema"]["properties"]["target"]["description"]}
+                properties["target"] = {
+                    "anyOf": [{"type": "string", "enum": ["local", "all"]},
+                              {"type": "array", "items": {"type": "string", "enum": ["local"]},
+                               "minItems": 1, "uniqueItems": True}],
+                    "default": "local",
+                    "description": tool["inputSchema"]["properties"]["target"]["description"]}
                 expected = {"type": "object", "properties": properties,
                             "additionalProperties": False}
                 required = [p["name"] for p in meta["params"] if p["required"] and p["default"] is None]
@@ -205,6 +211,77 @@ class Local(McpTestCase):
             self.assertEqual(run["result"]["params"]["blob"], {"k": [1, None]})
             self.assertEqual(row["params"], run["result"]["params"])
 
+    def test_a_call_may_name_a_list_of_targets(self):
+        """`target` as a list runs on those targets only, in the server's order; a closed port on
+        127.0.0.1 is the second target, so no sshd is needed (issue 42.11)."""
+        down = "127.0.0.1:9"
+        args = ["mcp", "--host", down, "--local", "--ssh-config", "none", "--retries", "0",
+                "--known-hosts", os.path.join(self.tmp, "known_hosts"), "--jobs", self.jobs,
+                "--archive", self.archive]
+        calls = [["local"], ["local", down], [], ["local", "local"], ["gpu9"], [1]]
+        report = run_client(args, [{"op": "call", "name": "echo",
+                                    "arguments": {"text": "x", "target": t}} for t in calls],
+                            self.env)
+        self.assertEqual(report["errors"], [], report["stderr"][-3000:])
+        only_local, both = report["steps"][0]["result"], report["steps"][1]["result"]
+        self.assertEqual([r["target"] for r in only_local["structuredContent"]["runs"]], ["local"])
+        self.assertFalse(only_local["isError"], text_of(only_local))
+        runs = both["structuredContent"]["runs"]
+        self.assertEqual([(r["target"], r["status"]) for r in runs], [(down, "error"), ("local", "ok")])
+        self.assertTrue(both["isError"])
+        refusals = [text_of(step["result"]) for step in report["steps"][2:]]
+        self.assertEqual(refusals, [
+            f"echo: argument 'target' is an empty list; name at least one of {down}, local",
+            "echo: argument 'target' lists \"local\" twice",
+            f"echo: argument 'target' lists \"gpu9\", which is not a target; the targets are {down}, local",
+            f"echo: argument 'target' lists 1, which is not a target; the targets are {down}, local",
+        ])
+
+    def test_fetched_files_are_resources_with_their_local_paths_not_dropped_in_the_cwd(self):
+        """A job's `outputs` come back as resource links (text, or base64 for other bytes), the
+        tool result names where they were saved, and nothing lands in the directory the client
+        started the server in (issue 42.11)."""
+        client_cwd = tempfile.mkdtemp(prefix="ferry-mcp-cwd-", dir=self.tmp)
+        args = ["mcp", "--local", "--jobs", self.jobs, "--archive", self.archive]
+        report = run_client(args, [
+            {"op": "call", "name": "writer", "arguments": {}},
+            {"op": "readResource", "fromStep": 0, "match": "/outputs/out/report.txt"},
+            {"op": "readResource", "fromStep": 0, "match": "/outputs/out/blob%20bin.dat"},
+        ], self.env, cwd=client_cwd)
+        self.assertEqual(report["errors"], [], report["stderr"][-3000:])
+        result, row = self.one_run(report["steps"][0])
+        saved = os.path.join(os.path.dirname(self.archive), "outputs", row["run_id"])
+        for line in (f"fetched files, saved under {saved}:\n", "\n  out/blob bin.dat (256 bytes)\n",
+                     "\n  out/report.txt (19 bytes)\n"):
+            self.assertIn(line, text_of(result))
+        links = {c["name"]: c for c in result["content"] if c["type"] == "resource_link"}
+        self.assertEqual(links["out/report.txt"]["uri"],
+                         f"ferry://runs/{row['run_id']}/outputs/out/report.txt")
+        self.assertIn(f"on this machine at {saved}/out/report.txt", links["out/report.txt"]["description"])
+        self.assertEqual(links["out/blob bin.dat"]["size"], 256)
+        text = report["steps"][1]["result"]["contents"][0]
+        self.assertEqual((text["mimeType"], text["text"]), ("text/plain", "hello from the run\n"))
+        blob = report["steps"][2]["result"]["contents"][0]
+        self.assertEqual(blob["mimeType"], "application/octet-stream")
+        self.assertEqual(base64.b64decode(blob["blob"]), bytes(range(256)))
+        with open(os.path.join(saved, "out", "report.txt")) as f:
+            self.assertEqual(f.read(), "hello from the run\n")
+        self.assertEqual(os.listdir(client_cwd), [])
+
+    def test_the_tools_do_not_depend_on_the_clients_working_directory(self):
+        client_cwd = tempfile.mkdtemp(prefix="ferry-mcp-cwd-", dir=self.tmp)
+        os.mkdir(os.path.join(client_cwd, "jobs"))
+        write_job(os.path.join(client_cwd, "jobs"), "from_the_cwd", "print(1)\n")
+        report = run_client(["mcp", "--local", "--jobs", self.jobs, "--archive", self.archive],
+                            [{"op": "listTools"}], self.env, cwd=client_cwd)
+        names = {t["name"] for t in report["steps"][0]["result"]["tools"]}
+        self.assertIn("echo", names)
+        self.assertNotIn("from_the_cwd", names)
+        # --jobs naming it (relative to where the server starts) is the way to serve it.
+        report = run_client(["mcp", "--local", "--jobs", "jobs", "--archive", self.archive],
+                            [{"op": "listTools"}], self.env, cwd=client_cwd)
+        self.assertIn("from_the_cwd", {t["name"] for t in report["steps"][0]["result"]["tools"]})
+
     def test_bad_arguments_give_the_command_line_messages(self):
         before = len(archive_rows(self.archive)) if os.path.exists(self.archive) else 0
         cases = [{"text": 5}, {}, {"text": "x", "bogus": 1}, {"text": "x", "mode": "medium"},
@@ -225,9 +302,62 @@ class Local(McpTestCase):
                                  message.replace(f"--params {params_file}", "arguments"))
         last = report["steps"][-1]["result"]
         self.assertTrue(last["isError"])
-        self.assertEqual(text_of(last), "echo: argument 'target' must be one of local, all, not \"gpu9\"")
+        self.assertEqual(text_of(last), "echo: argument 'target' must be one of local, all or a "
+                                        "list of targets, not \"gpu9\"")
         after = len(archive_rows(self.archive)) if os.path.exists(self.archive) else 0
         self.assertEqual(after, before)  # refused before anything ran: nothing archived
+
+    def test_a_client_cannot_name_a_program_for_host_facts_to_run(self):
+        """host_facts runs each of its `interpreters` as `PROGRAM --version`: a client may name
+        only the job's allow-list, never a path or a program of its choosing (issue 45.4)."""
+        mark = os.path.join(self.tmp, "evil-ran")
+        evil = os.path.join(self.tmp, "evil")
+        with open(evil, "w") as f:
+            f.write(f"#!/bin/sh\ntouch {mark}\necho 'evil 6.6.6'\n")
+        os.chmod(evil, 0o755)
+        before = len(archive_rows(self.archive)) if os.path.exists(self.archive) else 0
+        names = [evil, "../x", "evilprog", "-c"]
+        report = self.client([{"op": "call", "name": "host_facts",
+                               "arguments": {"interpreters": ["sh", name]}} for name in names])
+        for name, step in zip(names, report["steps"]):
+            with self.subTest(program=name):
+                self.assertTrue(step["result"]["isError"], step)
+                self.assertEqual(
+                    text_of(step["result"]),
+                    f"host_facts: parameter 'interpreters' names programs to run on the host, "
+                    f"and {json.dumps(name)} is not one the job allows; allowed: "
+                    + json.dumps(self.allowed_interpreters(), separators=(",", ":")))
+        self.assertFalse(os.path.exists(mark), "a client-named program ran")
+        after = len(archive_rows(self.archive)) if os.path.exists(self.archive) else 0
+        self.assertEqual(after, before)  # refused before anything ran
+        tools = {t["name"]: t for t in self.client([{"op": "listTools"}])["steps"][0]["result"]["tools"]}
+        schema = tools["host_facts"]["inputSchema"]["properties"]["interpreters"]
+        self.assertEqual(schema["items"]["enum"], self.allowed_interpreters())
+
+    def allowed_interpreters(self) -> list[str]:
+        meta = json.loads(self.ferry("jobs", "host_facts", "--json").stdout)
+        (param,) = [p for p in meta["params"] if p["name"] == "interpreters"]
+        self.assertTrue(param["program"])
+        self.assertIn("python3", param["choices"])
+        return param["choices"]
+
+    def test_control_bytes_never_reach_the_client_as_text(self):
+        """The tool result's text, the live log lines and a resource's text show a job's control,
+        C1 and bidi characters escaped; the structured result would carry them as data."""
+        report = self.client([{"op": "setLevel", "level": "info"},
+                              {"op": "call", "name": "painter", "arguments": {}},
+                              {"op": "readResource", "fromStep": 1}])
+        result, row = self.one_run(report["steps"][1], "failed")
+        record = json.loads(report["steps"][2]["result"]["contents"][0]["text"])
+        self.assertIn("\x1b]52;c;ZXZpbA==\x07", record["stdout"])  # archived as it came
+        texts = [text_of(result)]
+        texts += [log["data"]["line"] for log in report["steps"][1]["logs"] if "line" in log["data"]]
+        texts += [c["text"] for c in report["steps"][2]["result"]["contents"]]
+        self.assertGreaterEqual(len(texts), 4, report["steps"][1])
+        for text in texts:
+            self.assertIn("evil", text)
+            self.assertNotRegex(text, "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+        self.assertIn("stdout:\n\\x1b]52;c;ZXZpbA==", texts[0])
 
     def test_failing_job(self):
         report = self.client([{"op": "call", "name": "boom", "arguments": {}}])
@@ -276,6 +406,40 @@ class Local(McpTestCase):
         self.assertEqual(len(lines) + skipped, 400)
         self.assertEqual(report["steps"][3]["logs"], [])
         self.one_run(report["steps"][3])
+
+    def test_config_file_env_and_options_apply_as_for_run(self):
+        """The config file's [hosts.local] env.PATH finds a fake nvidia-smi, its variables and
+        --env/--interpreter reach the job: the MCP calls and `ferry run` give the same results."""
+        config = os.path.join(self.tmp, "config-env")
+        os.makedirs(os.path.join(config, "ferry"), exist_ok=True)
+        fake_bin = os.path.abspath(os.path.join(HERE, "..", "jobs", "fake-bin"))
+        with open(os.path.join(config, "ferry", "config.toml"), "w") as f:
+            f.write(f'[hosts.local]\nenv.PATH = "{fake_bin}:/usr/bin:/bin"\n'
+                    'env.FAKE_NVIDIA_SMI = "h100x1"\nenv.GREETING = "from the config"\n')
+        python3 = shutil.which("python3")
+        self.assertIsNotNone(python3)
+        options = ["--env", "TOKEN", "--interpreter", f"python3={python3}"]
+        env = {**self.env, "XDG_CONFIG_HOME": config, "TOKEN": "t0ken"}
+        report = run_client(["mcp", "--local", "--jobs", self.jobs, "--archive", self.archive,
+                             *options], [{"op": "call", "name": "gpu_probe", "arguments": {}},
+                                         {"op": "call", "name": "environ", "arguments": {}}], env)
+        self.assertEqual(report["errors"], [], report["stderr"][-3000:])
+        for step, job in zip(report["steps"], ("gpu_probe", "environ")):
+            with self.subTest(job=job):
+                result, row = self.one_run(step)
+                cli = subprocess.run([ferry_bin(), "--jobs-dir", self.jobs, "run", job, "--local",
+                                      "--no-archive", "--json", *options], capture_output=True,
+                                     env={**os.environ, **env}, text=True, timeout=120)
+                self.assertEqual(cli.returncode, 0, cli.stderr)
+                expected = json.loads(cli.stdout)
+                self.assertEqual(row["result"], expected["result"])
+                self.assertEqual((row["interpreter"], row["env"]),
+                                 (expected["interpreter"], expected["env"]))
+        gpus = self.row(run_ids(report["steps"][0]["result"])[0])["result"]["gpus"]
+        self.assertEqual([g["name"] for g in gpus], ["NVIDIA H100 80GB HBM3"])
+        seen = self.row(run_ids(report["steps"][1]["result"])[0])["result"]
+        self.assertEqual(seen["env"], {"GREETING": "from the config", "TOKEN": "t0ken"})
+        self.assertEqual(seen["nvidia_smi"], os.path.join(fake_bin, "nvidia-smi"))
 
     def test_resources_list_the_archived_runs(self):
         report = self.client([

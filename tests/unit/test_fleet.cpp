@@ -143,3 +143,144 @@ TEST_CASE("runs of one host at once still report whole and in plan order", "[fle
     CHECK(peak == (concurrent ? k_runs : 1));
   }
 }
+
+namespace {
+
+// A session that runs every job at once, fine; or, `dead`, one whose connection went while it
+// sat idle: nothing can be staged on it.
+class PlainSession final : public HostSession {
+public:
+  explicit PlainSession(bool dead) : m_dead(dead) {}
+  json target() const override { return {{"host", "h"}}; }
+  std::string label() const override { return "h"; }
+  Expected<void> connect() override
+  {
+    ++connects;
+    return {};
+  }
+  Expected<StagedRun> stage(const RunBundle&, const StopToken& stop) override
+  {
+    if (m_dead) {
+      return fail(ErrorKind::failed, "h: the connection was closed by the server");
+    }
+    StagedRun run;
+    run.run_dir = "/base/ferry-run";
+    run.stop = stop;
+    return run;
+  }
+  Expected<ExecOutcome> launch(StagedRun&, const LaunchRequest&) override
+  {
+    ExecOutcome outcome;
+    outcome.exit_code = 0;
+    outcome.out.saw_sentinel = true;
+    outcome.err.saw_sentinel = true;
+    outcome.out.launcher_report = "0 exit\nresult none\nclean removed\n";
+    return outcome;
+  }
+  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&) override
+  {
+    return FetchedFile{};
+  }
+  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun&, const std::string&) override
+  {
+    return std::optional<std::vector<DirEntry>>{};
+  }
+  Expected<void> finish(StagedRun&, Finish) override { return {}; }
+
+  int connects = 0;
+
+private:
+  bool m_dead;
+};
+
+// A source that keeps its sessions, as a server's pool does: it lends `kept` first (connected
+// by an earlier batch), a new session when asked for a fresh one, and notes what comes back.
+class KeptSource final : public SessionSource {
+public:
+  explicit KeptSource(bool kept_is_dead) : m_kept_is_dead(kept_is_dead) {}
+  std::size_t targets() const override { return 1; }
+  Lease borrow(std::size_t, bool fresh) override
+  {
+    borrows.push_back(fresh ? "fresh" : "kept");
+    if (fresh) {
+      return {std::make_unique<PlainSession>(false), false};
+    }
+    return {std::make_unique<PlainSession>(m_kept_is_dead), true};
+  }
+  void give_back(std::size_t, Lease lease, bool healthy) override
+  {
+    const auto& session = dynamic_cast<const PlainSession&>(*lease.session);
+    given_back.push_back(
+        fmt::format("{} connects={}", healthy ? "healthy" : "dropped", session.connects));
+  }
+  std::string label(std::size_t, const HostSession&) const override { return "target-a"; }
+  bool keeps_sessions() const override { return true; }
+
+  std::vector<std::string> borrows;
+  std::vector<std::string> given_back;
+
+private:
+  bool m_kept_is_dead;
+};
+
+std::vector<Job> plain_jobs(int count)
+{
+  std::vector<Job> jobs;
+  for (int i = 0; i < count; ++i) {
+    auto job = parse_job(fmt::format("p{}", i), fmt::format("p{}.sh", i), "p.sh",
+                         "# /// ferry\n# interpreter = \"sh\"\n# result = \"optional\"\n# ///\n");
+    REQUIRE(job);
+    jobs.push_back(std::move(job).value());
+  }
+  return jobs;
+}
+
+} // namespace
+
+TEST_CASE("a kept session that died while idle is replaced for its first run", "[fleet]")
+{
+  const auto jobs = plain_jobs(3);
+  std::vector<PlannedRun> runs;
+  for (const auto& job : jobs) {
+    runs.push_back({&job, json::object()});
+  }
+  for (const bool dead : {true, false}) {
+    INFO("the kept session is dead: " << dead);
+    KeptSource source(dead);
+    Log log;
+    run_fleet(source, runs, 4, RunOptions{}, log);
+    CHECK(log.events == std::vector<std::string>{"start p0", "end p0 ok", "start p1", "end p1 ok",
+                                                 "start p2", "end p2 ok"});
+    if (dead) {
+      // The dead one goes back dropped; the new one is connected once and kept after the runs.
+      CHECK(source.borrows == std::vector<std::string>{"kept", "fresh"});
+      CHECK(source.given_back ==
+            std::vector<std::string>{"dropped connects=0", "healthy connects=1"});
+    } else {
+      CHECK(source.borrows == std::vector<std::string>{"kept"});
+      CHECK(source.given_back == std::vector<std::string>{"healthy connects=0"});
+    }
+  }
+}
+
+TEST_CASE("a batch's own session is not tried again, and runs go by the source's label", "[fleet]")
+{
+  const auto jobs = plain_jobs(1);
+  const std::vector<PlannedRun> runs = {{&jobs[0], json::object()}};
+  std::vector<std::unique_ptr<HostSession>> sessions;
+  sessions.push_back(std::make_unique<PlainSession>(true));
+  std::vector<std::string> labels;
+  struct Labels final : RunObserver {
+    std::vector<std::string>& seen;
+    explicit Labels(std::vector<std::string>& s) : seen(s) {}
+    void run_finished(RunRecord& record) override
+    {
+      seen.push_back(record.host_label + " " + std::string(to_string(record.status)));
+    }
+  } observer(labels);
+  run_fleet(sessions, runs, 1, RunOptions{}, observer);
+  CHECK(labels == std::vector<std::string>{"h error"});
+  KeptSource source(true);
+  run_fleet(source, runs, 1, RunOptions{}, observer);
+  CHECK(labels == std::vector<std::string>{"h error", "target-a ok"});
+}

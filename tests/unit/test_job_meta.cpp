@@ -264,6 +264,110 @@ TEST_CASE("a -p value wins over --params and --params values keep their JSON typ
   CHECK((*params)["ratio"].is_number_float()); // an int given for a float becomes a float
 }
 
+namespace {
+
+Job job_with_params(const std::string& params)
+{
+  std::string text = "# /// ferry\n# interpreter = \"sh\"\n";
+  for (std::size_t start = 0; start < params.size();) {
+    const auto end = params.find('\n', start);
+    text += "# " + params.substr(start, end - start) + "\n";
+    start = end == std::string::npos ? params.size() : end + 1;
+  }
+  auto job = parse_job("j", "j.sh", "j.sh", text + "# ///\n");
+  REQUIRE(job);
+  return std::move(job).value();
+}
+
+} // namespace
+
+TEST_CASE("a parameter that names programs takes only its allow-list", "[params]")
+{
+  const Job job = job_with_params("[params.tools]\ntype = \"list\"\nprogram = true\n"
+                                  "choices = [\"python3\", \"perl\"]\ndefault = []");
+  REQUIRE(job.meta.params.front().program);
+  CHECK(resolve_params(job, {"tools=perl,python3"}, std::nullopt));
+  for (const std::string bad : {"/tmp/evil", "../x", "evilprog", "-c", "python3 -c x", "./perl"}) {
+    INFO(bad);
+    auto params = resolve_params(job, {"tools=perl," + bad}, std::nullopt);
+    REQUIRE_FALSE(params);
+    CHECK(params.error().message ==
+          fmt::format("parameter 'tools' names programs to run on the host, and {} is not one "
+                      "the job allows; allowed: [\"python3\",\"perl\"]",
+                      json(bad).dump()));
+    CHECK_FALSE(resolve_params(job, {}, json{{"tools", {bad}}}, "arguments"));
+  }
+  // The declaration: an allow-list of plain names, on strings.
+  CHECK_THAT(
+      error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.p]\n# program = true\n# ///\n"),
+      Catch::Contains("job.py:3: params.p: a parameter that names programs (program = "
+                      "true) needs choices"));
+  CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.p]\n# program = true\n"
+                      "# choices = [\"sh\", \"/bin/sh\"]\n# ///\n"),
+             Catch::Contains("params.p.choices: \"/bin/sh\" is not a plain program name"));
+  for (const std::string choice : {"..", ".hidden", "-x", "a b", "a/b", ""}) {
+    INFO(choice);
+    CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.p]\n# program = true\n"
+                        "# choices = [" +
+                        json(choice).dump() + "]\n# ///\n"),
+               Catch::Contains("is not a plain program name"));
+  }
+  CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.p]\n# type = \"json\"\n"
+                      "# program = true\n# choices = [\"sh\"]\n# ///\n"),
+             Catch::Contains("must be a string or a list of strings"));
+  CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.p]\n# program = 1\n# ///\n"),
+             Catch::Contains("params.p.program must be true or false"));
+}
+
+TEST_CASE("every built-in job's program parameters carry an allow-list of plain names", "[params]")
+{
+  std::size_t program_params = 0;
+  for (const auto& listing : list_jobs(JobPath{{}, true, {}})) {
+    auto job = find_job(listing.name, JobPath{{}, true, {}});
+    REQUIRE(job);
+    for (const auto& spec : job->meta.params) {
+      INFO(listing.name << " " << spec.name);
+      if (spec.program) {
+        ++program_params;
+        REQUIRE(spec.choices);
+        CHECK_FALSE(spec.choices->empty());
+      }
+    }
+  }
+  // host_facts runs each of its `interpreters` as PROGRAM --version.
+  auto facts = find_job("builtin:host_facts", {});
+  REQUIRE(facts);
+  REQUIRE(facts->param("interpreters") != nullptr);
+  CHECK(facts->param("interpreters")->program);
+  CHECK(program_params >= 1);
+}
+
+TEST_CASE("a parameter with a pattern takes only strings that match it whole", "[params]")
+{
+  const Job job =
+      job_with_params("[params.unit]\ntype = \"string\"\npattern = \"[A-Za-z0-9@._-]+\"\n"
+                      "default = \"ssh\"");
+  CHECK(resolve_params(job, {"unit=nginx.service"}, std::nullopt));
+  for (const std::string& bad :
+       {std::string("a b"), std::string("../x/"), std::string(), std::string(300, 'a')}) {
+    INFO(bad);
+    auto params = resolve_params(job, {"unit=" + bad}, std::nullopt);
+    REQUIRE_FALSE(params);
+    CHECK_THAT(params.error().message,
+               Catch::Contains("parameter 'unit': ") &&
+                   Catch::Contains("does not match the pattern [A-Za-z0-9@._-]+"));
+  }
+  CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.p]\n# pattern = \"(\"\n# "
+                      "///\n"),
+             Catch::Contains("params.p.pattern is not a regular expression"));
+  CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.p]\n# type = \"int\"\n"
+                      "# pattern = \"a\"\n# ///\n"),
+             Catch::Contains("params.p.pattern applies to a string or a list of strings"));
+  CHECK_THAT(error_of("# /// ferry\n# interpreter = \"sh\"\n# [params.p]\n# pattern = \"[a-z]+\"\n"
+                      "# default = \"A\"\n# ///\n"),
+             Catch::Contains("does not match the pattern"));
+}
+
 TEST_CASE("summary: JSON Pointers to the headline figures, * for every member", "[meta][summary]")
 {
   // Issue 42 item 10: a sweep's table and `ferry log` showed {"assumptions": … of every run.

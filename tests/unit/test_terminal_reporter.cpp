@@ -1,0 +1,82 @@
+// The terminal reporter on a real pseudo-terminal: a fleet of a few hosts streams host-prefixed
+// lines by default (issue 42.4); piped, with many hosts or with --no-stream, whole blocks.
+#include <cstdio>
+#include <string>
+
+#include <fcntl.h>
+#include <pty.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "ferry/reporter.hpp"
+
+using namespace ferry;
+
+namespace {
+
+// What a reporter writing to `out` shows for two output lines of host h1 while its run is
+// under way (before it ends): the bytes that reached the other end by then.
+struct Screen {
+  int reader = -1;
+  std::FILE* out = nullptr;
+
+  explicit Screen(bool terminal)
+  {
+    int writer = -1;
+    if (terminal) {
+      REQUIRE(openpty(&reader, &writer, nullptr, nullptr, nullptr) == 0);
+    } else {
+      int fds[2];
+      REQUIRE(pipe(fds) == 0);
+      reader = fds[0];
+      writer = fds[1];
+    }
+    REQUIRE(fcntl(reader, F_SETFL, O_NONBLOCK) == 0);
+    out = fdopen(writer, "w");
+    REQUIRE(out != nullptr);
+  }
+  ~Screen()
+  {
+    std::fclose(out);
+    close(reader);
+  }
+  std::string shown() const
+  {
+    std::string text;
+    char buffer[4096];
+    for (ssize_t n; (n = ::read(reader, buffer, sizeof buffer)) > 0;) {
+      text.append(buffer, static_cast<std::size_t>(n));
+    }
+    return text;
+  }
+};
+
+std::string while_running(bool terminal, std::size_t hosts, TerminalOptions options = {})
+{
+  Screen screen(terminal);
+  std::FILE* err = std::tmpfile();
+  auto reporter = make_terminal_reporter(screen.out, err, options);
+  reporter->batch_started(BatchInfo{hosts, hosts, {}});
+  reporter->run_started(RunRef{"h1", "probe"});
+  reporter->run_output(RunRef{"h1", "probe"}, OutputStream::out, "loading\nready\n");
+  std::fflush(screen.out);
+  std::fclose(err);
+  return screen.shown();
+}
+
+} // namespace
+
+TEST_CASE("a terminal streams a few hosts' lines as they come, each with its host", "[report]")
+{
+  // A pty turns "\n" into "\r\n" on the way.
+  CHECK(while_running(true, 2) == "h1: loading\r\nh1: ready\r\n");
+  CHECK(while_running(true, k_stream_hosts) == "h1: loading\r\nh1: ready\r\n");
+  // Too many hosts to follow, --no-stream, or not a terminal: the block comes when the run ends.
+  CHECK(while_running(true, k_stream_hosts + 1).empty());
+  CHECK(while_running(true, 2, TerminalOptions{false, false, true}).empty());
+  CHECK(while_running(false, 2).empty());
+  // --stream asks for it anywhere; one host is always shown as it comes, unprefixed.
+  CHECK(while_running(false, 2, TerminalOptions{false, true, false}) == "h1: loading\nh1: ready\n");
+  CHECK(while_running(false, 1) == "loading\nready\n");
+}
