@@ -911,6 +911,19 @@ class Persistence(unittest.TestCase):
                 peak = max(peak, now)
             self.assertEqual(peak, 2, "two exec channels at once beside SFTP")
 
+    def test_runs_side_by_side_through_a_holder_each_keep_their_connection(self):
+        # The holder knows a staged run only on the client connection that staged it; a run
+        # whose launch went out on another idle connection failed with "no run N staged by this
+        # client" (seen in about one invocation of five with 12 runs at -j 4).
+        self.holder()
+        sh_job = write_job(self.tmp, "side_sh", "echo hi\n", interpreter="sh")
+        for attempt in range(8):
+            time.sleep(0.5 * (attempt % 2))  # now and then the holder is idle between invocations
+            res = self.ferry("run", *([self.job, sh_job] * 6), "-j", "4", "--json", timeout=120)
+            failed = [r.get("error") for r in res.records if r["status"] != "ok"]
+            self.assertEqual(failed, [], f"attempt {attempt + 1}")
+            self.assertEqual(len(res.records), 12, res)
+
     def test_a_host_that_allows_one_channel_serves_every_held_run(self):
         # MaxSessions 1: SFTP and the job's channel take turns. A standby the holder opened, or a
         # python standby that stayed after a run, must not keep the slot SFTP needs next: seven

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -70,7 +71,9 @@ public:
 
   Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override
   {
-    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "stage"}, {"bundle", held::encode(bundle)}}));
+    std::uint64_t staged_id = 0;
+    FERRY_TRY_ASSIGN(const auto reply,
+                     call({{"op", "stage"}, {"bundle", held::encode(bundle)}}, 0, &staged_id));
     StagedRun run = held::decode_run(reply.at("run"));
     run.stop = stop;
     return run;
@@ -81,12 +84,19 @@ public:
   Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
                                                       const std::string& rel) override
   {
-    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "list"}, {"run", run.id}, {"path", rel}}));
+    FERRY_TRY_ASSIGN(const auto reply,
+                     call({{"op", "list"}, {"run", run.id}, {"path", rel}}, run.id));
     return held::decode_entries(reply.at("entries"));
   }
   Expected<void> finish(StagedRun& run, Finish how) override
   {
-    FERRY_TRY(call({{"op", "finish"}, {"run", run.id}, {"how", static_cast<int>(how)}}));
+    auto finished =
+        call({{"op", "finish"}, {"run", run.id}, {"how", static_cast<int>(how)}}, run.id);
+    const std::lock_guard lock(m_mutex);
+    if (auto pinned = m_pinned.extract(run.id)) {
+      m_idle.push_back(std::move(pinned.mapped())); // free for the next run's stage
+    }
+    FERRY_TRY(finished);
     return {};
   }
 
@@ -97,11 +107,17 @@ private:
                 m_socket.filename().string(), what);
   }
 
-  // A connection to the holder: an idle one, else a new one (greeted).
-  Expected<Fd> take()
+  // A connection to the holder: the one run `run` was staged on (the holder knows a run only on
+  // the connection that staged it), else an idle one, else a new one (greeted).
+  Expected<Fd> take(std::uint64_t run = 0)
   {
     {
       const std::lock_guard lock(m_mutex);
+      if (run != 0) {
+        if (auto pinned = m_pinned.extract(run)) {
+          return std::move(pinned.mapped());
+        }
+      }
       if (!m_idle.empty()) {
         Fd fd = std::move(m_idle.back());
         m_idle.pop_back();
@@ -117,16 +133,23 @@ private:
     }
     return std::move(*fd);
   }
-  void give_back(Fd fd)
+  // `run` != 0: the connection stays that run's until its finish.
+  void give_back(Fd fd, std::uint64_t run = 0)
   {
     const std::lock_guard lock(m_mutex);
-    m_idle.push_back(std::move(fd));
+    if (run != 0) {
+      m_pinned[run] = std::move(fd);
+    } else {
+      m_idle.push_back(std::move(fd));
+    }
   }
 
-  // One request, its reply (an error reply becomes the error).
-  Expected<Message> call(const Message& request)
+  // One request about run `run` (0: none), its reply (an error reply becomes the error). With
+  // `staged`, a stage: the connection is kept for the run it staged, whose id goes there.
+  Expected<Message> call(const Message& request, std::uint64_t run = 0,
+                         std::uint64_t* staged = nullptr)
   {
-    FERRY_TRY_ASSIGN(Fd fd, take());
+    FERRY_TRY_ASSIGN(Fd fd, take(run));
     if (!held::send_message(fd.get(), request)) {
       return lost("went away");
     }
@@ -135,10 +158,15 @@ private:
     if (got != Received::message) {
       return lost(got == Received::timeout ? "did not answer within 120 s" : "went away");
     }
-    give_back(std::move(fd));
     if (auto error = held::error_in(reply)) {
+      give_back(std::move(fd), run);
       return Unexpected{*error};
     }
+    if (staged != nullptr) {
+      *staged = reply.at("run").at("id").get<std::uint64_t>();
+      run = *staged;
+    }
+    give_back(std::move(fd), run);
     return reply;
   }
 
@@ -147,12 +175,13 @@ private:
   nlohmann::json m_target;
   std::mutex m_mutex;
   std::vector<Fd> m_idle;
+  std::map<std::uint64_t, Fd> m_pinned; // by run id: the connection that staged it
 };
 
 Expected<FetchedFile> HeldSession::fetch(const StagedRun& run, const std::string& rel,
                                          const ChunkSink& sink)
 {
-  FERRY_TRY_ASSIGN(Fd fd, take());
+  FERRY_TRY_ASSIGN(Fd fd, take(run.id));
   if (!held::send_message(fd.get(), {{"op", "fetch"}, {"run", run.id}, {"path", rel}})) {
     return lost("went away");
   }
@@ -170,7 +199,7 @@ Expected<FetchedFile> HeldSession::fetch(const StagedRun& run, const std::string
       }
       continue;
     }
-    give_back(std::move(fd));
+    give_back(std::move(fd), run.id);
     if (auto error = held::error_in(m)) {
       return Unexpected{*error};
     }
@@ -233,7 +262,7 @@ struct HeldOutput {
 
 Expected<ExecOutcome> HeldSession::launch(StagedRun& run, const LaunchRequest& request)
 {
-  FERRY_TRY_ASSIGN(Fd fd, take());
+  FERRY_TRY_ASSIGN(Fd fd, take(run.id));
   if (!held::send_message(
           fd.get(), {{"op", "launch"}, {"run", run.id}, {"request", held::encode(request)}})) {
     return lost("went away");
@@ -257,7 +286,7 @@ Expected<ExecOutcome> HeldSession::launch(StagedRun& run, const LaunchRequest& r
     if (output.take(m)) {
       continue;
     }
-    give_back(std::move(fd));
+    give_back(std::move(fd), run.id);
     if (auto error = held::error_in(m)) {
       return Unexpected{*error};
     }
