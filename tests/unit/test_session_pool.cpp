@@ -46,7 +46,7 @@ Lease connected(Lease lease, bool is_connected = true)
 
 } // namespace
 
-TEST_CASE("a healthy connected session is lent again; fresh, failed or unconnected ones are not",
+TEST_CASE("a healthy connected session is lent again, a fresh, failed or unconnected one is not",
           "[session_pool]")
 {
   int made = 0;

@@ -59,7 +59,7 @@ TEST_CASE("a hosts file: blank and comment lines are fine, an empty entry is not
   std::remove(path);
 }
 
-TEST_CASE("--hosts-file -: standard input; a missing file says why; no FIFO, device or huge file",
+TEST_CASE("hosts file: - is standard input, a missing file says why, no FIFO, device or huge file",
           "[targets]")
 {
   // Issue 42 item 10 and issue 45 item 6.
