@@ -112,6 +112,8 @@ private:
     const double seconds = seconds_since(start);
     host.connect_s += seconds;
     host.lease.connected = static_cast<bool>(host.connected);
+    // Some targets know their name only once connected (a Slurm allocation's job id and node).
+    host.order.host = m_sessions.label(host.index, session);
     log_step(m_options, session.label(), "session", host.connected ? "connect" : "connect (failed)",
              seconds);
   }
@@ -150,7 +152,8 @@ private:
     RunRecord record = host.connected
                            ? run_job(session, *run.job, run.params, with_output(host.order, r))
                            : not_connected(session, run, host.connected.error());
-    record.host_label = host.order.host;
+    // Asked again after the run: a Slurm run's name has its job id and node only once submitted.
+    record.host_label = m_sessions.label(host.index, session);
     return record;
   }
 
