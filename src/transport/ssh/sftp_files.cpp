@@ -464,28 +464,6 @@ Expected<FetchedFile> SftpFiles::fetch_stream(const std::string& path, const Chu
   return FetchedFile{FetchedFile::Kind::regular, {}, {}};
 }
 
-Expected<FetchedFile> SftpFiles::fetch_file(const std::string& path, std::size_t cap)
-{
-  std::string bytes;
-  bool over = false;
-  auto fetched = fetch_stream(path, [&](std::string_view chunk) -> Expected<void> {
-    bytes.append(chunk);
-    if (bytes.size() > cap) {
-      over = true; // cap + 1 bytes tell the caller it is over the cap; no need to read on
-      bytes.resize(cap + 1);
-      return fail(ErrorKind::failed, "over the cap");
-    }
-    return {};
-  });
-  if (over) {
-    return FetchedFile{FetchedFile::Kind::regular, std::move(bytes), {}};
-  }
-  if (fetched) {
-    fetched->bytes = std::move(bytes);
-  }
-  return fetched;
-}
-
 Expected<void> SftpFiles::make_dir(const std::string& path)
 {
   FERRY_TRY(start());
