@@ -7,6 +7,7 @@ import pwd
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -259,6 +260,53 @@ class Persistence(unittest.TestCase):
         again = wait_until(self.held, 15)
         self.assertEqual(len(again), 1)
         self.assertNotEqual(again[0]["pid"], held["pid"])
+
+    def holder_socket(self) -> str:
+        names = [n for n in os.listdir(self.holders_dir) if n.endswith(".sock")]
+        self.assertEqual(len(names), 1, names)
+        return os.path.join(self.holders_dir, names[0])
+
+    def test_a_silent_client_does_not_keep_a_holder_past_its_persist_time(self):
+        # A client that connects and says nothing (a stopped ferry, a stray script) does not
+        # keep the holder and its connection for ever (issue 45 item 6).
+        res = self.ferry("run", self.job, "--json", "--persist", "2")
+        self.assertEqual(res.code, 0, res)
+        held = wait_until(self.held, 15)
+        self.assertEqual(len(held), 1, "no holder appeared")
+        silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(silent.close)
+        silent.connect(self.holder_socket())
+        self.assertTrue(wait_until(lambda: not alive(held[0]["pid"]), 2 + 5),
+                        "a silent client kept the holder past --persist 2")
+
+    def test_a_stopped_holder_fails_the_run_under_way_in_seconds(self):
+        # A holder that stops answering (SIGSTOP, a frozen machine) while its job runs: ferry
+        # says so within its 10 s of silence, not after the job's deadline and another minute.
+        held = self.holder()
+        # Its deadline (15 s) is what stops the job once the holder's connection is gone; ferry
+        # without the holder's beat waited for it and another minute (75 s).
+        sleepy = write_job(self.tmp, "sleepy_long", "echo started\nsleep 4321\n", interpreter="sh", timeout=15)
+        argv = [ferry_bin(), "run", sleepy, "--host", self.srv.alias("bash"),
+                "--ssh-config", self.srv.ssh_config, "--json"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={**os.environ, **self.env})
+        self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
+        try:
+            started = wait_until(lambda: "sleep 4321" in self.srv.describe_processes(self.user), 15)
+            self.assertTrue(started, "the job never started")
+            os.kill(held["pid"], signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            out, err = proc.communicate(timeout=60)
+            waited = time.monotonic() - stopped_at
+        finally:
+            os.kill(held["pid"], signal.SIGKILL)   # its connection goes, and the job with it
+        self.assertLess(waited, 30, err)
+        self.assertEqual(proc.returncode, 1, err)
+        rec = json.loads(out)
+        self.assertEqual(rec["status"], "error", rec)
+        self.assertIn("stopped answering", rec["error"])
+        self.assertEqual(self.srv.wait_no_processes(self.user, timeout_s=15 + 5), [],
+                         self.srv.describe_processes(self.user))
 
     def test_eight_processes_share_one_holder(self):
         held = self.holder()

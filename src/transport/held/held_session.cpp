@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -118,10 +119,15 @@ private:
           return std::move(pinned.mapped());
         }
       }
-      if (!m_idle.empty()) {
+      while (!m_idle.empty()) {
         Fd fd = std::move(m_idle.back());
         m_idle.pop_back();
-        return fd;
+        // A holder says nothing on an idle connection: one readable now was closed (its holder
+        // ended, or dropped a client silent past its persist time).
+        pollfd p{fd.get(), POLLIN, 0};
+        if (::poll(&p, 1, 0) == 0) {
+          return fd;
+        }
       }
     }
     auto fd = held::dial(m_socket);
@@ -238,7 +244,7 @@ struct HeldOutput {
       }
       return true;
     }
-    return false;
+    return ev == "beat"; // the holder is alive; the job said nothing
   }
   // The holder's outcome with the output kept here.
   ExecOutcome outcome(const Message& reply) &&
@@ -269,17 +275,26 @@ Expected<ExecOutcome> HeldSession::launch(StagedRun& run, const LaunchRequest& r
   }
   bool stop_sent = false;
   HeldOutput output(request);
-  // The holder's own deadline comes first; this one only bounds a holder that stopped answering.
-  const auto until = std::chrono::steady_clock::now() + request.deadline + request.grace + 60s;
-  while (std::chrono::steady_clock::now() < until) {
+  // The holder's own deadline comes first; this one only bounds a holder that stopped answering,
+  // as does its silence: while a job runs it beats every k_beat_every.
+  using Clock = std::chrono::steady_clock;
+  const auto until = Clock::now() + request.deadline + request.grace + 60s;
+  auto heard = Clock::now();
+  while (Clock::now() < until) {
     if (!stop_sent && request.stop.stop_requested()) {
       stop_sent = held::send_message(fd.get(), {{"op", "stop"}});
     }
     Message m;
     const auto got = held::receive_message(fd.get(), m, 50ms);
     if (got == Received::timeout) {
+      if (Clock::now() - heard >= held::k_holder_silence) {
+        return lost(fmt::format("stopped answering ({} s without a word while the job ran); the "
+                                "launcher's own deadline stops the job",
+                                held::k_holder_silence.count()));
+      }
       continue;
     }
+    heard = Clock::now();
     if (got != Received::message) {
       return lost("ended while the job ran; the launcher's own deadline stops the job");
     }

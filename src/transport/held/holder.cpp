@@ -93,11 +93,16 @@ public:
       if (::poll(&p, 1, 500) > 0) {
         accept_one();
       }
+      const auto now = Clock::now();
       if (m_clients > 0) {
-        idle_since = Clock::now();
+        idle_since = now;
+        // Clients that stay connected but ask nothing (stopped, or silent) do not keep it past
+        // its persist time; a run under way does.
+        if (m_launches == 0 && now - last_heard() >= m_persist) {
+          break;
+        }
         continue;
       }
-      const auto now = Clock::now();
       if (now - idle_since >= m_persist || !m_session.alive()) {
         break;
       }
@@ -137,6 +142,7 @@ private:
       return; // never serves another user: closed unanswered
     }
     ++m_clients;
+    heard();
     std::thread([this, fd = std::move(client)]() mutable {
       serve_client(fd.get());
       fd.reset();
@@ -165,12 +171,14 @@ private:
       if (got != Received::message || !request.is_object()) {
         return;
       }
+      heard();
       Message reply;
       try {
         reply = dispatch(fd, request, runs);
       } catch (const std::exception& e) {
         reply = error_message({ErrorKind::failed, fmt::format("bad request: {}", e.what())});
       }
+      heard(); // a run's end counts: its persist time starts after it
       if (!send_message(fd, reply)) {
         return;
       }
@@ -312,6 +320,33 @@ private:
     return file ? ok({{"file", encode(*file)}}) : error_message(file.error());
   }
 
+  // A launch's events to its client, from the run's thread and the watcher's (one message at a
+  // time). A client that takes none for a while (stopped) counts as gone: its job is stopped.
+  struct ClientLink {
+    int fd;
+    StopToken stop;
+    std::mutex mutex;
+    bool broken = false;
+    Clock::time_point last_sent = Clock::now();
+    void send(const Message& m)
+    {
+      const std::lock_guard lock(mutex);
+      if (!broken && !send_message(fd, m)) {
+        broken = true;
+        stop.request_stop();
+      }
+      last_sent = Clock::now();
+    }
+    // The holder is alive although the job says nothing: ferry waits on (k_holder_silence).
+    void beat_if_quiet()
+    {
+      if (const std::lock_guard lock(mutex); Clock::now() - last_sent < k_beat_every) {
+        return;
+      }
+      send({{"ev", "beat"}});
+    }
+  };
+
   // The job's output goes to the client as it comes; a `stop` from the client, or the client
   // going away, stops the job as an interrupt would.
   Message launch(int fd, const Message& message, ClientRuns::Run& run)
@@ -322,13 +357,14 @@ private:
     const StopToken stop = StopToken::make();
     request.stop = stop;
     run.staged.stop = stop;
-    request.on_output = [fd](OutputStream stream, std::string_view bytes) {
-      (void)send_message(
-          fd, {{"ev", stream == OutputStream::out ? "out" : "err"}, {"bytes", bytes_of(bytes)}});
+    ClientLink link{fd, stop, {}, false, Clock::now()};
+    request.on_output = [&link](OutputStream stream, std::string_view bytes) {
+      link.send({{"ev", stream == OutputStream::out ? "out" : "err"}, {"bytes", bytes_of(bytes)}});
     };
-    request.on_note = [fd](std::string_view text) {
-      (void)send_message(fd, {{"ev", "note"}, {"text", std::string(text)}});
+    request.on_note = [&link](std::string_view text) {
+      link.send({{"ev", "note"}, {"text", std::string(text)}});
     };
+    const Launching launching(m_launches);
     // The watcher waits on the client and on a pipe that the end of the run closes: the outcome
     // goes out as soon as the run ends, not at the watcher's next look.
     int wake[2];
@@ -337,7 +373,7 @@ private:
     }
     Fd wake_read(wake[0]);
     Fd wake_write(wake[1]);
-    std::thread watcher([&] { watch_client(fd, wake_read.get(), stop); });
+    std::thread watcher([&] { watch_client(link, wake_read.get()); });
     auto outcome = m_session.launch(run.staged, request);
     wake_write.reset();
     watcher.join();
@@ -352,11 +388,19 @@ private:
   }
 
   // Until `wake` is closed: a `stop` from the client, or the client going away, stops the run.
-  static void watch_client(int fd, int wake, const StopToken& stop)
+  static void watch_client(ClientLink& link, int wake)
   {
+    const int fd = link.fd;
+    const StopToken& stop = link.stop;
     for (;;) {
       pollfd p[2] = {{fd, POLLIN, 0}, {wake, POLLIN, 0}};
-      if (::poll(p, 2, -1) < 0) {
+      const int ready =
+          ::poll(p, 2, static_cast<int>(std::chrono::milliseconds(k_beat_every).count()));
+      if (ready == 0) {
+        link.beat_if_quiet();
+        continue;
+      }
+      if (ready < 0) {
         if (errno == EINTR) {
           continue;
         }
@@ -387,6 +431,21 @@ private:
   Clock::duration m_persist;
   std::string m_since;
   std::atomic<int> m_clients{0};
+  std::atomic<int> m_launches{0}; // runs under way
+  std::atomic<Clock::rep> m_last_heard{Clock::now().time_since_epoch().count()};
+  void heard() { m_last_heard = Clock::now().time_since_epoch().count(); }
+  [[nodiscard]] Clock::time_point last_heard() const
+  {
+    return Clock::time_point(Clock::duration(m_last_heard.load()));
+  }
+  // Counts a launch under way for as long as it lives.
+  struct Launching {
+    explicit Launching(std::atomic<int>& n) : count(n) { ++count; }
+    Launching(const Launching&) = delete;
+    Launching& operator=(const Launching&) = delete;
+    ~Launching() { --count; }
+    std::atomic<int>& count;
+  };
   std::atomic<std::uint64_t> m_last_run{0}; // the runs' ids
   std::atomic<bool> m_exit{false};
   std::mutex m_prepare_mutex;

@@ -16,14 +16,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A peer that takes no byte for this long is stopped or stuck: it counts as gone, and a holder's
+// thread serving it, or a ferry waiting on a holder, is not held up for ever.
+constexpr auto k_send_stall = std::chrono::seconds(20);
+
 bool write_all(int fd, const std::uint8_t* data, std::size_t size)
 {
+  auto progress = Clock::now();
   while (size > 0) {
-    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) {
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (Clock::now() - progress >= k_send_stall) {
+        return false;
+      }
       pollfd p{fd, POLLOUT, 0};
       if (::poll(&p, 1, 1000) < 0 && errno != EINTR) {
         return false;
@@ -35,6 +43,7 @@ bool write_all(int fd, const std::uint8_t* data, std::size_t size)
     }
     data += n;
     size -= static_cast<std::size_t>(n);
+    progress = Clock::now();
   }
   return true;
 }

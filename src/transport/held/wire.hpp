@@ -14,13 +14,17 @@
 namespace ferry::held {
 
 // Bumped whenever a message changes: a holder of another version is not used.
-inline constexpr int k_protocol = 3;
+inline constexpr int k_protocol = 4;
+// While a job runs the holder says it is alive at least this often (an `ev: beat`); ferry takes
+// a holder silent for k_holder_silence as stopped.
+inline constexpr std::chrono::seconds k_beat_every{2};
+inline constexpr std::chrono::seconds k_holder_silence{10};
 // Uploads may be bundles of up to 256 MiB; output comes capped.
 inline constexpr std::size_t k_max_message = 600u << 20;
 
 using Message = nlohmann::json;
 
-// Writes one message; false when the peer is gone.
+// Writes one message; false when the peer is gone, or took nothing for 20 s.
 [[nodiscard]] bool send_message(int fd, const Message& message);
 
 enum class Received { message, closed, timeout, broken };
