@@ -97,8 +97,8 @@ public:
       if (m_clients > 0) {
         idle_since = now;
         // Clients that stay connected but ask nothing (stopped, or silent) do not keep it past
-        // its persist time; a run under way does.
-        if (m_launches == 0 && now - last_heard() >= m_persist) {
+        // its persist time; a request under way (an upload, a run) does.
+        if (m_requests == 0 && now - last_heard() >= m_persist) {
           break;
         }
         continue;
@@ -174,6 +174,7 @@ private:
       heard();
       Message reply;
       try {
+        const Busy busy(m_requests);
         reply = dispatch(fd, request, runs);
       } catch (const std::exception& e) {
         reply = error_message({ErrorKind::failed, fmt::format("bad request: {}", e.what())});
@@ -364,7 +365,6 @@ private:
     request.on_note = [&link](std::string_view text) {
       link.send({{"ev", "note"}, {"text", std::string(text)}});
     };
-    const Launching launching(m_launches);
     // The watcher waits on the client and on a pipe that the end of the run closes: the outcome
     // goes out as soon as the run ends, not at the watcher's next look.
     int wake[2];
@@ -431,19 +431,19 @@ private:
   Clock::duration m_persist;
   std::string m_since;
   std::atomic<int> m_clients{0};
-  std::atomic<int> m_launches{0}; // runs under way
+  std::atomic<int> m_requests{0}; // requests under way (a stage, a run, a fetch)
   std::atomic<Clock::rep> m_last_heard{Clock::now().time_since_epoch().count()};
   void heard() { m_last_heard = Clock::now().time_since_epoch().count(); }
   [[nodiscard]] Clock::time_point last_heard() const
   {
     return Clock::time_point(Clock::duration(m_last_heard.load()));
   }
-  // Counts a launch under way for as long as it lives.
-  struct Launching {
-    explicit Launching(std::atomic<int>& n) : count(n) { ++count; }
-    Launching(const Launching&) = delete;
-    Launching& operator=(const Launching&) = delete;
-    ~Launching() { --count; }
+  // Counts a request under way for as long as it lives.
+  struct Busy {
+    explicit Busy(std::atomic<int>& n) : count(n) { ++count; }
+    Busy(const Busy&) = delete;
+    Busy& operator=(const Busy&) = delete;
+    ~Busy() { --count; }
     std::atomic<int>& count;
   };
   std::atomic<std::uint64_t> m_last_run{0}; // the runs' ids
