@@ -16,10 +16,11 @@ namespace ferry {
 
 struct LogFilter {
   std::optional<std::string> job;
-  std::optional<std::string> host;   // matches the target's host or the name the user gave
-  std::optional<std::string> status; // "ok", "failed", ...
-  std::optional<std::string> since;  // ISO 8601 date or time; runs started at or after it
-  int limit = 20;                    // 0: no limit
+  std::optional<std::string> host;       // matches the target's host or the name the user gave
+  std::optional<std::string> status;     // "ok", "failed", ...
+  std::optional<std::string> since;      // ISO 8601 date or time; runs started at or after it
+  std::optional<std::string> invocation; // an invocation id (resolve_invocation)
+  int limit = 20;                        // 0: no limit
   // false: leave stdout, stderr and the result bytes out (a one-line-per-run listing).
   bool with_output = true;
 };
@@ -141,6 +142,10 @@ public:
   // ErrorKind::usage.
   [[nodiscard]] Expected<std::string> resolve(std::string_view ref,
                                               const RunNarrowing& narrow = {});
+
+  // The invocation REF names: "last" (the newest run's invocation), an id, or a unique prefix
+  // of one; ErrorKind::usage when none or several match.
+  [[nodiscard]] Expected<std::string> resolve_invocation(std::string_view ref);
 
   // The run resolve() names, with script and raw result bytes.
   [[nodiscard]] Expected<RunRecord> load(std::string_view ref, const LoadOptions& options = {});

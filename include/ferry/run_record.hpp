@@ -82,6 +82,9 @@ struct RunRecord {
   std::map<std::string, std::string> blobs;
   std::string host_label;   // what the user called the target ("gpu1", "local")
   bool unreachable = false; // the host could not be reached or trusted (exit 3)
+  // The id every run of one ferry invocation shares (`ferry log --invocation`,
+  // `ferry run --retry-failed`); absent from runs recorded before ferry kept it.
+  std::optional<std::string> invocation;
 };
 
 // The values of RESULT at POINTERS (a job's `summary`), [{"name","value"}] in their order. A

@@ -24,7 +24,8 @@ struct RunOptions {
   int grace_s = 2;
   bool keep_remote = false;
   std::optional<std::string> replay_of;
-  bool verbose = false; // `-v`: each step with its time on stderr
+  std::optional<std::string> invocation; // the id every run of one invocation shares
+  bool verbose = false;                  // `-v`: each step with its time on stderr
   StopToken stop;       // stopped: the runs end as on an interrupt (status interrupted)
   OutputSink on_output; // optional: the job's output as it arrives
   // The job's environment and interpreter: the job's [env], then the host's settings from the

@@ -269,6 +269,9 @@ Expected<LogQuery> log_query(const LogFilter& filter, std::string_view columns)
   if (query.since) {
     which += " AND started_at >= ?4";
   }
+  if (filter.invocation) {
+    which += " AND invocation = ?6";
+  }
   which += " ORDER BY started_at DESC, rowid DESC";
   if (filter.limit > 0) {
     which += " LIMIT ?5";
@@ -292,6 +295,9 @@ void bind_log_filter(Statement& stmt, const LogFilter& filter, const LogQuery& q
   }
   if (query.since) {
     stmt.bind(4, *query.since);
+  }
+  if (filter.invocation) {
+    stmt.bind(6, *filter.invocation);
   }
   if (filter.limit > 0) {
     stmt.bind(5, static_cast<std::int64_t>(filter.limit));
@@ -438,6 +444,18 @@ Expected<std::string> Archive::resolve(std::string_view ref, const RunNarrowing&
 {
   std::lock_guard lock(m_impl->mutex);
   return m_impl->resolve(ref, narrow);
+}
+
+Expected<std::string> Archive::resolve_invocation(std::string_view ref)
+{
+  std::lock_guard lock(m_impl->mutex);
+  FERRY_TRY_ASSIGN(const bool is_usable, m_impl->usable());
+  if (!is_usable) {
+    return fail(ErrorKind::usage, "no invocation '{}': archive {} holds no runs yet", ref,
+                m_impl->path.string());
+  }
+  m_impl->db.start_lock_wait(m_impl->lock_wait);
+  return archive::resolve_invocation(m_impl->db, m_impl->path, ref);
 }
 
 Expected<RunRecord> Archive::load(std::string_view ref, const LoadOptions& options)

@@ -145,6 +145,54 @@ Unexpected<Error> ambiguous(std::string_view ref, const std::vector<Candidate>& 
 
 } // namespace
 
+Expected<std::string> resolve_invocation(Database& db, const fs::path& path, std::string_view ref)
+{
+  if (ref.empty()) {
+    return fail(ErrorKind::usage, "no invocation given: pass 'last', an invocation id or a "
+                                  "unique prefix of one (`ferry log --json` shows them)");
+  }
+  const bool last = ref == "last";
+  // Ids are digits, letters and '-': every one with the prefix sorts before prefix + '~'.
+  auto stmt = db.prepare(last ? "SELECT invocation FROM runs WHERE invocation IS NOT NULL ORDER BY "
+                                "started_at DESC, rowid DESC LIMIT 1"
+                              : "SELECT DISTINCT invocation FROM runs WHERE invocation >= ?1 AND "
+                                "invocation < ?1 || '~' ORDER BY invocation LIMIT 11");
+  if (!stmt && stmt.error().message.find("no such column") != std::string::npos) {
+    return fail(ErrorKind::usage,
+                "invocation '{}': the runs in archive {} were recorded before ferry kept their "
+                "invocation; runs from now on carry one",
+                ref, path.string());
+  }
+  FERRY_TRY_ASSIGN(auto query, explained(std::move(stmt), path, "read archive", &db));
+  if (!last) {
+    query.bind(1, std::string(ref));
+  }
+  std::vector<std::string> found;
+  for (;;) {
+    FERRY_TRY_ASSIGN(const bool row, explained(query.step(), path, "read archive", &db));
+    if (!row) {
+      break;
+    }
+    found.push_back(query.column_bytes(0));
+  }
+  if (found.empty()) {
+    return fail(ErrorKind::usage,
+                "no invocation '{}' in archive {}; `ferry log --json` shows "
+                "each run's invocation",
+                ref, path.string());
+  }
+  if (found.size() > 1 && found.front() != ref) {
+    return fail(
+        ErrorKind::usage,
+        "invocation '{}' is ambiguous; it matches {}{}; give more "
+        "characters",
+        ref,
+        fmt::join(found.begin(), found.begin() + std::min<std::size_t>(found.size(), 10), ", "),
+        found.size() > 10 ? ", …" : "");
+  }
+  return found.front();
+}
+
 Expected<std::string> resolve_run(Database& db, const fs::path& path, std::string_view ref,
                                   const RunNarrowing& narrow)
 {

@@ -114,11 +114,19 @@ CREATE TABLE run_files (
 );
 )sql";
 
+// Version 4: the invocation a run belongs to (every run of one `ferry run` shares its id), for
+// `log --invocation` and `run --retry-failed`. NULL for runs recorded before.
+constexpr std::string_view v4 = R"sql(
+ALTER TABLE runs ADD COLUMN invocation TEXT;
+CREATE INDEX runs_by_invocation ON runs(invocation, started_at) WHERE invocation IS NOT NULL;
+)sql";
+
 // Append new versions here; never edit a step that has shipped.
 constexpr std::array steps{
     Migration{1, v1},
     Migration{2, v2},
     Migration{3, v3},
+    Migration{4, v4},
 };
 
 static_assert(application_id == 1179800153, "v1 writes application_id as a decimal literal");

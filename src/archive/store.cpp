@@ -41,7 +41,7 @@ std::string small_record(const RunRecord& run)
                                 stderr_truncated, started_at, duration_s, timings, replay_of,
                                 ferry_version, warnings, client, env, interpreter, options, files,
                                 outputs, summary, script, result_bytes, script_name, blobs,
-                                host_label, unreachable] = run;
+                                host_label, unreachable, invocation] = run;
   const RunRecord head{.run_id = run_id,
                        .job = job,
                        .job_sha256 = job_sha256,
@@ -73,7 +73,8 @@ std::string small_record(const RunRecord& run)
                        .script_name = script_name,
                        .blobs = {},
                        .host_label = host_label,
-                       .unreachable = unreachable};
+                       .unreachable = unreachable,
+                       .invocation = invocation};
   json record = to_json(head, false);
   record.erase("params");
   record.erase("result");
@@ -182,7 +183,7 @@ SqliteResult<std::int64_t> insert_row(Database& db, const RunRecord& run,
   FERRY_TRY_ASSIGN(auto stmt,
                    db.prepare(fmt::format("INSERT INTO runs({}) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, "
                                           "?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
-                                          "?19, ?20, ?21)",
+                                          "?19, ?20, ?21, ?22)",
                                           run_columns)));
   stmt.bind(1, run.run_id)
       .bind(2, run.job)
@@ -197,6 +198,7 @@ SqliteResult<std::int64_t> insert_row(Database& db, const RunRecord& run,
       .bind(11, run.started_at)
       .bind(12, run.duration_s)
       .bind_optional(13, run.replay_of)
+      .bind_optional(22, run.invocation)
       .bind(14, run.ferry_version)
       .bind_optional(15, result ? std::optional(result->head) : std::nullopt)
       .bind(16, small_record(run))

@@ -15,6 +15,7 @@ struct LogCommand {
   std::string host;
   std::string status;
   std::string since;
+  std::string invocation;
   int limit = 20;
   bool json = false;
   bool stats = false;
@@ -22,6 +23,8 @@ struct LogCommand {
   CLI::Option* host_option = nullptr;
   CLI::Option* status_option = nullptr;
   CLI::Option* since_option = nullptr;
+  CLI::Option* invocation_option = nullptr;
+  CLI::Option* limit_option = nullptr;
 };
 
 // "2026-11-29T14:12:15.123Z" -> "2026-11-29 14:12:15Z"
@@ -139,11 +142,16 @@ Expected<ExitCode> run_log(Context& ctx, const LogCommand& cmd)
   if (cmd.stats) {
     return run_stats(ctx, cmd.json);
   }
-  const LogFilter filter = filter_of(cmd);
+  LogFilter filter = filter_of(cmd);
   FERRY_TRY_ASSIGN(auto archive, Archive::open_read_only(ctx.archive_path()));
+  if (*cmd.invocation_option) {
+    FERRY_TRY_ASSIGN(filter.invocation, archive.resolve_invocation(cmd.invocation));
+    filter.limit = *cmd.limit_option ? cmd.limit : 0; // an invocation's runs: all of them
+  }
   FERRY_TRY_ASSIGN(auto table, log_table(archive, filter, cmd.json));
   if (table.rows.empty() && !cmd.json) {
-    const bool filtered = filter.job || filter.host || filter.status || filter.since;
+    const bool filtered =
+        filter.job || filter.host || filter.status || filter.since || filter.invocation;
     ctx.reporter().note(
         !archive.exists()
             ? fmt::format("no runs recorded yet ({} does not exist)", archive.path().string())
@@ -171,7 +179,13 @@ void add_log_command(CLI::App& app, Context& ctx)
       "--since", cmd->since,
       "only runs started at or after this UTC date or time (2026-11-29, 2026-11-29T14:12) or "
       "within this age (90m, 12h, 7d, 2w)");
-  sub->add_option("--limit", cmd->limit, "show at most N runs; 0: all")->capture_default_str();
+  cmd->invocation_option = sub->add_option(
+      "--invocation", cmd->invocation,
+      "only the runs of one `ferry run`: 'last', or its id (a run record's \"invocation\") or a "
+      "unique prefix of one");
+  cmd->limit_option =
+      sub->add_option("--limit", cmd->limit, "show at most N runs (with --invocation: all); 0: all")
+          ->capture_default_str();
   sub->add_flag("--json", cmd->json, "one full run record per line (JSON Lines)");
   sub->add_flag("--stats", cmd->stats,
                 "the archive's size, run count and largest runs instead of the runs");
@@ -179,6 +193,7 @@ void add_log_command(CLI::App& app, Context& ctx)
   ferry log
   ferry log --job kv_calc --host gpu1 --limit 5
   ferry log --status failed --since 7d
+  ferry log --invocation last
   ferry log --json --limit 0 > runs.jsonl
   ferry log --stats)");
   on_chosen(*sub, ctx, [cmd, &ctx] { return run_log(ctx, *cmd); });

@@ -5,6 +5,7 @@
 
 #include "cli/archive_view.hpp"
 #include "cli/execute.hpp"
+#include "cli/retry.hpp"
 #include "cli/targets.hpp"
 #include "ferry/bundle.hpp"
 #include "ferry/json_diff.hpp"
@@ -330,24 +331,6 @@ Expected<std::vector<std::string>> ignored_pointers(const ReplayCommand& cmd, co
   return ignored;
 }
 
-// The files that travelled with the original run, with their archived (and verified) bytes.
-Expected<std::vector<BundleFile>> archived_files(const RunRecord& original)
-{
-  std::vector<BundleFile> files;
-  for (const auto& item : original.files) {
-    const std::string sha256 = item.value("sha256", "");
-    const auto blob = original.blobs.find(sha256);
-    if (blob == original.blobs.end()) {
-      return fail(ErrorKind::failed,
-                  "run {} has no archived bytes for its file {}; it cannot be "
-                  "replayed as it ran",
-                  original.run_id, item.value("path", ""));
-    }
-    files.push_back({item.value("path", ""), 0600, sha256, blob->second});
-  }
-  return files;
-}
-
 // The variables the archived run was given (the record keeps their names only) that nothing
 // gives the replay on some target: neither the job's [env], nor the config file for that host,
 // nor --env.
@@ -419,6 +402,23 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
 }
 
 } // namespace
+
+Expected<std::vector<BundleFile>> archived_files(const RunRecord& original)
+{
+  std::vector<BundleFile> files;
+  for (const auto& item : original.files) {
+    const std::string sha256 = item.value("sha256", "");
+    const auto blob = original.blobs.find(sha256);
+    if (blob == original.blobs.end()) {
+      return fail(ErrorKind::failed,
+                  "run {} has no archived bytes for its file {}; it cannot be "
+                  "replayed as it ran",
+                  original.run_id, item.value("path", ""));
+    }
+    files.push_back({item.value("path", ""), 0600, sha256, blob->second});
+  }
+  return files;
+}
 
 void add_replay_command(CLI::App& app, Context& ctx)
 {

@@ -1,4 +1,5 @@
 #include "cli/execute.hpp"
+#include "cli/retry.hpp"
 #include "cli/targets.hpp"
 #include "ferry/bundle.hpp"
 #include "ferry/params.hpp"
@@ -34,7 +35,32 @@ struct RunCommand {
   std::vector<std::string> fetch;
   std::string out_dir = "ferry-out/{run_id}/{host}";
   std::uint64_t archive_outputs_max_mib = 16;
+  std::optional<std::string> retry_failed; // --retry-failed [last|ID]
 };
+
+// `--retry-failed`: the invocation's own jobs, parameters and hosts run again; what would choose
+// others is refused rather than ignored.
+Expected<ExitCode> run_retry(Context& ctx, const RunCommand& cmd)
+{
+  const bool target_given =
+      !cmd.target.hosts.empty() || !cmd.target.hosts_file.empty() || cmd.target.local;
+  if (!cmd.jobs.empty() || !cmd.assignments.empty() || !cmd.sweeps.empty() ||
+      !cmd.params_file.empty() || target_given || !cmd.files.empty()) {
+    return fail(ErrorKind::usage,
+                "--retry-failed runs the failed runs' own jobs, parameters, files and hosts; "
+                "give none of JOB, -p, --sweep, --params, --file, --host, --hosts-file, --local "
+                "with it (`ferry replay RUN` runs one run elsewhere)");
+  }
+  RetryRequest request;
+  request.invocation = *cmd.retry_failed;
+  request.timeout_s = cmd.timeout_s;
+  request.parallel = cmd.parallel;
+  request.archive = !cmd.no_archive;
+  request.keep_remote = cmd.keep_remote;
+  request.environment = cmd.environment;
+  request.connection = cmd.target;
+  return retry_failed(ctx, request);
+}
 
 // `--params FILE` or `--params -` (standard input): its size and nesting are checked before it
 // is parsed, so no input can make ferry recurse itself to death or hold more than the cap.
@@ -159,6 +185,13 @@ Expected<std::vector<Job>> find_jobs(const RunCommand& cmd, const JobPath& path)
 Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
 {
   ctx.use_json(cmd.json, TerminalOptions{cmd.raw_output, cmd.stream, cmd.no_stream});
+  if (cmd.retry_failed) {
+    return run_retry(ctx, cmd);
+  }
+  if (cmd.jobs.empty()) {
+    return fail(ErrorKind::usage, "ferry run: give a JOB (a job name on the job path, or a job "
+                                  "file), or --retry-failed; `ferry jobs` lists the jobs");
+  }
   // Everything is checked before any host is contacted: jobs, parameters, targets.
   FERRY_TRY_ASSIGN(const auto jobs, find_jobs(cmd, ctx.job_path()));
   if (cmd.params_file == "-" && cmd.target.hosts_file == "-") {
@@ -214,7 +247,12 @@ void add_run_command(CLI::App& app, Context& ctx)
 {
   auto cmd = std::make_shared<RunCommand>();
   auto* sub = app.add_subcommand("run", "Run jobs on hosts (or here) and collect their results");
-  sub->add_option("JOB", cmd->jobs, "job names on the job path, or paths to job files")->required();
+  sub->add_option("JOB", cmd->jobs, "job names on the job path, or paths to job files");
+  sub->add_option("--retry-failed", cmd->retry_failed,
+                  "run again the runs of an earlier invocation (last, or its id) that did not end "
+                  "ok, on their hosts, with their archived job bytes and parameters")
+      ->expected(0, 1)
+      ->default_str("last");
   add_target_options(*sub, cmd->target);
   sub->add_option("-p,--param", cmd->assignments,
                   "KEY=VALUE, typed by the job's declaration; KEY=@FILE reads the value from FILE; "

@@ -59,6 +59,8 @@ const std::map<std::string, CompletionKind, std::less<>>& kinds_by_name()
       {"persist", {ValueKind::free_text, {}}},
       {"remote-base", {ValueKind::free_text, {}}},
       {"since", {ValueKind::free_text, {}}},
+      {"invocation", {ValueKind::free_text, {}}}, // last, or an id
+      {"retry-failed", {ValueKind::free_text, {}}},
       {"ignore", {ValueKind::free_text, {}}},
       {"limit", {ValueKind::free_text, {}}},
       {"older-than", {ValueKind::free_text, {}}},

@@ -74,7 +74,11 @@ ExitCode execute_runs(Context& ctx, std::vector<std::unique_ptr<HostSession>>& s
   settings.on_error = [&ctx](const Error& error) { ctx.reporter().error(error); };
   settings.on_note = [&ctx](std::string_view text) { ctx.reporter().note(text); };
   ArchivingObserver observer(std::move(settings), view);
-  run_fleet(sessions, runs, batch.parallel, run_options, observer, batch.swept);
+  RunOptions options = run_options;
+  if (!options.invocation) {
+    options.invocation = new_run_id(); // the id's form: when the invocation started
+  }
+  run_fleet(sessions, runs, batch.parallel, options, observer, batch.swept);
   if (observer.archived_any()) {
     keep_within_configured_size(ctx, observer);
   }

@@ -167,6 +167,9 @@ Json to_json(const RunRecord& r, bool with_streams)
                   {"exec", r.timings.exec},
                   {"fetch", r.timings.fetch}};
   j["replay_of"] = r.replay_of ? Json(*r.replay_of) : Json(nullptr);
+  if (r.invocation) {
+    j["invocation"] = *r.invocation;
+  }
   j["ferry_version"] = r.ferry_version;
   if (!r.warnings.empty()) {
     j["warnings"] = r.warnings;
@@ -227,6 +230,9 @@ Expected<RunRecord> run_record_from_json(const Json& j)
     if (const auto t = j.find("timings"); t != j.end() && t->is_object()) {
       r.timings = {t->value("connect", 0.0), t->value("upload", 0.0), t->value("exec", 0.0),
                    t->value("fetch", 0.0)};
+    }
+    if (j.contains("invocation") && j["invocation"].is_string()) {
+      r.invocation = j["invocation"].get<std::string>();
     }
     if (j.contains("replay_of") && j["replay_of"].is_string()) {
       r.replay_of = j["replay_of"].get<std::string>();

@@ -610,6 +610,7 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params,
   const auto start = Clock::now();
   RunRecord record = new_record(job, params, session);
   record.replay_of = options.replay_of;
+  record.invocation = options.invocation;
   record.options = recorded_options(options, job);
   Run run{session,
           job,
