@@ -9,6 +9,7 @@
 
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
+#include "transport/ssh/standby/policy.hpp"
 #include "transport/stop_schedule.hpp"
 
 namespace ferry::ssh {
@@ -460,13 +461,18 @@ struct Settle {
 // there is room. Holding the lock.
 void keep_standby(const StandbyUse& use, StandbyChannel standby)
 {
-  if (use.may_keep && !use.may_keep()) {
-    return; // its channel closes: the standby reads the end of its stdin and ends
-  }
-  if (!*use.standby) {
+  standby::Facts facts;
+  facts.has_standby = static_cast<bool>(*use.standby);
+  facts.spares = use.spares != nullptr ? use.spares->size() : standby::k_max_spares;
+  switch (standby::keep_after_run(!use.may_keep || use.may_keep(), facts)) {
+  case standby::Keep::standby:
     *use.standby = std::move(standby);
-  } else if (use.spares != nullptr && use.spares->size() < k_max_spare_standbys) {
+    break;
+  case standby::Keep::spare:
     use.spares->push_back(std::move(standby));
+    break;
+  case standby::Keep::none:
+    break; // its channel closes: the standby reads the end of its stdin and ends
   }
 }
 

@@ -39,13 +39,12 @@ using StandbyChannel = std::unique_ptr<Standby, StandbyFree>;
 // `spares`, python standbys that stayed after runs side by side). With `python_command`, a
 // python3 job's run (ExecRequest::python_standby) that finds none opens its channel with that
 // command and runs there as on a python standby. A python standby that stays after its run
-// becomes the standby, or a spare (at most k_max_spare_standbys).
+// becomes the standby, or a spare (standby::keep_after_run).
 // A run with `stage` (the line and launch.sh's bytes: src/remote/standby.py) has no files on the
 // host yet: a python standby it runs on makes them itself (*staged_by_standby is set once the
 // line has gone to one). Before the run goes anywhere else, `settle` (called holding the lock)
 // makes them over SFTP; its argument says whether a standby was given the line first.
 using FreeAChannel = std::function<bool(std::unique_lock<std::mutex>&)>;
-inline constexpr std::size_t k_max_spare_standbys = 8;
 struct StandbyUse {
   StandbyChannel* standby = nullptr;
   bool* python_failed = nullptr; // set when a python standby could not start on the host
