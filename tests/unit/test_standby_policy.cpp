@@ -4,11 +4,25 @@
 
 #include "transport/ssh/standby/policy.hpp"
 
-using namespace ferry::ssh::standby;
+using ferry::ssh::standby::Close;
+using ferry::ssh::standby::defers_staging;
+using ferry::ssh::standby::Facts;
+using ferry::ssh::standby::fans_out_python;
+using ferry::ssh::standby::k_max_deferred;
+using ferry::ssh::standby::k_max_spares;
+using ferry::ssh::standby::Keep;
+using ferry::ssh::standby::keep_after_run;
+using ferry::ssh::standby::last_on_its_channel;
+using ferry::ssh::standby::opens_ahead;
+using ferry::ssh::standby::runs_first;
+using ferry::ssh::standby::RunsPlan;
+using ferry::ssh::standby::script_look_due;
+using ferry::ssh::standby::to_close;
+using ferry::ssh::standby::Wait;
 using namespace std::chrono_literals;
 
 namespace {
-const Clock::time_point k_t0{};
+const ferry::ssh::standby::Clock::time_point k_start{};
 
 // A held session with the python standby's script in the job cache, room to spare.
 Facts ready()
@@ -130,9 +144,9 @@ TEST_CASE("standby policy: a slot is freed by a spare first, then the standby", 
 TEST_CASE("standby policy: the script's place in the cache is looked at again every 10 minutes",
           "[standby_policy]")
 {
-  CHECK(script_look_due(false, k_t0, k_t0)); // not known yet: looked at whenever asked
-  CHECK_FALSE(script_look_due(true, k_t0 + 9min + 59s, k_t0));
-  CHECK(script_look_due(true, k_t0 + 10min, k_t0));
+  CHECK(script_look_due(false, k_start, k_start)); // not known yet: looked at whenever asked
+  CHECK_FALSE(script_look_due(true, k_start + 9min + 59s, k_start));
+  CHECK(script_look_due(true, k_start + 10min, k_start));
 }
 
 TEST_CASE("standby policy: the holder's own steps let the runs go first, for 30 s at most",
@@ -140,31 +154,31 @@ TEST_CASE("standby policy: the holder's own steps let the runs go first, for 30 
 {
   SECTION("runs busy: wait for them, bounded")
   {
-    const Wait wait = runs_first(true, k_t0, k_t0, k_t0 + 1s);
+    const Wait wait = runs_first(true, k_start, k_start, k_start + 1s);
     CHECK(wait.for_runs);
-    CHECK(wait.until == k_t0 + 30s);
+    CHECK(wait.until == k_start + 30s);
   }
   SECTION("quiet for less than 20 ms: wait until it has been")
   {
-    const Wait wait = runs_first(false, k_t0 + 5s, k_t0, k_t0 + 5s + 5ms);
+    const Wait wait = runs_first(false, k_start + 5s, k_start, k_start + 5s + 5ms);
     CHECK_FALSE(wait.for_runs);
-    CHECK(wait.until == k_t0 + 5s + 20ms);
+    CHECK(wait.until == k_start + 5s + 20ms);
   }
   SECTION("quiet long enough: go")
   {
-    const Wait wait = runs_first(false, k_t0 + 5s, k_t0, k_t0 + 5s + 20ms);
+    const Wait wait = runs_first(false, k_start + 5s, k_start, k_start + 5s + 20ms);
     CHECK_FALSE(wait.for_runs);
     CHECK_FALSE(wait.until);
   }
   SECTION("after 30 s the step goes, busy or not")
   {
-    const Wait wait = runs_first(true, k_t0 + 29s, k_t0, k_t0 + 30s);
+    const Wait wait = runs_first(true, k_start + 29s, k_start, k_start + 30s);
     CHECK_FALSE(wait.for_runs);
     CHECK_FALSE(wait.until);
   }
   SECTION("the quiet wait never passes the bound")
   {
-    const Wait wait = runs_first(false, k_t0 + 30s - 5ms, k_t0, k_t0 + 30s - 10ms);
-    CHECK(wait.until == k_t0 + 30s);
+    const Wait wait = runs_first(false, k_start + 30s - 5ms, k_start, k_start + 30s - 10ms);
+    CHECK(wait.until == k_start + 30s);
   }
 }

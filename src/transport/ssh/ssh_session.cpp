@@ -21,6 +21,7 @@
 #include "ferry/util.hpp"
 #include "transport/exec_request.hpp"
 #include "transport/run_files.hpp"
+#include "transport/ssh/ahead.hpp"
 #include "transport/ssh/auth.hpp"
 #include "transport/ssh/exec.hpp"
 #include "transport/ssh/host_key.hpp"
@@ -29,7 +30,6 @@
 #include "transport/ssh/proxy.hpp"
 #include "transport/ssh/remote.hpp"
 #include "transport/ssh/sftp_files.hpp"
-#include "transport/ssh/standby/ahead.hpp"
 
 namespace ferry {
 namespace {
@@ -84,7 +84,7 @@ public:
   void plan(std::size_t runs, std::size_t at_once) override
   {
     const std::lock_guard lock(m_mutex);
-    m_ahead.plan(runs, at_once);
+    m_ahead->plan(runs, at_once);
   }
   Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override;
   Expected<ExecOutcome> launch(StagedRun& run, const LaunchRequest& request) override
@@ -95,7 +95,7 @@ public:
                               const ChunkSink& sink) override
   {
     return with_sftp([&]() -> Expected<FetchedFile> {
-      FERRY_TRY(m_ahead.settle(run.run_dir));
+      FERRY_TRY(m_ahead->settle(run.run_dir));
       return files().fetch_stream(run.run_dir + "/" + rel, sink);
     });
   }
@@ -103,7 +103,7 @@ public:
                                                       const std::string& rel) override
   {
     return with_sftp([&]() -> Expected<std::optional<std::vector<DirEntry>>> {
-      FERRY_TRY(m_ahead.settle(run.run_dir));
+      FERRY_TRY(m_ahead->settle(run.run_dir));
       return files().list_dir(rel.empty() ? run.run_dir : run.run_dir + "/" + rel);
     });
   }
@@ -115,12 +115,12 @@ public:
     forget_run_dir(run.run_dir);
     return {};
   }
-  // A plain command (a scheduler's submit script): a channel of its own, never a standby.
+  // A plain command (a scheduler's submit script): a channel of its own, never one kept ahead.
   Expected<ExecOutcome> exec(const ExecRequest& request) override;
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
   {
     return with_sftp([&]() -> Expected<void> {
-      FERRY_TRY(m_ahead.settle(parent_of(path)));
+      FERRY_TRY(m_ahead->settle(parent_of(path)));
       return files().put_file(path, bytes);
     });
   }
@@ -164,34 +164,35 @@ public:
   void on_ahead_taken(std::function<void()> callback) override
   {
     const std::lock_guard lock(m_mutex);
-    m_ahead.on_taken(std::move(callback));
+    m_ahead->on_taken(std::move(callback));
   }
 
 private:
-  // A staged run's directory, named (a run left to its python standby) or made over SFTP.
+  // A staged run's directory, named (its files held for the process that runs it, Ahead) or made
+  // over SFTP.
   Expected<std::string> create_run_dir()
   {
     return with_sftp([this]() -> Expected<std::string> {
-      if (auto named = m_ahead.defer_run_dir(m_files && m_files->names_run_dirs())) {
+      if (auto named = m_ahead->defer_run_dir(m_files && m_files->names_run_dirs())) {
         m_staging.insert(*named);
         return std::move(*named);
       }
       auto dir = files().create_run_dir();
       if (dir) {
         m_staging.insert(*dir);
-        m_ahead.run_dir_made(); // the sweep's listing told what the job cache holds
+        m_ahead->run_dir_made(); // the sweep's listing told what the job cache holds
       }
       return dir;
     });
   }
-  // The run's files: kept in memory while its python standby is to make them (the job from the
-  // cache and launch.sh), else made over SFTP.
+  // The run's files: held in memory while the process that runs its job is to make them (the job
+  // from the cache and launch.sh; Ahead), else made over SFTP.
   class Writer;
   Expected<void> remove_run_dir(const std::string& path)
   {
     return with_sftp([&]() -> Expected<void> {
       m_staging.erase(path);
-      if (m_ahead.forget(path)) {
+      if (m_ahead->forget(path)) {
         return {}; // never made on the host
       }
       return files().remove_run_dir(path);
@@ -200,7 +201,7 @@ private:
   void forget_run_dir(const std::string& path)
   {
     const std::lock_guard lock(m_mutex);
-    m_ahead.forget(path);
+    m_ahead->forget(path);
     m_staging.erase(path);
     if (m_files) {
       m_files->forget_run_dir(path);
@@ -250,7 +251,7 @@ private:
     if (!m_files) {
       m_files.emplace(m_session.get(), m_target.spec, m_where.user, m_target.remote_base,
                       watchdog(), m_stop);
-      m_files->on_refused([this] { return m_ahead.close_one(); });
+      m_files->on_refused([this] { return m_ahead->close_one(); });
     }
     return *m_files;
   }
@@ -303,8 +304,9 @@ private:
   ssh::Channels m_channels;
   // What is kept ready ahead of the runs. Last: its channels end first, while the connection is
   // still up.
-  ssh::Ahead m_ahead{m_channels, [this]() -> ssh::SftpFiles& { return files(); },
-                     [this](std::string_view line) { debug(line); }};
+  std::unique_ptr<ssh::Ahead> m_ahead = ssh::make_ahead(
+      m_channels, [this]() -> ssh::SftpFiles& { return files(); },
+      [this](std::string_view line) { debug(line); });
 };
 
 void SshSession::prepare_ahead()
@@ -313,7 +315,7 @@ void SshSession::prepare_ahead()
   if (!m_session || !ssh_is_connected(m_session.get())) {
     return;
   }
-  m_ahead.open_next(m_session.get(), lock);
+  m_ahead->open_next(m_session.get(), lock);
   m_changed.notify_all();
 }
 
@@ -321,12 +323,12 @@ void SshSession::prepare_idle()
 {
   {
     const std::lock_guard lock(m_mutex);
-    m_ahead.idle(); // what stayed for runs side by side, runs whose client went before their exec
+    m_ahead->idle(); // what stayed for runs side by side, runs whose client went before their exec
     m_staging.clear();
   }
   prepare_interpreter();
   const std::lock_guard lock(m_mutex);
-  m_ahead.refresh();
+  m_ahead->refresh();
 }
 
 void SshSession::let_runs_go_first(std::unique_lock<std::mutex>& lock)
@@ -336,8 +338,8 @@ void SshSession::let_runs_go_first(std::unique_lock<std::mutex>& lock)
     return m_runs_at_sftp > 0 || m_channels.execs > 0 || !m_staging.empty();
   };
   while (true) {
-    const auto wait = ssh::standby::runs_first(
-        busy(), std::max(m_last_run_sftp, m_channels.last_end), started, Clock::now());
+    const auto wait =
+        m_ahead->runs_first(busy(), std::max(m_last_run_sftp, m_channels.last_end), started);
     if (wait.for_runs) {
       m_changed.wait_until(lock, *wait.until, [&busy] { return !busy(); });
     } else if (wait.until) {
@@ -355,12 +357,13 @@ void SshSession::prepare_interpreter()
   {
     std::unique_lock lock(m_mutex);
     let_runs_go_first(lock);
-    if (!m_session || !ssh_is_connected(m_session.get()) || !m_ahead.look_at_script()) {
+    if (!m_session || !ssh_is_connected(m_session.get()) || !m_ahead->look_at_script()) {
       return;
     }
   }
   // The session's first run directory checks the server's umask and sweeps the base: made
-  // here, while nobody waits, so that the next run's can be left to its standby.
+  // here, while nobody waits, so that the next run's files can be held for the process that
+  // runs it.
   std::optional<std::string> made;
   {
     std::unique_lock lock(m_mutex);
@@ -384,11 +387,11 @@ void SshSession::prepare_interpreter()
 bool SshSession::free_a_channel(std::unique_lock<std::mutex>& lock, bool& refused, int& refusals)
 {
   // A channel still being opened ahead holds a slot too: once it is open, it goes as below.
-  m_changed.wait_for(lock, std::chrono::seconds(5), [this] { return !m_ahead.opening(); });
-  // A spare, else the standby, takes a slot the run needs: it goes first. Its slot is free once
-  // sshd has reaped what ran there (a python standby's two processes take a moment): until then
-  // a refusal is not taken for the server's bound.
-  if (m_ahead.close_one()) {
+  m_changed.wait_for(lock, std::chrono::seconds(5), [this] { return !m_ahead->opening(); });
+  // A channel kept ahead takes a slot the run needs: it goes first. Its slot is free once sshd
+  // has reaped what ran there (the python process and the interpreter it started take a moment):
+  // until then a refusal is not taken for the server's bound.
+  if (m_ahead->close_one()) {
     return true;
   }
   const bool just_freed = Clock::now() - m_channels.last_end < k_slot_reaping;
@@ -412,8 +415,8 @@ bool SshSession::free_a_channel(std::unique_lock<std::mutex>& lock, bool& refuse
 }
 
 // The run directory's files, as write_run_files makes them (run_files.hpp): a job the job
-// cache holds and launch.sh wait in memory for the python standby that is to make them, when
-// the run was left to one (create_run_dir); anything else settles the run over SFTP first.
+// cache holds and launch.sh wait in memory for the process that is to make them, when the run
+// was left to one (create_run_dir, Ahead); anything else settles the run over SFTP first.
 class SshSession::Writer final : public RunDirWriter {
 public:
   explicit Writer(SshSession& session) : m_session(session) {}
@@ -421,17 +424,17 @@ public:
   Expected<void> make_dir(const std::string& path) override
   {
     return m_session.with_sftp([&]() -> Expected<void> {
-      FERRY_TRY(m_session.m_ahead.settle(path));
+      FERRY_TRY(m_session.m_ahead->settle(path));
       return m_session.files().make_dir(path);
     });
   }
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
   {
     return m_session.with_sftp([&]() -> Expected<void> {
-      if (m_session.m_ahead.hold_launcher(path, bytes)) {
+      if (m_session.m_ahead->hold_launcher(path, bytes)) {
         return {};
       }
-      FERRY_TRY(m_session.m_ahead.settle(path));
+      FERRY_TRY(m_session.m_ahead->settle(path));
       return m_session.files().put_file(path, bytes);
     });
   }
@@ -443,10 +446,10 @@ public:
       return false;
     }
     return m_session.with_sftp([&]() -> Expected<bool> {
-      if (m_session.m_ahead.hold_job(path, bytes, sha256)) {
+      if (m_session.m_ahead->hold_job(path, bytes, sha256)) {
         return true;
       }
-      FERRY_TRY(m_session.m_ahead.settle(path));
+      FERRY_TRY(m_session.m_ahead->settle(path));
       return m_session.files().put_job_file(path, bytes, sha256);
     });
   }
@@ -460,7 +463,7 @@ Expected<StagedRun> SshSession::stage(const RunBundle& bundle, const StopToken& 
   {
     const std::lock_guard lock(m_mutex);
     m_stop = stop;
-    m_ahead.first_run(runs_on_python_standby(bundle.launcher));
+    m_ahead->first_run(bundle.launcher);
   }
   FERRY_TRY_ASSIGN(std::string dir, create_run_dir());
   Writer writer(*this);
@@ -483,21 +486,16 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
 Expected<ExecOutcome> SshSession::exec_run(const std::string& run_dir, const ExecRequest& request)
 {
   ExecRequest bounded = request;
+  // A run whose files are held for the process that runs it: the line that hands them over.
   std::string stage;
-  // The run directory whose files wait for a python standby (standby_use_for keeps a reference
-  // to it while the run lasts).
-  std::string staged_dir;
   if (!run_dir.empty()) {
     {
       const std::lock_guard lock(m_mutex);
-      bounded.last = m_ahead.last_on_its_channel();
-      // A run whose files wait for a python standby: the line that hands them to it.
-      stage = m_ahead.stage_line(run_dir, bounded.last);
+      bounded.last = m_ahead->last_on_its_channel();
+      stage = m_ahead->stage_line(run_dir, bounded.last);
     }
-    if (!stage.empty()) {
-      staged_dir = run_dir;
-    } else {
-      FERRY_TRY(with_sftp([&] { return m_ahead.settle(run_dir); }));
+    if (stage.empty()) {
+      FERRY_TRY(with_sftp([&] { return m_ahead->settle(run_dir); }));
     }
   }
   int refusals = 0;
@@ -518,21 +516,14 @@ Expected<ExecOutcome> SshSession::exec_run(const std::string& run_dir, const Exe
     const auto free_a_channel = [this, &refused, &refusals](std::unique_lock<std::mutex>& lock) {
       return this->free_a_channel(lock, refused, refusals);
     };
-    ssh::StandbyUse standby;
-    bool staged_by_standby = false;
-    if (!run_dir.empty()) {
-      const std::lock_guard lock(m_mutex);
-      standby = m_ahead.use_for(staged_dir, stage, staged_by_standby);
-    }
-    auto outcome =
-        ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel, standby);
+    auto outcome = run_dir.empty() ? ssh::exec(m_session.get(), m_target.spec, bounded, *dog,
+                                               m_mutex, free_a_channel)
+                                   : m_ahead->run(m_session.get(), m_target.spec, bounded, *dog,
+                                                  m_mutex, free_a_channel, run_dir, stage);
     {
       const std::lock_guard lock(m_mutex);
       --m_channels.execs;
       m_channels.last_end = Clock::now();
-      if (staged_by_standby) {
-        m_ahead.made_by_standby(run_dir);
-      }
     }
     m_changed.notify_all();
     if (outcome || !refused || request.stop.stop_requested() || dog->fired()) {

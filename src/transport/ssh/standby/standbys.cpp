@@ -1,4 +1,4 @@
-#include "transport/ssh/standby/ahead.hpp"
+#include "transport/ssh/standby/standbys.hpp"
 
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
@@ -19,7 +19,7 @@ std::string parent_of(const std::string& path)
 
 } // namespace
 
-standby::Facts Ahead::facts() const
+standby::Facts Standbys::facts() const
 {
   standby::Facts facts;
   facts.python_ready = python_ready();
@@ -31,14 +31,14 @@ standby::Facts Ahead::facts() const
   return facts;
 }
 
-void Ahead::first_run(bool python_job)
+void Standbys::first_run(const LauncherSpec& launcher)
 {
   if (!std::exchange(m_first_asked, true)) {
-    m_fan_out_python = standby::fans_out_python(python_job, m_plan);
+    m_fan_out_python = standby::fans_out_python(runs_on_python_standby(launcher), m_plan);
   }
 }
 
-std::optional<std::string> Ahead::defer_run_dir(bool names_run_dirs)
+std::optional<std::string> Standbys::defer_run_dir(bool names_run_dirs)
 {
   standby::Facts now = facts();
   now.names_run_dirs = names_run_dirs;
@@ -52,7 +52,7 @@ std::optional<std::string> Ahead::defer_run_dir(bool names_run_dirs)
 
 // A direct fan-out's later python3 runs go to python standbys when the job cache holds the
 // standby's script (docs/run-protocol.md, "Exec"); it is not uploaded for that.
-void Ahead::run_dir_made()
+void Standbys::run_dir_made()
 {
   if (!m_fan_out_python || m_no_python_standby || !m_python_command.empty()) {
     return;
@@ -64,7 +64,7 @@ void Ahead::run_dir_made()
   }
 }
 
-bool Ahead::hold_launcher(const std::string& path, std::string_view bytes)
+bool Standbys::hold_launcher(const std::string& path, std::string_view bytes)
 {
   const std::string dir = parent_of(path);
   const auto it = m_deferred.find(dir);
@@ -76,7 +76,7 @@ bool Ahead::hold_launcher(const std::string& path, std::string_view bytes)
   return true;
 }
 
-bool Ahead::hold_job(const std::string& path, std::string_view bytes, const std::string& sha256)
+bool Standbys::hold_job(const std::string& path, std::string_view bytes, const std::string& sha256)
 {
   const auto it = m_deferred.find(parent_of(path));
   if (it == m_deferred.end() || it->second.job || it->second.launch) {
@@ -90,7 +90,7 @@ bool Ahead::hold_job(const std::string& path, std::string_view bytes, const std:
   return true;
 }
 
-Expected<void> Ahead::settle(const std::string& path, bool after_standby)
+Expected<void> Standbys::settle(const std::string& path, bool after_standby)
 {
   auto it = m_deferred.find(path);
   if (it == m_deferred.end()) {
@@ -116,7 +116,7 @@ Expected<void> Ahead::settle(const std::string& path, bool after_standby)
   return {};
 }
 
-std::string Ahead::stage_line(const std::string& run_dir, bool last) const
+std::string Standbys::stage_line(const std::string& run_dir, bool last) const
 {
   const auto it = m_deferred.find(run_dir);
   if (it == m_deferred.end() || !it->second.job || !it->second.launch) {
@@ -129,7 +129,7 @@ std::string Ahead::stage_line(const std::string& run_dir, bool last) const
          *deferred.launch;
 }
 
-void Ahead::made_by_standby(const std::string& dir)
+void Standbys::made_by_standby(const std::string& dir)
 {
   if (const auto it = m_deferred.find(dir); it != m_deferred.end()) {
     m_files().note_put(it->second.job->path);
@@ -138,7 +138,8 @@ void Ahead::made_by_standby(const std::string& dir)
   }
 }
 
-StandbyUse Ahead::use_for(const std::string& dir, const std::string& stage, bool& staged_by_standby)
+StandbyUse Standbys::use_for(const std::string& dir, const std::string& stage,
+                             bool& staged_by_standby)
 {
   StandbyUse use{&m_standby,
                  &m_no_python_standby,
@@ -165,7 +166,7 @@ StandbyUse Ahead::use_for(const std::string& dir, const std::string& stage, bool
   return use;
 }
 
-bool Ahead::close_one()
+bool Standbys::close_one()
 {
   switch (standby::to_close(facts())) {
   case standby::Close::spare:
@@ -181,7 +182,7 @@ bool Ahead::close_one()
   return true;
 }
 
-void Ahead::open_next(ssh_session session, std::unique_lock<std::mutex>& lock)
+void Standbys::open_next(ssh_session session, std::unique_lock<std::mutex>& lock)
 {
   if (!standby::opens_ahead(facts())) {
     return;
@@ -198,14 +199,14 @@ void Ahead::open_next(ssh_session session, std::unique_lock<std::mutex>& lock)
   }
 }
 
-void Ahead::refresh()
+void Standbys::refresh()
 {
   if (m_standby && !is_python(m_standby) && python_ready()) {
     m_standby.reset(); // a sh standby: the next open_next opens a python one
   }
 }
 
-bool Ahead::look_at_script()
+bool Standbys::look_at_script()
 {
   if (m_no_python_standby) {
     return false;
@@ -226,6 +227,31 @@ bool Ahead::look_at_script()
   }
   m_python_command = python_standby_command(*entry);
   return true;
+}
+
+Expected<ExecOutcome> Standbys::run(ssh_session session, std::string_view label,
+                                    const ExecRequest& request, CallWatchdog& watchdog,
+                                    std::mutex& mutex, const FreeAChannel& free_a_channel,
+                                    const std::string& run_dir, const std::string& stage)
+{
+  bool staged_by_standby = false;
+  StandbyUse use;
+  {
+    const std::lock_guard lock(mutex);
+    use = use_for(stage.empty() ? std::string() : run_dir, stage, staged_by_standby);
+  }
+  auto outcome = exec_launcher(session, label, request, watchdog, mutex, free_a_channel, use);
+  if (staged_by_standby) {
+    const std::lock_guard lock(mutex);
+    made_by_standby(run_dir);
+  }
+  return outcome;
+}
+
+std::unique_ptr<Ahead> make_ahead(Channels& channels, std::function<SftpFiles&()> files,
+                                  std::function<void(std::string_view)> debug)
+{
+  return std::make_unique<Standbys>(channels, std::move(files), std::move(debug));
 }
 
 } // namespace ferry::ssh
