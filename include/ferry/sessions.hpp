@@ -37,26 +37,28 @@ public:
   [[nodiscard]] virtual bool alive() = 0;
   // The server's key checked again against known_hosts as the files read now.
   [[nodiscard]] virtual Expected<void> recheck_host_key() = 0;
-  // Opens the channel of the next run ahead of it (a standby: its login shell started, its
-  // /bin/sh waiting for the launcher), when the host has room for one; a holder calls it while
-  // nobody waits. The next launcher run takes it.
-  virtual void prepare_exec() {}
-  // Puts the python standby's script in the host's job cache (or finds it there) so that later
-  // standbys are python standbys (docs/persistence.md), then makes (and removes) the session's
-  // first run directory, so that a run's files can be left to its python standby. It may take
-  // round trips: a holder calls it as it starts, and through prepare_idle; it gives the
-  // session's lock up between its steps, so that a run that comes meanwhile waits for one step
-  // at most. After the first time it looks at the script's place again only every few minutes.
-  // A sh standby opened before stays, for the next run.
-  virtual void prepare_python_standby() {}
-  // When the holder has been idle a while: python standbys that stayed after runs side by side
-  // are closed (but the standby), runs whose client went before their exec forgotten, and
-  // prepare_python_standby is called; a sh standby is then closed, for prepare_exec to open a
-  // python one.
+  // What the session keeps ready ahead of its runs (docs/persistence.md, "The next run's
+  // channel, opened ahead"). Opens the channel of the next run ahead of it (its login shell
+  // started, its /bin/sh waiting for the launcher), when the host has room for one; a holder
+  // calls it while nobody waits. The next launcher run takes it.
+  virtual void prepare_ahead() {}
+  // Puts the script of the process that starts the next job's interpreter ahead (the python
+  // one, docs/persistence.md) in the host's job cache (or finds it there) so that later channels
+  // opened ahead run it, then makes (and removes) the session's first run directory, so that a
+  // run's files can be left to that process. It may take round trips: a holder calls it as it
+  // starts, and through prepare_idle; it gives the session's lock up between its steps, so that
+  // a run that comes meanwhile waits for one step at most. After the first time it looks at the
+  // script's place again only every few minutes. A plain channel opened before stays, for the
+  // next run.
+  virtual void prepare_interpreter() {}
+  // When the holder has been idle a while: the channels that stayed after runs side by side are
+  // closed (but the next run's), runs whose client went before their exec forgotten, and
+  // prepare_interpreter is called; a plain channel opened ahead is then closed, for
+  // prepare_ahead to open one that starts the interpreter.
   virtual void prepare_idle() {}
-  // Called (holding the session's lock: it must only take note) when a run takes the standby,
-  // so that the holder opens the next one while this run's job runs.
-  virtual void on_standby_taken(std::function<void()> callback) { (void)callback; }
+  // Called (holding the session's lock: it must only take note) when a run takes the channel
+  // opened ahead, so that the holder opens the next one while this run's job runs.
+  virtual void on_ahead_taken(std::function<void()> callback) { (void)callback; }
   // Starts SFTP now rather than at the first run's staging (a holder, as it starts).
   virtual void prepare_files() {}
 };

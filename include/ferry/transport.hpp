@@ -2,8 +2,8 @@
 // The seam between "what to run" and "where": a session with one host (or this machine, or a
 // scheduler) that stages a run (its private run directory, the job, the launcher and the job's
 // files, as the target sees fit), launches it, lets the runner fetch and list files of the run,
-// and finishes it. The runner, the archive and the CLI know nothing of libssh, SFTP, standbys or
-// Boost.Process; the transports keep their file and exec primitives to themselves.
+// and finishes it. The runner, the archive and the CLI know nothing of libssh, SFTP, channels kept
+// ahead or Boost.Process; the transports keep their file and exec primitives to themselves.
 #include <atomic>
 #include <chrono>
 #include <cstdint>

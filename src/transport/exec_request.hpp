@@ -60,12 +60,11 @@ struct ExecRequest {
   std::chrono::steady_clock::duration grace = std::chrono::seconds(2);
   // The launcher's first line must arrive within this (the login shell runs first).
   std::chrono::steady_clock::duration start_limit = std::chrono::seconds(20);
-  // The launcher's job is a python3 job that becomes the interpreter a python standby started
-  // ahead (runs_on_python_standby): a run with no standby free may open a python standby of its
-  // own.
-  bool python_standby = false;
-  // No run follows on this session (a direct connection's last planned run): a python standby
-  // that runs it ends after it rather than staying for a next one.
+  // The launcher's job is a python3 job that becomes the interpreter started ahead of it
+  // (docs/persistence.md): a run with no channel kept ahead free may open one of its own.
+  bool python_ahead = false;
+  // No run follows on this session (a direct connection's last planned run): a channel kept
+  // ahead that runs it ends after it rather than staying for a next one.
   bool last = false;
   StopToken stop;       // stopped: the job is stopped as on an interrupt
   OutputSink on_output; // optional: the job's output as it arrives
@@ -73,8 +72,8 @@ struct ExecRequest {
 };
 
 // The capture of one stream of `request`'s job, passing what arrives to its on_output. Only
-// stdout carries the launcher's report; `stderr_ends` gives stderr the end marker too (a python
-// standby ends a run's stderr with `END_MARKER stay` when it stays for the next run).
+// stdout carries the launcher's report; `stderr_ends` gives stderr the end marker too (a process
+// kept ahead ends a run's stderr with `END_MARKER stay` when it stays for the next run).
 [[nodiscard]] OutputCapture capture_for(const ExecRequest& request, OutputStream stream,
                                         bool stderr_ends = false);
 

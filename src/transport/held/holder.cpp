@@ -71,11 +71,11 @@ public:
   {
     // The next run's standby opens while this run's job runs, not after it: a run that comes
     // right after finds it further along.
-    m_session.on_standby_taken([this] { want_standby(); });
+    m_session.on_ahead_taken([this] { want_standby(); });
   }
   Holder(const Holder&) = delete;
   Holder& operator=(const Holder&) = delete;
-  ~Holder() { m_session.on_standby_taken({}); }
+  ~Holder() { m_session.on_ahead_taken({}); }
 
   // Whether every client has gone (the session may be torn down).
   [[nodiscard]] bool idle() const { return m_clients == 0; }
@@ -209,10 +209,10 @@ private:
       } else if (start) {
         // A sh standby first, for a run that comes meanwhile; it stays for that run, and the
         // standby after it is a python one.
-        m_session.prepare_exec();
-        m_session.prepare_python_standby();
+        m_session.prepare_ahead();
+        m_session.prepare_interpreter();
       }
-      m_session.prepare_exec(); // nothing to do when a standby is there
+      m_session.prepare_ahead(); // nothing to do when a standby is there
       lock.lock();
     }
   }
@@ -452,7 +452,7 @@ private:
   std::condition_variable m_prepare;
   bool m_standby_wanted = false;
   bool m_idle_wanted = false;
-  bool m_start_wanted = false; // prepare_python_standby, once, as the holder starts
+  bool m_start_wanted = false; // prepare_interpreter, once, as the holder starts
 };
 
 // Listens on a fresh name, then renames it over the socket's: a stale socket of a dead holder

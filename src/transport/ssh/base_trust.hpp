@@ -36,7 +36,7 @@ struct SeenDir {
                                                             std::optional<std::uint32_t> uid,
                                                             std::string_view user);
 
-// Whether a file in the base may be run or trusted (a job cache entry, the python standby): a
+// Whether a file in the base may be run or trusted (a job cache entry, the script kept ahead): a
 // regular file of the user's that neither its group nor others can write.
 [[nodiscard]] bool trusted_file(bool regular, std::uint32_t owner, std::uint32_t mode,
                                 std::uint32_t uid);

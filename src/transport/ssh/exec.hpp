@@ -1,10 +1,19 @@
 #pragma once
+// The exec channels of an SSH session: open one (making room when the server refuses it), start
+// a command of shell-neutral tokens on it, and follow it to its end, reading stdout and stderr
+// together (neither blocks the other) and stopping the job by the shared StopSchedule when ferry
+// is interrupted or its backstop deadline passes.
+// libssh sessions are not thread-safe, and several runs may share one: every libssh call here is
+// made holding `lock`, which is released while the exec waits for data, so the session's other
+// channels (and its SFTP calls) go on meanwhile.
 #include <chrono>
 #include <functional>
-#include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <string_view>
-#include <vector>
+
+#include <libssh/callbacks.h>
 
 #include "ferry/expected.hpp"
 #include "transport/exec_request.hpp"
@@ -13,80 +22,86 @@
 
 namespace ferry::ssh {
 
-// A standby channel (a held session's next run): opened ahead of the run, its command
-// `/bin/sh -s` waits on stdin. A launcher run takes it (and `standby` is left empty): the one
-// line `exec /bin/sh RUN_DIR/launch.sh` starts the launcher, saving the channel's open and the
-// login shell's start. A standby that has gone meanwhile is dropped and the run gets a new
-// channel. A python standby (src/remote/standby.py) takes the same line.
-class Standby;
-struct StandbyFree {
-  void operator()(Standby* standby) const;
+// Filled from libssh's callbacks: the launcher's exit is known without blocking, so a job that
+// exited while a stray process holds its output open does not keep ferry waiting.
+struct ExitWatch {
+  bool exited = false;
+  std::optional<int> status;
+  std::chrono::steady_clock::time_point at;
 };
-using StandbyChannel = std::unique_ptr<Standby, StandbyFree>;
-// Whether `standby` is a python standby.
-[[nodiscard]] bool is_python(const StandbyChannel& standby);
+void on_exit_status(ssh_session, ssh_channel, int status, void* userdata);
+void on_exit_signal(ssh_session, ssh_channel, const char*, int, const char*, const char*,
+                    void* userdata);
 
-// Runs the request's shell-neutral command on a new channel of `session`, reading stdout and
-// stderr together (neither blocks the other) until both close, and stops the job by the shared
-// StopSchedule when ferry is interrupted or its backstop deadline passes.
-// When the server refuses the channel, `free_a_channel` may free one of the session's other
+// One exec channel with its exit callbacks, for the length of one run.
+class ExecChannel {
+public:
+  ExecChannel(ssh_session session, ExitWatch& watch) : m_channel(ssh_channel_new(session))
+  {
+    m_callbacks.userdata = &watch;
+    m_callbacks.channel_exit_status_function = on_exit_status;
+    m_callbacks.channel_exit_signal_function = on_exit_signal;
+    ssh_callbacks_init(&m_callbacks);
+  }
+  ExecChannel(const ExecChannel&) = delete;
+  ExecChannel& operator=(const ExecChannel&) = delete;
+  ~ExecChannel()
+  {
+    if (m_channel) {
+      ssh_remove_channel_callbacks(m_channel.get(), &m_callbacks);
+    }
+  }
+
+  [[nodiscard]] bool open() { return open_step() == SSH_OK; }
+  // One step of the open: SSH_AGAIN while a non-blocking open waits for the server.
+  [[nodiscard]] int open_step()
+  {
+    if (!m_channel) {
+      return SSH_ERROR;
+    }
+    const int rc = ssh_channel_open_session(m_channel.get());
+    if (rc == SSH_OK) {
+      ssh_set_channel_callbacks(m_channel.get(), &m_callbacks);
+    }
+    return rc;
+  }
+  [[nodiscard]] ssh_channel get() const { return m_channel.get(); }
+
+private:
+  Channel m_channel;
+  ssh_channel_callbacks_struct m_callbacks{};
+};
+
+// When the server refuses a channel, `free_a_channel` may free one of the session's other
 // channels (returning true; it may wait, releasing the lock it is given), and the open is tried
 // again.
-// libssh sessions are not thread-safe, and several runs may share one: every libssh call here
-// is made holding `lock`, which is released while the exec waits for data, so the session's
-// other channels (and its SFTP calls) go on meanwhile.
-// A launcher run given a `standby` runs there instead of on a new channel (or on one of the
-// `spares`, python standbys that stayed after runs side by side). With `python_command`, a
-// python3 job's run (ExecRequest::python_standby) that finds none opens its channel with that
-// command and runs there as on a python standby. A python standby that stays after its run
-// becomes the standby, or a spare (at most k_max_spare_standbys).
-// A run with `stage` (the line and launch.sh's bytes: src/remote/standby.py) has no files on the
-// host yet: a python standby it runs on makes them itself (*staged_by_standby is set once the
-// line has gone to one). Before the run goes anywhere else, `settle` (called holding the lock)
-// makes them over SFTP; its argument says whether a standby was given the line first.
 using FreeAChannel = std::function<bool(std::unique_lock<std::mutex>&)>;
-inline constexpr std::size_t k_max_spare_standbys = 8;
-struct StandbyUse {
-  StandbyChannel* standby = nullptr;
-  bool* python_failed = nullptr; // set when a python standby could not start on the host
-  std::function<void()> taken;   // called (holding the lock) once the run has taken it
-  std::vector<StandbyChannel>* spares = nullptr;
-  std::string python_command;
-  std::string stage;
-  std::function<Expected<void>(bool)> settle;
-  bool* staged_by_standby = nullptr;
-  // Asked (holding the lock) when a python standby stays after its run: whether it may be kept.
-  // Not on a host that allows one channel at a time: it would hold the slot SFTP needs.
-  std::function<bool()> may_keep;
-};
+
+// Opens a channel by `try_open` (a new channel each call) and requests `exec_command` on it
+// (`channel()`), bounded by the watchdog; an error says which step failed.
+[[nodiscard]] Expected<void>
+start_channel(ssh_session session, std::string_view label, const std::function<bool()>& try_open,
+              const std::function<ssh_channel()>& channel, const std::string& exec_command,
+              const ExecRequest& request, CallWatchdog& watchdog,
+              std::unique_lock<std::mutex>& lock, const FreeAChannel& free_a_channel);
+
+// The run's channel from its start on: reads it to its end, then takes the exit status. With
+// `stayed` (a channel that may serve a later run), the run may end before the channel does: then
+// *stayed is set, the code is the report's and the channel stays open for the next run.
+[[nodiscard]] ExecOutcome follow(ssh_session session, ssh_channel channel, ExitWatch& watch,
+                                 const ExecRequest& request, CallWatchdog& watchdog,
+                                 std::unique_lock<std::mutex>& lock, bool* stayed = nullptr);
+
+// `command` (shell-neutral tokens) on a new channel of its own, followed to its end; called
+// holding `lock`.
+[[nodiscard]] Expected<ExecOutcome>
+exec_on_new_channel(ssh_session session, std::string_view label, const std::string& command,
+                    const ExecRequest& request, CallWatchdog& watchdog,
+                    std::unique_lock<std::mutex>& lock, const FreeAChannel& free_a_channel);
+
+// The request's command on a new channel of its own, followed to its end.
 [[nodiscard]] Expected<ExecOutcome> exec(ssh_session session, std::string_view label,
                                          const ExecRequest& request, CallWatchdog& watchdog,
-                                         std::mutex& lock, const FreeAChannel& free_a_channel,
-                                         const StandbyUse& standby = {});
-
-// A standby opened step by step, never waiting: begin_standby sends the channel's open (null
-// when that fails at once), advance_standby takes it one step further each time it is called
-// (the exec request once the server confirmed the channel) and says where it stands, and
-// finish_standby waits for the rest as open_standby does (null when it fails, `limit` passes or
-// `stop` is asked for). A direct run's session opens its first run's standby this way while its
-// SFTP steps go on (the SFTP calls take in the server's answers). Its owner keeps a pending standby
-// until it is ready or failed, or the session ends: a freed one's confirmation would name a channel
-// libssh no longer knows.
-enum class StandbyState { pending, ready, failed };
-[[nodiscard]] StandbyChannel begin_standby(ssh_session session,
-                                           const std::string& python_command = {});
-[[nodiscard]] StandbyState advance_standby(ssh_session session, Standby& standby);
-[[nodiscard]] StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
-                                            StandbyChannel standby,
-                                            std::chrono::steady_clock::duration limit,
-                                            const StopToken* stop = nullptr);
-
-// Opens a standby channel, holding `lock` only while it calls libssh (not while the server
-// answers); nullptr when the server refuses it, or it fails, or `limit` passes. Its command is
-// `/bin/sh -s`, or `python_command` when given (`python3 -I -S ENTRY ferry-standby`, neutral
-// tokens): the python standby, which starts the next job's interpreter ahead too.
-[[nodiscard]] StandbyChannel open_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
-                                          std::chrono::steady_clock::duration limit,
-                                          const std::string& python_command = {});
+                                         std::mutex& lock, const FreeAChannel& free_a_channel);
 
 } // namespace ferry::ssh

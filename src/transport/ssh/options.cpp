@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "ferry/host_spec.hpp"
 #include "ferry/util.hpp"
 #include "transport/ssh/known_hosts.hpp"
@@ -548,6 +550,75 @@ Expected<void> configure(ssh_session session, const Resolved& where,
                 where.host_key_algorithms, ssh_get_error(session));
   }
   return {};
+}
+
+void tell_story(const Resolved& where, const SshTarget& target)
+{
+  if (target.warn) {
+    for (const auto& warning : where.warnings) {
+      target.warn(warning);
+    }
+  }
+  if (!target.debug) {
+    return;
+  }
+  for (const auto& file : where.config_files) {
+    target.debug(fmt::format("read ssh config {}", file));
+  }
+  for (const auto& block : where.blocks) {
+    target.debug(fmt::format("applying {}", block));
+  }
+  target.debug(fmt::format("connecting to {} port {} as {}{}", where.host, where.port, where.user,
+                           where.proxy_text.empty() ? "" : " through " + where.proxy_text));
+  std::string files;
+  for (const auto& file : where.user_known_hosts) {
+    files += " " + file;
+  }
+  for (const auto& file : where.global_known_hosts) {
+    files += " " + file;
+  }
+  target.debug(fmt::format("host key looked up as {} in{}{}", where.known_hosts_name, files,
+                           where.accept_new ? "; a new key is recorded (accept-new)" : ""));
+  target.debug(where.identities.agent_socket.empty()
+                   ? std::string("no ssh agent")
+                   : fmt::format("ssh agent from {}", where.identities.agent_origin));
+}
+
+std::string options_identity(const SshTarget& target, const Resolved& where)
+{
+  const auto paths = [](const std::vector<NamedFile>& files) {
+    std::vector<std::string> out;
+    for (const auto& file : files) {
+      out.push_back(file.path);
+    }
+    return out;
+  };
+  nlohmann::json algorithms = nlohmann::json::array();
+  for (const auto& [option, value] : where.algorithms) {
+    algorithms.push_back({static_cast<int>(option), value.args});
+  }
+  const nlohmann::json identity = {
+      {"spec", target.spec},
+      {"host", where.host},
+      {"user", where.user},
+      {"port", where.port},
+      {"known_hosts_name", where.known_hosts_name},
+      {"user_known_hosts", where.user_known_hosts},
+      {"global_known_hosts", where.global_known_hosts},
+      {"accept_new", where.accept_new || target.accept_new_host_key},
+      {"hash_known_hosts", where.hash_known_hosts},
+      {"proxy", where.proxy_argv},
+      {"identities", paths(where.identities.files)},
+      {"certificates", paths(where.identities.certificates)},
+      {"default_identities", paths(where.identities.defaults)},
+      {"identities_only", where.identities.identities_only},
+      {"agent", where.identities.agent_socket},
+      {"host_key_algorithms", where.host_key_algorithms},
+      {"algorithms", algorithms},
+      {"timeout_s", where.timeout_s},
+      {"remote_base", target.remote_base},
+  };
+  return identity.dump();
 }
 
 } // namespace ferry::ssh

@@ -46,4 +46,10 @@ struct Resolved {
 [[nodiscard]] Expected<void> configure(ssh_session session, const Resolved& where,
                                        const std::vector<std::string>& known_key_types, int fd);
 
+// The config's warnings (target.warn) and, with -v, its story: the files read, the blocks that
+// applied, where the connection goes, where the host key is looked up, the agent.
+void tell_story(const Resolved& where, const SshTarget& target);
+// SshConnection::options_identity.
+[[nodiscard]] std::string options_identity(const SshTarget& target, const Resolved& where);
+
 } // namespace ferry::ssh

@@ -13,7 +13,7 @@ namespace ferry::ssh {
 
 class Remote : public SshConnection {
 public:
-  // A command of shell-neutral tokens on a channel of its own (never a standby).
+  // A command of shell-neutral tokens on a channel of its own (never one kept ahead).
   [[nodiscard]] virtual Expected<ExecOutcome> exec(const ExecRequest& request) = 0;
   // Runs are staged without the job cache: the job goes into each run directory (the Slurm
   // target's run base is a shared scratch, where nothing of a run stays behind it).

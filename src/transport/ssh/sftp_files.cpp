@@ -106,9 +106,9 @@ Expected<void> SftpFiles::start()
   {
     const auto armed = arm("open an SFTP channel");
     m_sftp.reset(sftp_new(m_session));
-    // A refused open: a standby the session keeps may hold the slot (a host with MaxSessions 1),
-    // and goes. sshd frees a channel's slot only once it has reaped its command, so the open is
-    // tried again, briefly, after an exec or a standby let one go.
+    // A refused open: a channel the session keeps ahead may hold the slot (a host with MaxSessions
+    // 1), and goes. sshd frees a channel's slot only once it has reaped its command, so the open is
+    // tried again, briefly, after an exec or a channel kept ahead let one go.
     const bool made_room = !m_sftp && m_make_room && m_make_room();
     for (int wait_ms = 20;
          !m_sftp && wait_ms <= 640 && !m_watchdog.fired() && (was_suspended || made_room);

@@ -41,8 +41,8 @@ public:
   // HostSession::put_job_file: a link to the job cache's entry (sftp_job_cache.cpp).
   [[nodiscard]] Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
                                             const std::string& sha256);
-  // For a run a held session's python standby stages itself (docs/persistence.md, "Staged by
-  // the python standby"). Whether a run directory may be named without being made: the base is
+  // For a run whose files the process kept ahead to run it makes itself (docs/persistence.md).
+  // Whether a run directory may be named without being made: the base is
   // known and the session made its first (so the sweep and the umask check are done).
   [[nodiscard]] bool names_run_dirs() const
   {
@@ -78,8 +78,8 @@ public:
   // Closes the SFTP channel (the next request opens it again); false when none was open.
   bool suspend();
   // Called (the session's lock held) when the server refuses the SFTP channel: closes a channel
-  // the session keeps open ahead of a run (a standby) so that SFTP can have its slot; false when
-  // there is none to close.
+  // the session keeps open ahead of a run (ssh/ahead.hpp) so that SFTP can have its slot; false
+  // when there is none to close.
   void on_refused(std::function<bool()> make_room) { m_make_room = std::move(make_room); }
 
 private:

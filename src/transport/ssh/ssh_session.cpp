@@ -21,6 +21,7 @@
 #include "ferry/util.hpp"
 #include "transport/exec_request.hpp"
 #include "transport/run_files.hpp"
+#include "transport/ssh/ahead.hpp"
 #include "transport/ssh/auth.hpp"
 #include "transport/ssh/exec.hpp"
 #include "transport/ssh/host_key.hpp"
@@ -38,17 +39,6 @@ using Clock = std::chrono::steady_clock;
 // freed yet, and how often in a row that is believed before the bound is lowered anyway.
 constexpr std::chrono::seconds k_slot_reaping{2};
 constexpr int k_max_refusals = 50;
-// How often an idle holder looks again at the python standby's script in the job cache.
-constexpr std::chrono::minutes k_script_check_every{10};
-// The holder's own SFTP steps wait for the runs' (SshSession::let_runs_go_first).
-constexpr std::chrono::milliseconds k_runs_quiet{20};
-constexpr std::chrono::seconds k_runs_first_at_most{30};
-
-// The python standby's command: its script ENTRY in the job cache (docs/run-protocol.md, "Exec").
-std::string python_standby_command(const std::string& entry)
-{
-  return "python3 -I -S " + entry + " ferry-standby";
-}
 
 bool is_transient_connect_error(std::string_view message)
 {
@@ -94,8 +84,7 @@ public:
   void plan(std::size_t runs, std::size_t at_once) override
   {
     const std::lock_guard lock(m_mutex);
-    m_runs_expected = runs;
-    m_runs_at_once = std::max<std::size_t>(at_once, 1);
+    m_ahead->plan(runs, at_once);
   }
   Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override;
   Expected<ExecOutcome> launch(StagedRun& run, const LaunchRequest& request) override
@@ -106,7 +95,7 @@ public:
                               const ChunkSink& sink) override
   {
     return with_sftp([&]() -> Expected<FetchedFile> {
-      FERRY_TRY(settle_deferred(run.run_dir));
+      FERRY_TRY(m_ahead->settle(run.run_dir));
       return files().fetch_stream(run.run_dir + "/" + rel, sink);
     });
   }
@@ -114,7 +103,7 @@ public:
                                                       const std::string& rel) override
   {
     return with_sftp([&]() -> Expected<std::optional<std::vector<DirEntry>>> {
-      FERRY_TRY(settle_deferred(run.run_dir));
+      FERRY_TRY(m_ahead->settle(run.run_dir));
       return files().list_dir(rel.empty() ? run.run_dir : run.run_dir + "/" + rel);
     });
   }
@@ -126,12 +115,12 @@ public:
     forget_run_dir(run.run_dir);
     return {};
   }
-  // A plain command (a scheduler's submit script): a channel of its own, never a standby.
+  // A plain command (a scheduler's submit script): a channel of its own, never one kept ahead.
   Expected<ExecOutcome> exec(const ExecRequest& request) override;
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
   {
     return with_sftp([&]() -> Expected<void> {
-      FERRY_TRY(settle_deferred(parent_of(path)));
+      FERRY_TRY(m_ahead->settle(parent_of(path)));
       return files().put_file(path, bytes);
     });
   }
@@ -169,53 +158,41 @@ public:
     }
     return verify_offered_key();
   }
-  void prepare_exec() override;
+  void prepare_ahead() override;
   void prepare_idle() override;
-  void prepare_python_standby() override;
-  // The session's first run: a direct connection's later python3 runs go to python standbys
-  // when the job cache holds the standby's script and more runs follow on the session (a holder
-  // readies its own). Holding the lock.
-  void prepare_first_run(bool python_standby)
-  {
-    if (!std::exchange(m_first_asked, true)) {
-      // Not for a session's only run: on its own, the standby's two python starts cost the host
-      // what launch.sh's helpers would; its gain is the later runs', on the standbys that stay.
-      m_fan_out_python = python_standby && m_runs_expected != 1;
-    }
-  }
-  void on_standby_taken(std::function<void()> callback) override
+  void prepare_interpreter() override;
+  void on_ahead_taken(std::function<void()> callback) override
   {
     const std::lock_guard lock(m_mutex);
-    m_standby_taken = std::move(callback);
+    m_ahead->on_taken(std::move(callback));
   }
 
 private:
-  // A staged run's directory, named (a run left to its python standby) or made over SFTP.
+  // A staged run's directory, named (its files held for the process that runs it, Ahead) or made
+  // over SFTP.
   Expected<std::string> create_run_dir()
   {
     return with_sftp([this]() -> Expected<std::string> {
-      if (defers_staging()) {
-        std::string dir = files().new_run_dir_name();
-        m_deferred[dir];
-        m_staging.insert(dir);
-        return dir;
+      if (auto named = m_ahead->defer_run_dir(m_files && m_files->names_run_dirs())) {
+        m_staging.insert(*named);
+        return std::move(*named);
       }
       auto dir = files().create_run_dir();
       if (dir) {
         m_staging.insert(*dir);
-        note_python_standby(); // the sweep's listing told what the job cache holds
+        m_ahead->run_dir_made(); // the sweep's listing told what the job cache holds
       }
       return dir;
     });
   }
-  // The run's files: kept in memory while its python standby is to make them (the job from the
-  // cache and launch.sh), else made over SFTP.
+  // The run's files: held in memory while the process that runs its job is to make them (the job
+  // from the cache and launch.sh; Ahead), else made over SFTP.
   class Writer;
   Expected<void> remove_run_dir(const std::string& path)
   {
     return with_sftp([&]() -> Expected<void> {
       m_staging.erase(path);
-      if (m_deferred.erase(path) > 0) {
+      if (m_ahead->forget(path)) {
         return {}; // never made on the host
       }
       return files().remove_run_dir(path);
@@ -224,7 +201,7 @@ private:
   void forget_run_dir(const std::string& path)
   {
     const std::lock_guard lock(m_mutex);
-    m_deferred.erase(path);
+    m_ahead->forget(path);
     m_staging.erase(path);
     if (m_files) {
       m_files->forget_run_dir(path);
@@ -242,66 +219,27 @@ private:
       m_last_run_sftp = Clock::now();
       m_changed.notify_all();
     });
-    m_changed.wait(lock, [this] { return m_channel_limit > 1 || m_execs == 0; });
+    m_changed.wait(lock, [this] { return m_channels.limit > 1 || m_channels.execs == 0; });
     return step();
   }
-  // Holding the lock: the holder's own SFTP steps (prepare_python_standby) wait while runs
+  // Holding the lock: the holder's own SFTP steps (prepare_interpreter) wait while runs
   // make their files or run their jobs (an exec needs the lock for the job's output), from a
   // run's directory to its job's end (its client may take a while between two steps), and
   // until none has for a moment, at most a while.
   void let_runs_go_first(std::unique_lock<std::mutex>& lock);
-  // A run directory whose files a python standby is to make (docs/persistence.md, "Staged by
-  // the python standby"): named by create_run_dir, filled by put_job_file and put_file, handed
-  // to the standby by exec; made over SFTP (settle_deferred) when anything else needs it.
-  struct DeferredJob {
-    std::string path;
-    std::string bytes;
-    std::string sha256;
-    std::string entry; // its job cache entry
-  };
-  struct Deferred {
-    std::optional<DeferredJob> job;
-    std::optional<std::string> launch; // launch.sh's bytes
-  };
   static std::string parent_of(const std::string& path) { return path.substr(0, path.rfind('/')); }
-  // Holding the lock, as a run's exec begins: whether no later run will take the python standby
-  // it runs on, which then ends with it. Runs start as others end (-j), so a standby that stays
-  // serves the run that starts `m_runs_at_once` runs later, if there is one; one that stays for
-  // nothing would start an interpreter that only the connection's close ends.
-  [[nodiscard]] bool last_on_its_channel()
-  {
-    if (m_runs_expected == 0) {
-      return false; // unknown (a holder's): standbys stay
-    }
-    m_runs_started = std::min(m_runs_started + 1, m_runs_expected);
-    return m_runs_expected - m_runs_started < m_runs_at_once;
-  }
-  // Holding the lock: whether the next run's files may wait for its standby.
-  [[nodiscard]] bool defers_staging()
-  {
-    return !m_python_command.empty() && !m_no_python_standby && m_channel_limit > 2 &&
-           m_deferred.size() < k_max_deferred && m_files && m_files->names_run_dirs();
-  }
-  // Holding the lock: makes, over SFTP, the deferred run directory `path` is in (or is), as
-  // create_run_dir, put_job_file and put_file would have. `after_standby`: a standby that was
-  // given them may have made part of it before it went.
-  Expected<void> settle_deferred(const std::string& path, bool after_standby = false);
-  // The `stage` line and launch.sh's bytes for a run whose files a python standby may make
-  // (`dir` set to its run directory); empty when there is none.
-  // The `stage` line and launch.sh's bytes for a run in `run_dir` whose files its python
-  // standby is to make; empty when they were made over SFTP.
-  std::string stage_line(const ExecRequest& request, const std::string& run_dir);
-  void staged_by_the_standby(const std::string& dir);
-  // Holding the lock: standby_use, and for a run whose files wait (`dir`, handed over by
-  // `stage`) what makes them.
-  ssh::StandbyUse standby_use_for(const std::string& dir, const std::string& stage,
-                                  bool& staged_by_standby);
   Expected<void> connect_once();
   Expected<void> open_connection();
   Unexpected<Error> connection_failed(const ssh::Stepped& step);
   Expected<void> check_host_key();
   Expected<void> verify_offered_key(); // holding m_key_mutex
-  void tell_story();
+  // The config's story and warnings: once, not once per attempt.
+  void tell_story()
+  {
+    if (!std::exchange(m_told, true)) {
+      ssh::tell_story(m_where, m_target);
+    }
+  }
   void debug(std::string_view line) const
   {
     if (m_target.debug) {
@@ -313,7 +251,7 @@ private:
     if (!m_files) {
       m_files.emplace(m_session.get(), m_target.spec, m_where.user, m_target.remote_base,
                       watchdog(), m_stop);
-      m_files->on_refused([this] { return close_a_standby(); });
+      m_files->on_refused([this] { return m_ahead->close_one(); });
     }
     return *m_files;
   }
@@ -331,11 +269,6 @@ private:
     return *m_watchdog;
   }
   bool free_a_channel(std::unique_lock<std::mutex>& lock, bool& refused, int& refusals);
-  // Holding the lock: closes a spare, else the standby, whose slot a run or SFTP needs; false
-  // when the session keeps none.
-  bool close_a_standby();
-  void note_python_standby();
-  ssh::StandbyUse standby_use();
   std::string connect_failure_hint() const
   {
     return m_target.connect_timeout_s > 0
@@ -361,7 +294,6 @@ private:
   bool m_no_retry = false; // a proxy that failed says why; trying again would not help
   std::mutex m_mutex;      // held around every libssh call once runs share the session
   std::condition_variable m_changed;
-  int m_execs = 0; // exec channels open now
   // Runs' SFTP steps waiting for the lock or under way, and when the last of them ended
   // (let_runs_go_first).
   std::atomic<int> m_runs_at_sftp{0};
@@ -369,60 +301,21 @@ private:
   // Run directories named (create_run_dir) whose exec has not started: their runs are between
   // steps, and their client may take a moment before the next (let_runs_go_first).
   std::set<std::string> m_staging;
-  // How many exec channels the host takes at once: learnt from a refused channel (the server's
-  // MaxSessions, less the SFTP channel); 1 also means SFTP must wait for the exec.
-  int m_channel_limit = std::numeric_limits<int>::max();
-  Clock::time_point m_last_exec_end; // when an exec channel of this session last ended
-  // The next run's channel, opened ahead (prepare_exec); not counted in m_execs. Last: it ends
-  // first, while the connection is still up.
-  ssh::StandbyChannel m_standby;
-  bool m_first_asked = false; // prepare_first_run: only for the session's first run
-  // A direct fan-out's python3 runs may go to python standbys (prepare_first_run).
-  bool m_fan_out_python = false;
-  // Runs this session will be given (expect_runs; 0: unknown), how many at once, and execs
-  // begun: the python standbys of the last `m_runs_at_once` end with their runs
-  // (ExecRequest::last; last_on_its_channel).
-  std::size_t m_runs_expected = 0;
-  std::size_t m_runs_at_once = 1;
-  std::size_t m_runs_started = 0;
-  std::map<std::string, Deferred> m_deferred; // by run directory
-  static constexpr std::size_t k_max_deferred = 64;
-  // Python standbys that stayed after runs side by side, for the next ones; closed once the
-  // holder has been idle a moment (prepare_idle), or when a run needs their slot.
-  std::vector<ssh::StandbyChannel> m_spares;
-  // The python standby's command once its script is in the job cache (prepare_idle); set when
-  // one could not be kept or started here: later standbys are sh's.
-  std::string m_python_command;
-  Clock::time_point m_script_checked; // when prepare_idle last looked at its place in the cache
-  bool m_no_python_standby = false;
-  std::function<void()> m_standby_taken; // on_standby_taken
-  bool m_standby_opening = false;        // prepare_exec is opening one (it holds a slot)
-  // The next standby is a python one whenever one can be had here (it runs a job that declares
-  // an environment through launch.sh, and stages its files all the same). Holding the lock.
-  [[nodiscard]] bool next_standby_python() const
-  {
-    return !m_no_python_standby && !m_python_command.empty();
-  }
+  ssh::Channels m_channels;
+  // What is kept ready ahead of the runs. Last: its channels end first, while the connection is
+  // still up.
+  std::unique_ptr<ssh::Ahead> m_ahead = ssh::make_ahead(
+      m_channels, [this]() -> ssh::SftpFiles& { return files(); },
+      [this](std::string_view line) { debug(line); });
 };
 
-void SshSession::prepare_exec()
+void SshSession::prepare_ahead()
 {
   std::unique_lock lock(m_mutex);
-  // Only with room for it and one more channel: a standby never keeps a run waiting.
-  if (m_standby || !m_session || !ssh_is_connected(m_session.get()) ||
-      m_channel_limit - m_execs < 2) {
+  if (!m_session || !ssh_is_connected(m_session.get())) {
     return;
   }
-  // Nobody waits for it, and the session's SFTP steps hold the lock for whole round trips: a
-  // slow link's standby may take many of them. A python standby once its script is in the job
-  // cache (prepare_idle), unless one could not start here.
-  const std::string python_command = next_standby_python() ? m_python_command : std::string();
-  m_standby_opening = true;
-  auto standby = ssh::open_standby(m_session.get(), lock, std::chrono::minutes(1), python_command);
-  m_standby_opening = false;
-  if (standby && !m_standby) {
-    m_standby = std::move(standby);
-  }
+  m_ahead->open_next(m_session.get(), lock);
   m_changed.notify_all();
 }
 
@@ -430,62 +323,47 @@ void SshSession::prepare_idle()
 {
   {
     const std::lock_guard lock(m_mutex);
-    m_spares.clear();   // what stayed for runs side by side goes once nobody runs
-    m_deferred.clear(); // runs whose client went before their exec
+    m_ahead->idle(); // what stayed for runs side by side, runs whose client went before their exec
     m_staging.clear();
   }
-  prepare_python_standby();
+  prepare_interpreter();
   const std::lock_guard lock(m_mutex);
-  if (m_standby && !ssh::is_python(m_standby) && next_standby_python()) {
-    m_standby.reset(); // a sh standby: the next prepare_exec opens a python one
-  }
+  m_ahead->refresh();
 }
 
 void SshSession::let_runs_go_first(std::unique_lock<std::mutex>& lock)
 {
-  const auto until = Clock::now() + k_runs_first_at_most;
-  while (Clock::now() < until) {
-    if (m_runs_at_sftp > 0 || m_execs > 0 || !m_staging.empty()) {
-      m_changed.wait_until(
-          lock, until, [this] { return m_runs_at_sftp == 0 && m_execs == 0 && m_staging.empty(); });
-      continue;
-    }
-    const auto quiet = std::max(m_last_run_sftp, m_last_exec_end) + k_runs_quiet;
-    if (Clock::now() >= quiet) {
+  const auto started = Clock::now();
+  const auto busy = [this] {
+    return m_runs_at_sftp > 0 || m_channels.execs > 0 || !m_staging.empty();
+  };
+  while (true) {
+    const auto wait =
+        m_ahead->runs_first(busy(), std::max(m_last_run_sftp, m_channels.last_end), started);
+    if (wait.for_runs) {
+      m_changed.wait_until(lock, *wait.until, [&busy] { return !busy(); });
+    } else if (wait.until) {
+      m_changed.wait_until(lock, *wait.until);
+    } else {
       return;
     }
-    m_changed.wait_until(lock, quiet);
   }
 }
 
 // Each step takes the lock for itself, after the runs' own steps: a run that comes meanwhile
 // waits for one step at most.
-void SshSession::prepare_python_standby()
+void SshSession::prepare_interpreter()
 {
   {
     std::unique_lock lock(m_mutex);
     let_runs_go_first(lock);
-    if (m_no_python_standby || !m_session || !ssh_is_connected(m_session.get())) {
+    if (!m_session || !ssh_is_connected(m_session.get()) || !m_ahead->look_at_script()) {
       return;
     }
-    // The script's place in the job cache is looked at again every few minutes (the cache is
-    // pruned by other runs' sweeps), not at every idle moment: a look is an SFTP round trip.
-    const auto now = Clock::now();
-    if (!m_python_command.empty() && now - m_script_checked < k_script_check_every) {
-      return;
-    }
-    m_script_checked = now;
-    auto entry = files().cache_script(k_standby_script, standby_script());
-    if (!entry || !is_shell_neutral_token(*entry)) {
-      m_no_python_standby = true;
-      m_python_command.clear();
-      debug("no python standby: its script cannot be kept in the job cache");
-      return;
-    }
-    m_python_command = python_standby_command(*entry);
   }
   // The session's first run directory checks the server's umask and sweeps the base: made
-  // here, while nobody waits, so that the next run's can be left to its standby.
+  // here, while nobody waits, so that the next run's files can be held for the process that
+  // runs it.
   std::optional<std::string> made;
   {
     std::unique_lock lock(m_mutex);
@@ -503,40 +381,24 @@ void SshSession::prepare_python_standby()
   }
 }
 
-// Called holding the lock once the session's first run directory is made, and with it the
-// sweep's listing of the base: a direct fan-out's later python3 runs go to python standbys when
-// the job cache holds the standby's script (docs/run-protocol.md, "Exec"); it is not uploaded for
-// that.
-void SshSession::note_python_standby()
-{
-  if (!m_fan_out_python || m_no_python_standby || !m_python_command.empty()) {
-    return;
-  }
-  const auto entry = files().cached_script(k_standby_script, standby_script());
-  if (entry && is_shell_neutral_token(*entry)) {
-    m_python_command = python_standby_command(*entry);
-    debug("python3 jobs go to python standbys (their script is in the job cache)");
-  }
-}
-
 // Called holding the lock when the server refuses a run's channel. A channel of this session
 // that ended a moment ago may still hold its slot (sshd frees it once it has reaped the
 // command): then the bound stays and the open is tried again shortly.
 bool SshSession::free_a_channel(std::unique_lock<std::mutex>& lock, bool& refused, int& refusals)
 {
-  // A standby still being opened holds a slot too: once it is open, it goes as below.
-  m_changed.wait_for(lock, std::chrono::seconds(5), [this] { return !m_standby_opening; });
-  // A spare, else the standby, takes a slot the run needs: it goes first. Its slot is free once
-  // sshd has reaped what ran there (a python standby's two processes take a moment): until then
-  // a refusal is not taken for the server's bound.
-  if (close_a_standby()) {
+  // A channel still being opened ahead holds a slot too: once it is open, it goes as below.
+  m_changed.wait_for(lock, std::chrono::seconds(5), [this] { return !m_ahead->opening(); });
+  // A channel kept ahead takes a slot the run needs: it goes first. Its slot is free once sshd
+  // has reaped what ran there (the python process and the interpreter it started take a moment):
+  // until then a refusal is not taken for the server's bound.
+  if (m_ahead->close_one()) {
     return true;
   }
-  const bool just_freed = Clock::now() - m_last_exec_end < k_slot_reaping;
-  if (m_execs > 1) {
+  const bool just_freed = Clock::now() - m_channels.last_end < k_slot_reaping;
+  if (m_channels.execs > 1) {
     // This session's other channels fill the server's MaxSessions: no more at once.
     if (!just_freed || ++refusals > k_max_refusals) {
-      m_channel_limit = m_execs - 1;
+      m_channels.limit = m_channels.execs - 1;
     }
     refused = true;
     return false;
@@ -544,7 +406,7 @@ bool SshSession::free_a_channel(std::unique_lock<std::mutex>& lock, bool& refuse
   // A host with MaxSessions 1 refuses a second channel while SFTP holds one: SFTP steps
   // aside for the exec and starts again for the next SFTP step.
   if (m_files && m_files->suspend()) {
-    m_channel_limit = 1;
+    m_channels.limit = 1;
     debug("the server refused a second channel (MaxSessions 1?): SFTP closed while the job "
           "runs, reopened after it");
     return true;
@@ -552,107 +414,9 @@ bool SshSession::free_a_channel(std::unique_lock<std::mutex>& lock, bool& refuse
   return just_freed;
 }
 
-bool SshSession::close_a_standby()
-{
-  if (!m_spares.empty()) {
-    m_spares.pop_back();
-  } else if (m_standby) {
-    m_standby.reset();
-  } else {
-    return false;
-  }
-  m_last_exec_end = Clock::now();
-  return true;
-}
-
-// What a run may use of the standbys, holding the lock.
-ssh::StandbyUse SshSession::standby_use()
-{
-  return {&m_standby,
-          &m_no_python_standby,
-          [this] {
-            // Only when this run is the session's one exec: among runs side by side the
-            // standby would take a slot one of them needs. A sh standby starts in a moment: it
-            // waits for the run's end.
-            if (m_execs == 1 && m_standby_taken && next_standby_python()) {
-              m_standby_taken();
-            }
-          },
-          &m_spares,
-          m_no_python_standby ? std::string() : m_python_command,
-          {},
-          nullptr,
-          nullptr,
-          [this] { return m_channel_limit > 1; }};
-}
-
-Expected<void> SshSession::settle_deferred(const std::string& path, bool after_standby)
-{
-  auto it = m_deferred.find(path);
-  if (it == m_deferred.end()) {
-    it = m_deferred.find(parent_of(path));
-  }
-  if (it == m_deferred.end()) {
-    return {};
-  }
-  const std::string dir = it->first;
-  const Deferred deferred = std::move(it->second);
-  m_deferred.erase(it);
-  if (after_standby) {
-    (void)files().remove_run_dir(dir); // what the standby made before it went, if anything
-  }
-  FERRY_TRY(files().make_run_dir(dir));
-  if (deferred.job) {
-    FERRY_TRY(files().put_job_file(deferred.job->path, deferred.job->bytes, deferred.job->sha256));
-  }
-  if (deferred.launch) {
-    FERRY_TRY(files().put_file(dir + "/" + k_launcher_file, *deferred.launch));
-  }
-  return {};
-}
-
-std::string SshSession::stage_line(const ExecRequest& request, const std::string& run_dir)
-{
-  const std::lock_guard lock(m_mutex);
-  const auto it = m_deferred.find(run_dir);
-  if (it == m_deferred.end() || !it->second.job || !it->second.launch) {
-    return {};
-  }
-  const Deferred& deferred = it->second;
-  return fmt::format("stage {} {} {} {} {}{}\n", run_dir, k_launcher_file,
-                     deferred.job->path.substr(run_dir.size() + 1), deferred.job->entry,
-                     deferred.launch->size(), request.last ? " last" : "") +
-         *deferred.launch;
-}
-
-// Holding the lock: the run's files were made on the host by its standby; removed by name, as
-// uploads are, if ferry cleans up after all.
-void SshSession::staged_by_the_standby(const std::string& dir)
-{
-  if (const auto it = m_deferred.find(dir); it != m_deferred.end()) {
-    files().note_put(it->second.job->path);
-    files().note_put(dir + "/" + k_launcher_file);
-    m_deferred.erase(it);
-  }
-}
-
-ssh::StandbyUse SshSession::standby_use_for(const std::string& dir, const std::string& stage,
-                                            bool& staged_by_standby)
-{
-  ssh::StandbyUse standby = standby_use();
-  const auto it = dir.empty() ? m_deferred.end() : m_deferred.find(dir);
-  if (it == m_deferred.end()) {
-    return standby;
-  }
-  standby.stage = stage;
-  standby.settle = [this, dir](bool after_standby) { return settle_deferred(dir, after_standby); };
-  standby.staged_by_standby = &staged_by_standby;
-  return standby;
-}
-
 // The run directory's files, as write_run_files makes them (run_files.hpp): a job the job
-// cache holds and launch.sh wait in memory for the python standby that is to make them, when
-// the run was left to one (create_run_dir); anything else settles the run over SFTP first.
+// cache holds and launch.sh wait in memory for the process that is to make them, when the run
+// was left to one (create_run_dir, Ahead); anything else settles the run over SFTP first.
 class SshSession::Writer final : public RunDirWriter {
 public:
   explicit Writer(SshSession& session) : m_session(session) {}
@@ -660,22 +424,17 @@ public:
   Expected<void> make_dir(const std::string& path) override
   {
     return m_session.with_sftp([&]() -> Expected<void> {
-      FERRY_TRY(m_session.settle_deferred(path));
+      FERRY_TRY(m_session.m_ahead->settle(path));
       return m_session.files().make_dir(path);
     });
   }
   Expected<void> put_file(const std::string& path, std::string_view bytes) override
   {
     return m_session.with_sftp([&]() -> Expected<void> {
-      const std::string dir = parent_of(path);
-      auto& deferred = m_session.m_deferred;
-      if (const auto it = deferred.find(dir); it != deferred.end() && it->second.job &&
-                                              !it->second.launch &&
-                                              path == dir + "/" + k_launcher_file) {
-        it->second.launch = std::string(bytes);
+      if (m_session.m_ahead->hold_launcher(path, bytes)) {
         return {};
       }
-      FERRY_TRY(m_session.settle_deferred(path));
+      FERRY_TRY(m_session.m_ahead->settle(path));
       return m_session.files().put_file(path, bytes);
     });
   }
@@ -687,15 +446,10 @@ public:
       return false;
     }
     return m_session.with_sftp([&]() -> Expected<bool> {
-      auto& deferred = m_session.m_deferred;
-      if (const auto it = deferred.find(parent_of(path));
-          it != deferred.end() && !it->second.job && !it->second.launch) {
-        if (auto entry = m_session.files().cached_job_entry(path, bytes, sha256)) {
-          it->second.job = DeferredJob{path, std::string(bytes), sha256, std::move(*entry)};
-          return true;
-        }
+      if (m_session.m_ahead->hold_job(path, bytes, sha256)) {
+        return true;
       }
-      FERRY_TRY(m_session.settle_deferred(path));
+      FERRY_TRY(m_session.m_ahead->settle(path));
       return m_session.files().put_job_file(path, bytes, sha256);
     });
   }
@@ -709,7 +463,7 @@ Expected<StagedRun> SshSession::stage(const RunBundle& bundle, const StopToken& 
   {
     const std::lock_guard lock(m_mutex);
     m_stop = stop;
-    prepare_first_run(runs_on_python_standby(bundle.launcher));
+    m_ahead->first_run(bundle.launcher);
   }
   FERRY_TRY_ASSIGN(std::string dir, create_run_dir());
   Writer writer(*this);
@@ -732,21 +486,16 @@ Expected<ExecOutcome> SshSession::exec(const ExecRequest& request)
 Expected<ExecOutcome> SshSession::exec_run(const std::string& run_dir, const ExecRequest& request)
 {
   ExecRequest bounded = request;
+  // A run whose files are held for the process that runs it: the line that hands them over.
   std::string stage;
-  // The run directory whose files wait for a python standby (standby_use_for keeps a reference
-  // to it while the run lasts).
-  std::string staged_dir;
   if (!run_dir.empty()) {
     {
       const std::lock_guard lock(m_mutex);
-      bounded.last = last_on_its_channel();
+      bounded.last = m_ahead->last_on_its_channel();
+      stage = m_ahead->stage_line(run_dir, bounded.last);
     }
-    // A run whose files wait for a python standby: the line that hands them to it.
-    stage = stage_line(bounded, run_dir);
-    if (!stage.empty()) {
-      staged_dir = run_dir;
-    } else {
-      FERRY_TRY(with_sftp([&] { return settle_deferred(run_dir); }));
+    if (stage.empty()) {
+      FERRY_TRY(with_sftp([&] { return m_ahead->settle(run_dir); }));
     }
   }
   int refusals = 0;
@@ -759,29 +508,22 @@ Expected<ExecOutcome> SshSession::exec_run(const std::string& run_dir, const Exe
   while (true) {
     {
       std::unique_lock lock(m_mutex);
-      m_changed.wait(lock, [this] { return m_execs < m_channel_limit; });
-      ++m_execs;
+      m_changed.wait(lock, [this] { return m_channels.execs < m_channels.limit; });
+      ++m_channels.execs;
       m_staging.erase(run_dir);
     }
     bool refused = false;
     const auto free_a_channel = [this, &refused, &refusals](std::unique_lock<std::mutex>& lock) {
       return this->free_a_channel(lock, refused, refusals);
     };
-    ssh::StandbyUse standby;
-    bool staged_by_standby = false;
-    if (!run_dir.empty()) {
-      const std::lock_guard lock(m_mutex);
-      standby = standby_use_for(staged_dir, stage, staged_by_standby);
-    }
-    auto outcome =
-        ssh::exec(m_session.get(), m_target.spec, bounded, *dog, m_mutex, free_a_channel, standby);
+    auto outcome = run_dir.empty() ? ssh::exec(m_session.get(), m_target.spec, bounded, *dog,
+                                               m_mutex, free_a_channel)
+                                   : m_ahead->run(m_session.get(), m_target.spec, bounded, *dog,
+                                                  m_mutex, free_a_channel, run_dir, stage);
     {
       const std::lock_guard lock(m_mutex);
-      --m_execs;
-      m_last_exec_end = Clock::now();
-      if (staged_by_standby) {
-        staged_by_the_standby(run_dir);
-      }
+      --m_channels.execs;
+      m_channels.last_end = Clock::now();
     }
     m_changed.notify_all();
     if (outcome || !refused || request.stop.stop_requested() || dog->fired()) {
@@ -815,42 +557,6 @@ Expected<void> SshSession::connect()
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
-}
-
-void SshSession::tell_story()
-{
-  if (m_told) {
-    return;
-  }
-  m_told = true;
-  if (m_target.warn) {
-    for (const auto& warning : m_where.warnings) {
-      m_target.warn(warning);
-    }
-  }
-  if (!m_target.debug) {
-    return;
-  }
-  for (const auto& file : m_where.config_files) {
-    debug(fmt::format("read ssh config {}", file));
-  }
-  for (const auto& block : m_where.blocks) {
-    debug(fmt::format("applying {}", block));
-  }
-  debug(fmt::format("connecting to {} port {} as {}{}", m_where.host, m_where.port, m_where.user,
-                    m_where.proxy_text.empty() ? "" : " through " + m_where.proxy_text));
-  std::string files;
-  for (const auto& file : m_where.user_known_hosts) {
-    files += " " + file;
-  }
-  for (const auto& file : m_where.global_known_hosts) {
-    files += " " + file;
-  }
-  debug(fmt::format("host key looked up as {} in{}{}", m_where.known_hosts_name, files,
-                    m_where.accept_new ? "; a new key is recorded (accept-new)" : ""));
-  debug(m_where.identities.agent_socket.empty()
-            ? std::string("no ssh agent")
-            : fmt::format("ssh agent from {}", m_where.identities.agent_origin));
 }
 
 Unexpected<Error> SshSession::connection_failed(const ssh::Stepped& step)
@@ -952,39 +658,7 @@ Expected<void> SshSession::connect_once()
 
 std::string SshSession::options_identity() const
 {
-  const auto paths = [](const std::vector<ssh::NamedFile>& files) {
-    std::vector<std::string> out;
-    for (const auto& file : files) {
-      out.push_back(file.path);
-    }
-    return out;
-  };
-  nlohmann::json algorithms = nlohmann::json::array();
-  for (const auto& [option, value] : m_where.algorithms) {
-    algorithms.push_back({static_cast<int>(option), value.args});
-  }
-  const nlohmann::json identity = {
-      {"spec", m_target.spec},
-      {"host", m_where.host},
-      {"user", m_where.user},
-      {"port", m_where.port},
-      {"known_hosts_name", m_where.known_hosts_name},
-      {"user_known_hosts", m_where.user_known_hosts},
-      {"global_known_hosts", m_where.global_known_hosts},
-      {"accept_new", m_where.accept_new || m_target.accept_new_host_key},
-      {"hash_known_hosts", m_where.hash_known_hosts},
-      {"proxy", m_where.proxy_argv},
-      {"identities", paths(m_where.identities.files)},
-      {"certificates", paths(m_where.identities.certificates)},
-      {"default_identities", paths(m_where.identities.defaults)},
-      {"identities_only", m_where.identities.identities_only},
-      {"agent", m_where.identities.agent_socket},
-      {"host_key_algorithms", m_where.host_key_algorithms},
-      {"algorithms", algorithms},
-      {"timeout_s", m_where.timeout_s},
-      {"remote_base", m_target.remote_base},
-  };
-  return identity.dump();
+  return ssh::options_identity(m_target, m_where);
 }
 
 std::unique_ptr<HostSession> make_ssh_session(const SshTarget& target)

@@ -1,0 +1,257 @@
+#include "transport/ssh/standby/standbys.hpp"
+
+#include "ferry/remote/launcher.hpp"
+#include "ferry/remote/shell_neutral.hpp"
+
+namespace ferry::ssh {
+namespace {
+
+// The python standby's command: its script ENTRY in the job cache (docs/run-protocol.md, "Exec").
+std::string python_standby_command(const std::string& entry)
+{
+  return "python3 -I -S " + entry + " ferry-standby";
+}
+
+std::string parent_of(const std::string& path)
+{
+  return path.substr(0, path.rfind('/'));
+}
+
+} // namespace
+
+standby::Facts Standbys::facts() const
+{
+  standby::Facts facts;
+  facts.python_ready = python_ready();
+  facts.channel_limit = m_channels.limit;
+  facts.execs = m_channels.execs;
+  facts.has_standby = static_cast<bool>(m_standby);
+  facts.spares = m_spares.size();
+  facts.deferred = m_deferred.size();
+  return facts;
+}
+
+void Standbys::first_run(const LauncherSpec& launcher)
+{
+  if (!std::exchange(m_first_asked, true)) {
+    m_fan_out_python = standby::fans_out_python(runs_on_python_standby(launcher), m_plan);
+  }
+}
+
+std::optional<std::string> Standbys::defer_run_dir(bool names_run_dirs)
+{
+  standby::Facts now = facts();
+  now.names_run_dirs = names_run_dirs;
+  if (!standby::defers_staging(now)) {
+    return std::nullopt;
+  }
+  std::string dir = m_files().new_run_dir_name();
+  m_deferred[dir];
+  return dir;
+}
+
+// A direct fan-out's later python3 runs go to python standbys when the job cache holds the
+// standby's script (docs/run-protocol.md, "Exec"); it is not uploaded for that.
+void Standbys::run_dir_made()
+{
+  if (!m_fan_out_python || m_no_python_standby || !m_python_command.empty()) {
+    return;
+  }
+  const auto entry = m_files().cached_script(k_standby_script, standby_script());
+  if (entry && is_shell_neutral_token(*entry)) {
+    m_python_command = python_standby_command(*entry);
+    m_debug("python3 jobs go to python standbys (their script is in the job cache)");
+  }
+}
+
+bool Standbys::hold_launcher(const std::string& path, std::string_view bytes)
+{
+  const std::string dir = parent_of(path);
+  const auto it = m_deferred.find(dir);
+  if (it == m_deferred.end() || !it->second.job || it->second.launch ||
+      path != dir + "/" + k_launcher_file) {
+    return false;
+  }
+  it->second.launch = std::string(bytes);
+  return true;
+}
+
+bool Standbys::hold_job(const std::string& path, std::string_view bytes, const std::string& sha256)
+{
+  const auto it = m_deferred.find(parent_of(path));
+  if (it == m_deferred.end() || it->second.job || it->second.launch) {
+    return false;
+  }
+  auto entry = m_files().cached_job_entry(path, bytes, sha256);
+  if (!entry) {
+    return false;
+  }
+  it->second.job = DeferredJob{path, std::string(bytes), sha256, std::move(*entry)};
+  return true;
+}
+
+Expected<void> Standbys::settle(const std::string& path, bool after_standby)
+{
+  auto it = m_deferred.find(path);
+  if (it == m_deferred.end()) {
+    it = m_deferred.find(parent_of(path));
+  }
+  if (it == m_deferred.end()) {
+    return {};
+  }
+  const std::string dir = it->first;
+  const Deferred deferred = std::move(it->second);
+  m_deferred.erase(it);
+  SftpFiles& files = m_files();
+  if (after_standby) {
+    (void)files.remove_run_dir(dir); // what the standby made before it went, if anything
+  }
+  FERRY_TRY(files.make_run_dir(dir));
+  if (deferred.job) {
+    FERRY_TRY(files.put_job_file(deferred.job->path, deferred.job->bytes, deferred.job->sha256));
+  }
+  if (deferred.launch) {
+    FERRY_TRY(files.put_file(dir + "/" + k_launcher_file, *deferred.launch));
+  }
+  return {};
+}
+
+std::string Standbys::stage_line(const std::string& run_dir, bool last) const
+{
+  const auto it = m_deferred.find(run_dir);
+  if (it == m_deferred.end() || !it->second.job || !it->second.launch) {
+    return {};
+  }
+  const Deferred& deferred = it->second;
+  return fmt::format("stage {} {} {} {} {}{}\n", run_dir, k_launcher_file,
+                     deferred.job->path.substr(run_dir.size() + 1), deferred.job->entry,
+                     deferred.launch->size(), last ? " last" : "") +
+         *deferred.launch;
+}
+
+void Standbys::made_by_standby(const std::string& dir)
+{
+  if (const auto it = m_deferred.find(dir); it != m_deferred.end()) {
+    m_files().note_put(it->second.job->path);
+    m_files().note_put(dir + "/" + k_launcher_file);
+    m_deferred.erase(it);
+  }
+}
+
+StandbyUse Standbys::use_for(const std::string& dir, const std::string& stage,
+                             bool& staged_by_standby)
+{
+  StandbyUse use{&m_standby,
+                 &m_no_python_standby,
+                 [this] {
+                   // Only when this run is the session's one exec: among runs side by side the
+                   // standby would take a slot one of them needs. A sh standby starts in a
+                   // moment: it waits for the run's end.
+                   if (m_channels.execs == 1 && m_taken && python_ready()) {
+                     m_taken();
+                   }
+                 },
+                 &m_spares,
+                 m_no_python_standby ? std::string() : m_python_command,
+                 {},
+                 nullptr,
+                 nullptr,
+                 [this] { return m_channels.limit > 1; }};
+  if (dir.empty() || m_deferred.count(dir) == 0) {
+    return use;
+  }
+  use.stage = stage;
+  use.settle = [this, dir](bool after_standby) { return settle(dir, after_standby); };
+  use.staged_by_standby = &staged_by_standby;
+  return use;
+}
+
+bool Standbys::close_one()
+{
+  switch (standby::to_close(facts())) {
+  case standby::Close::spare:
+    m_spares.pop_back();
+    break;
+  case standby::Close::standby:
+    m_standby.reset();
+    break;
+  case standby::Close::none:
+    return false;
+  }
+  m_channels.last_end = standby::Clock::now();
+  return true;
+}
+
+void Standbys::open_next(ssh_session session, std::unique_lock<std::mutex>& lock)
+{
+  if (!standby::opens_ahead(facts())) {
+    return;
+  }
+  // Nobody waits for it, and the session's SFTP steps hold the lock for whole round trips: a
+  // slow link's standby may take many of them. A python standby once its script is in the job
+  // cache (look_at_script), unless one could not start here.
+  const std::string python_command = python_ready() ? m_python_command : std::string();
+  m_opening = true;
+  auto standby = open_standby(session, lock, std::chrono::minutes(1), python_command);
+  m_opening = false;
+  if (standby && !m_standby) {
+    m_standby = std::move(standby);
+  }
+}
+
+void Standbys::refresh()
+{
+  if (m_standby && !is_python(m_standby) && python_ready()) {
+    m_standby.reset(); // a sh standby: the next open_next opens a python one
+  }
+}
+
+bool Standbys::look_at_script()
+{
+  if (m_no_python_standby) {
+    return false;
+  }
+  // The script's place in the job cache is looked at again every few minutes (the cache is
+  // pruned by other runs' sweeps), not at every idle moment: a look is an SFTP round trip.
+  const auto now = standby::Clock::now();
+  if (!standby::script_look_due(!m_python_command.empty(), now, m_script_checked)) {
+    return false;
+  }
+  m_script_checked = now;
+  auto entry = m_files().cache_script(k_standby_script, standby_script());
+  if (!entry || !is_shell_neutral_token(*entry)) {
+    m_no_python_standby = true;
+    m_python_command.clear();
+    m_debug("no python standby: its script cannot be kept in the job cache");
+    return false;
+  }
+  m_python_command = python_standby_command(*entry);
+  return true;
+}
+
+Expected<ExecOutcome> Standbys::run(ssh_session session, std::string_view label,
+                                    const ExecRequest& request, CallWatchdog& watchdog,
+                                    std::mutex& mutex, const FreeAChannel& free_a_channel,
+                                    const std::string& run_dir, const std::string& stage)
+{
+  bool staged_by_standby = false;
+  StandbyUse use;
+  {
+    const std::lock_guard lock(mutex);
+    use = use_for(stage.empty() ? std::string() : run_dir, stage, staged_by_standby);
+  }
+  auto outcome = exec_launcher(session, label, request, watchdog, mutex, free_a_channel, use);
+  if (staged_by_standby) {
+    const std::lock_guard lock(mutex);
+    made_by_standby(run_dir);
+  }
+  return outcome;
+}
+
+std::unique_ptr<Ahead> make_ahead(Channels& channels, std::function<SftpFiles&()> files,
+                                  std::function<void(std::string_view)> debug)
+{
+  return std::make_unique<Standbys>(channels, std::move(files), std::move(debug));
+}
+
+} // namespace ferry::ssh

@@ -1,0 +1,149 @@
+#pragma once
+// What an SSH session keeps ready ahead of its runs (docs/persistence.md, "The next run's
+// channel, opened ahead"): the standby channel opened before its run, the python standbys that
+// stayed after runs side by side (spares), the interpreter a python standby starts ahead (its
+// script kept in the host's job cache), and the files of a run held in memory for that standby
+// to make (deferred staging): ssh::Ahead (ahead.hpp), the one owner of them; the decisions are
+// policy.hpp's. Every call is made holding the session's lock unless it says otherwise.
+#include <chrono>
+#include <functional>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "transport/ssh/ahead.hpp"
+#include "transport/ssh/standby/channel.hpp"
+#include "transport/ssh/standby/policy.hpp"
+
+namespace ferry::ssh {
+
+class Standbys final : public Ahead {
+public:
+  // `files`: the session's SFTP files (made on first use); `debug`: -v lines.
+  Standbys(Channels& channels, std::function<SftpFiles&()> files,
+           std::function<void(std::string_view)> debug)
+      : m_channels(channels), m_files(std::move(files)), m_debug(std::move(debug))
+  {
+  }
+
+  // --- the runs planned (a direct fan-out)
+  void plan(std::size_t runs, std::size_t at_once) override
+  {
+    m_plan.expected = runs;
+    m_plan.at_once = std::max<std::size_t>(at_once, 1);
+  }
+  // The session's first run (`python_job`: a python3 job's): a direct connection's later python3
+  // runs go to python standbys when the job cache holds the standby's script and more runs
+  // follow on the session (a holder readies its own).
+  void first_run(const LauncherSpec& launcher) override;
+  // As a run's exec begins: whether no later run will take the python standby it runs on.
+  [[nodiscard]] bool last_on_its_channel() override { return standby::last_on_its_channel(m_plan); }
+
+  // --- files held for the python standby that will run the job
+  // A new run directory's name, its files to be held, when the next run's files may wait for its
+  // python standby (`names_run_dirs`: SFTP has made the session's first run directory).
+  [[nodiscard]] std::optional<std::string> defer_run_dir(bool names_run_dirs) override;
+  // The session's first run directory is made, and with it the sweep's listing of the base.
+  void run_dir_made() override;
+  // Forgets a run's held files; true when it had some (the directory was never made).
+  bool forget(const std::string& run_dir) override { return m_deferred.erase(run_dir) > 0; }
+  // Takes a run's launch.sh, or its job when the job cache holds it; false: not held, the
+  // session makes the file over SFTP (after settle).
+  [[nodiscard]] bool hold_launcher(const std::string& path, std::string_view bytes) override;
+  [[nodiscard]] bool hold_job(const std::string& path, std::string_view bytes,
+                              const std::string& sha256) override;
+  // Makes, over SFTP, the held run directory `path` is in (or is), as the session would have.
+  // `after_standby`: a standby that was given them may have made part of it before it went.
+  Expected<void> settle(const std::string& path) override { return settle(path, false); }
+  Expected<void> settle(const std::string& path, bool after_standby);
+  // The `stage` line and launch.sh's bytes that hand a run's held files to its python standby
+  // (docs/persistence.md, "Staged by the python standby"); empty when they are not held.
+  [[nodiscard]] std::string stage_line(const std::string& run_dir, bool last) const override;
+  // Runs the launcher as exec_launcher does, with what use_for lends it.
+  [[nodiscard]] Expected<ExecOutcome> run(ssh_session session, std::string_view label,
+                                          const ExecRequest& request, CallWatchdog& watchdog,
+                                          std::mutex& mutex, const FreeAChannel& free_a_channel,
+                                          const std::string& run_dir,
+                                          const std::string& stage) override;
+  // --- slots
+  // Closes a spare, else the standby, whose slot a run or SFTP needs; false when none is kept.
+  bool close_one() override;
+  // A standby is being opened (open_next): it holds a slot.
+  [[nodiscard]] bool opening() const override { return m_opening; }
+
+  // --- a holder
+  // Opens the next run's channel when there is room for it and one more (the lock released
+  // while the server answers); a python standby once its script is in the job cache.
+  void open_next(ssh_session session, std::unique_lock<std::mutex>& lock) override;
+  // Nobody runs: the spares go, and so do files held for runs whose client went before their
+  // exec.
+  void idle() override
+  {
+    m_spares.clear();
+    m_deferred.clear();
+  }
+  // After idle: a sh standby goes while a python one can be had, for open_next to open that.
+  void refresh() override;
+  // Looks at the python standby's script in the job cache (put there if missing) when a look is
+  // due; false when the holder's idle steps stop here (not due, or no python standby here).
+  [[nodiscard]] bool look_at_script() override;
+  // Called when a run takes the standby, so that the next one opens meanwhile.
+  void on_taken(std::function<void()> callback) override { m_taken = std::move(callback); }
+  [[nodiscard]] Wait runs_first(bool runs_busy, standby::Clock::time_point last_activity,
+                                standby::Clock::time_point started) const override
+  {
+    const auto wait = standby::runs_first(runs_busy, last_activity, started, standby::Clock::now());
+    return {wait.for_runs, wait.until};
+  }
+
+private:
+  // What a run may use of the channels kept ahead; for a run whose files are held (`dir`, handed
+  // over by `stage`), what makes them.
+  [[nodiscard]] StandbyUse use_for(const std::string& dir, const std::string& stage,
+                                   bool& staged_by_standby);
+  // The run's files were made on the host by its standby: removed by name, as uploads are.
+  void made_by_standby(const std::string& dir);
+
+  // A run's files held in memory: its job, linked from its job cache entry, and launch.sh.
+  struct DeferredJob {
+    std::string path;
+    std::string bytes;
+    std::string sha256;
+    std::string entry; // its job cache entry
+  };
+  struct Deferred {
+    std::optional<DeferredJob> job;
+    std::optional<std::string> launch; // launch.sh's bytes
+  };
+  [[nodiscard]] standby::Facts facts() const;
+  [[nodiscard]] bool python_ready() const
+  {
+    return !m_no_python_standby && !m_python_command.empty();
+  }
+
+  Channels& m_channels;
+  std::function<SftpFiles&()> m_files;
+  std::function<void(std::string_view)> m_debug;
+  // The next run's channel, opened ahead (open_next); not counted in Channels::execs.
+  StandbyChannel m_standby;
+  bool m_opening = false;
+  // Python standbys that stayed after runs side by side, for the next ones; closed once the
+  // holder has been idle a moment (idle), or when a run needs their slot.
+  std::vector<StandbyChannel> m_spares;
+  // The python standby's command once its script is in the job cache; set when one could not be
+  // kept or started here: later standbys are sh's.
+  std::string m_python_command;
+  bool m_no_python_standby = false;
+  standby::Clock::time_point m_script_checked; // when look_at_script last looked
+  std::function<void()> m_taken;               // on_taken
+  bool m_first_asked = false;                  // first_run: only for the session's first run
+  bool m_fan_out_python = false;
+  standby::RunsPlan m_plan;
+  std::map<std::string, Deferred> m_deferred; // by run directory
+};
+
+} // namespace ferry::ssh
