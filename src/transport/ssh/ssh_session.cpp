@@ -679,8 +679,8 @@ public:
       return m_session.files().put_file(path, bytes);
     });
   }
-  Expected<bool> put_job(const std::string& path, std::string_view bytes,
-                         const std::string& sha256) override
+  Expected<bool> put_job(const std::string& path, std::string_view bytes, const std::string& sha256,
+                         bool discard_cached) override
   {
     if (!m_session.m_job_cache) {
       FERRY_TRY(put_file(path, bytes));
@@ -689,14 +689,14 @@ public:
     return m_session.with_sftp([&]() -> Expected<bool> {
       auto& deferred = m_session.m_deferred;
       if (const auto it = deferred.find(parent_of(path));
-          it != deferred.end() && !it->second.job && !it->second.launch) {
+          it != deferred.end() && !it->second.job && !it->second.launch && !discard_cached) {
         if (auto entry = m_session.files().cached_job_entry(path, bytes, sha256)) {
           it->second.job = DeferredJob{path, std::string(bytes), sha256, std::move(*entry)};
           return true;
         }
       }
       FERRY_TRY(m_session.settle_deferred(path));
-      return m_session.files().put_job_file(path, bytes, sha256);
+      return m_session.files().put_job_file(path, bytes, sha256, discard_cached);
     });
   }
 
