@@ -132,6 +132,10 @@ struct RunBundle {
   LauncherSpec launcher;
   std::string job_bytes;
   std::string job_sha256;
+  // The run goes again because its launcher refused the job's entry in the host's job cache (its
+  // bytes no longer match their sha256): that entry is discarded, and the job is uploaded into
+  // the run directory.
+  bool job_cache_refused = false;
   std::vector<RunFile> files;
   // What a scheduler reads of the job (its `[slurm]` table, as JSON; null elsewhere).
   nlohmann::json scheduler;

@@ -56,6 +56,27 @@ if ! command -v "$interpreter" >/dev/null 2>&1; then
   printf '@no_interp_prefix@%s not found on this host (PATH=%s); install it or set an absolute path in the job'"'"'s interpreter\n' "$interpreter" "$PATH" >&2
   exit @no_interp_exit@
 fi
+# A job linked from the job cache runs only while the entry's bytes still match their sha256: a
+# process of this user may have changed it since ferry put it there. A mismatch (or no way to
+# hash here) refuses the run before anything of it runs; ferry then discards the entry and sends
+# the job again (docs/run-protocol.md, "The job cache"). The link's target is read from `ls -l`
+# only then: ferry made the link, to a shell-neutral path.
+if [ -n @job_sha256@ ] && [ -L "$FERRY_RUN_DIR"/@job_file@ ]; then
+  if command -v sha256sum >/dev/null 2>&1; then
+    sum=$(sha256sum <"$FERRY_RUN_DIR"/@job_file@ 2>/dev/null)
+  elif command -v shasum >/dev/null 2>&1; then
+    sum=$(shasum -a 256 <"$FERRY_RUN_DIR"/@job_file@ 2>/dev/null)
+  else
+    sum=none
+  fi
+  if [ "${sum%% *}" != @job_sha256@ ]; then
+    entry=$(ls -l "$FERRY_RUN_DIR"/@job_file@ 2>/dev/null)
+    why='does not match its sha256'
+    [ "$sum" = none ] && why='cannot be checked: no sha256sum or shasum on this host'
+    printf '@cache_refused_prefix@%s %s\n' "${entry##* -> }" "$why" >&2
+    exit @cache_refused_exit@
+  fi
+fi
 set --
 # Under Slurm the allocation is part of the job's world: its SLURM_* variables and the GPUs
 # the scheduler gave it.

@@ -279,6 +279,7 @@ const StandbyField k_standby_fields[] = {
     {"params_size", [](const LauncherSpec& s) { return std::to_string(s.params.size()); }},
     {"frame_limit", [](const LauncherSpec& s) { return std::to_string(s.result_frame_limit); }},
     {"keep", [](const LauncherSpec& s) { return std::string(s.keep_run_dir ? "1" : "0"); }},
+    {"job_sha256", [](const LauncherSpec& s) { return s.job_sha256; }},
     {"interpreter", [](const LauncherSpec& s) { return s.interpreter; }},
 };
 
@@ -340,6 +341,9 @@ std::string make_launcher(const LauncherSpec& spec)
                            {"frame_limit", std::to_string(spec.result_frame_limit)},
                            {"keep", spec.keep_run_dir ? "1" : "0"},
                            {"env", env_lines(spec.env)},
+                           {"job_sha256", sh_quote(spec.job_sha256)},
+                           {"cache_refused_prefix", k_launcher_cache_refused_prefix},
+                           {"cache_refused_exit", std::to_string(k_launcher_cache_refused_exit)},
                            {"standby", standby_line(spec)},
                        }) +
          spec.params;

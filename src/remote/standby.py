@@ -35,8 +35,9 @@
 # that left the job's group could write into the next run's output), or when the run's line ended
 # in ` last` (a direct connection's last run: nothing follows on this channel).
 #
-# Only modules that are built in or frozen are imported (-I -S: nothing of the user's or the
-# run's can stand in for them). Python changes its own environment at start (PEP 538 sets
+# Only modules that are built in or frozen are imported, and from the python's own library ctypes
+# (to make this process not dumpable: keep_to_itself) and _sha256 (to hash a job's cache entry:
+# job_intact); -I -S: nothing of the user's or the run's can stand in for them. Python changes its own environment at start (PEP 538 sets
 # LC_CTYPE under the C locale): the environment passed on is the one in /proc/self/environ, as
 # this process got it. Without /proc this process ends at once, and the holder's later standbys
 # are sh's.
@@ -686,6 +687,42 @@ class Run:
         return True
 
 
+def sha256_hex(path):
+    # `path`'s sha256 (hex); None when it cannot be read. _sha2 (3.12 on) or _sha256: a fraction
+    # of hashlib's import, which loads OpenSSL.
+    try:
+        import _sha2 as module
+    except ImportError:
+        try:
+            import _sha256 as module
+        except ImportError:
+            import hashlib as module
+    digest = module.sha256()
+    try:
+        with open(path, "rb") as f:
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def job_intact(spec):
+    # launch.sh's check: a job file that links into the job cache runs only while its bytes match
+    # the job's sha256 (a process of the user's may have changed the entry). When they do not,
+    # launch.sh refuses the run in its words and ferry sends the job again.
+    path = spec["run_dir"] + b"/" + spec["job_file"]
+    try:
+        if not S_ISLNK(os.lstat(path).st_mode) or not spec["job_sha256"]:
+            return True
+    except OSError:
+        return True  # launch.sh says what is missing
+    return sha256_hex(path) == spec["job_sha256"].decode()
+
+
 def remove_tree(path, depth=64):
     # Everything under `path`, then `path` (links removed, never followed); whatever cannot go
     # stays, and the rest goes all the same. A stack, not recursion, and `depth` levels at most: a
@@ -728,9 +765,25 @@ def remove_run_dir(path, environment):
         pass
 
 
+def keep_to_itself():
+    # Not dumpable: /proc/PID/fd and /proc/PID/mem of this process are then root's, so a process
+    # of the user's (a job that left one behind) can neither open this process's stdin, where the
+    # next run's line and launch.sh's bytes come, nor read them from its memory. Its own /proc/self
+    # is root's too from here (/proc/self/environ was read before); /proc/self/fd still answers it.
+    # The job's interpreter gets the usual flag back at its exec.
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+    except (ImportError, OSError, AttributeError):
+        return False
+
+
 def main():
     environment = original_environment()
     if environment is None:
+        os._exit(3)
+    if not keep_to_itself():
         os._exit(3)
     ahead = True
     while True:
@@ -792,7 +845,7 @@ def serve(environment, ahead):
             as_sh_would(launch, environment, interpreter)
         interpreter.discard()
     run = Run(spec, launch, interpreter, environment, program)
-    if not run.prepare():
+    if not run.prepare() or not job_intact(spec):
         as_sh_would(launch, environment, interpreter)
     run.start()
     code, cause = run.wait()

@@ -144,7 +144,7 @@ constexpr std::size_t k_report_slack = 4096;
 
 // What the run puts on its target: the launcher's fields (the run directory is the target's to
 // name), the job and its files beside it.
-RunBundle bundle_of(const Run& run)
+RunBundle bundle_of(const Run& run, bool cache_refused)
 {
   RunBundle bundle;
   LauncherSpec& launcher = bundle.launcher;
@@ -164,6 +164,8 @@ RunBundle bundle_of(const Run& run)
       run.options.keep_remote || !run.job.meta.outputs.empty() || !run.options.fetch.empty();
   bundle.job_bytes = run.job.bytes;
   bundle.job_sha256 = run.record.job_sha256;
+  bundle.job_cache_refused = cache_refused;
+  launcher.job_sha256 = run.record.job_sha256;
   for (const auto& file : run.job.files) {
     bundle.files.push_back({file.path, file.bytes, file.mode});
   }
@@ -172,11 +174,13 @@ RunBundle bundle_of(const Run& run)
 }
 
 // Phase 1: the run directory, the job and the launcher (params.json rides at its end), and the
-// job's files beside it, as the target stages them.
-Expected<StagedRun> stage(const Run& run)
+// job's files beside it, as the target stages them. `cache_refused`: the launcher of the run's
+// first attempt refused the job's entry in the host's job cache.
+Expected<StagedRun> stage(const Run& run, bool cache_refused)
 {
   const auto start = Clock::now();
-  FERRY_TRY_ASSIGN(StagedRun staged, run.session.stage(bundle_of(run), run.options.stop));
+  FERRY_TRY_ASSIGN(StagedRun staged,
+                   run.session.stage(bundle_of(run, cache_refused), run.options.stop));
   for (const auto& file : run.job.files) {
     run.record.files.push_back({{"path", file.path},
                                 {"mode", fmt::format("{:04o}", file.mode)},
@@ -502,38 +506,51 @@ void conclude_failure(const Run& run, const Error& error)
   conclude(run.record, RunStatus::error, error.message);
 }
 
-void run_phases(Run& run)
+// The launcher refused the job's entry in the host's job cache: its bytes no longer match the
+// job's sha256 (a process on the host that runs as the user changed them), or nothing there can
+// hash them. Nothing of the run ran. The run goes again, once, with the entry discarded and the
+// job sent again, and says so.
+bool cache_entry_refused(const Run& run, const ExecOutcome& outcome)
 {
-  if (run.options.stop.stop_requested()) {
-    return conclude(run.record, RunStatus::interrupted, "interrupted before the job started");
+  const std::string_view err = outcome.err.bytes;
+  const auto at = err.find(k_launcher_cache_refused_prefix);
+  if (outcome.exit_code != k_launcher_cache_refused_exit || outcome.out.launcher_report ||
+      at == std::string_view::npos) {
+    return false;
   }
-  // A run the target could not stage leaves nothing there: the target removed what it made.
-  auto staged = stage(run);
-  if (!staged) {
-    return conclude_failure(run, staged.error());
-  }
-  FinishGuard guard(run, *staged);
-  if (run.options.stop.stop_requested()) {
-    return conclude(run.record, RunStatus::interrupted, "interrupted before the job started");
-  }
-  auto executed = execute(run, *staged);
-  if (!executed) {
-    return conclude_failure(run, executed.error());
-  }
-  record_output(run, *executed);
-  const auto report = executed->out.launcher_report
-                          ? parse_launcher_report(*executed->out.launcher_report)
+  std::string_view line = err.substr(at + std::string_view(k_launcher_cache_refused_prefix).size());
+  line = line.substr(0, line.find('\n'));
+  const std::string_view entry = line.substr(0, line.find(' '));
+  const std::string named = is_shell_neutral_token(entry) ? std::string(entry) : "(unnamed)";
+  const bool mismatch = line.ends_with(" does not match its sha256");
+  add_warning(run.record, "job-cache-refused",
+              mismatch ? fmt::format("{}: the job cache entry {} no longer matches the job's "
+                                     "sha256 (a process on the host that runs as you changed "
+                                     "it); ferry discarded it and sent the job again",
+                                     run.session.label(), named)
+                       : fmt::format("{}: the job cache entry {} cannot be checked (the host has "
+                                     "no sha256sum or shasum); ferry sent the job again",
+                                     run.session.label(), named));
+  return true;
+}
+
+// Phase 2 and 3 once the job ran (or the launcher ended): outputs, the status and the result.
+void finish_run(const Run& run, const StagedRun& staged, FinishGuard& guard, ExecOutcome& executed)
+{
+  record_output(run, executed);
+  const auto report = executed.out.launcher_report
+                          ? parse_launcher_report(*executed.out.launcher_report)
                           : std::nullopt;
   if (report && report->run_dir_removed) {
     guard.left_to_launcher();
   }
-  switch (executed->end) {
+  switch (executed.end) {
   case ExecEnd::lost:
     guard.left_to_launcher();
     return conclude(run.record, RunStatus::error,
                     fmt::format("{}: connection lost while the job ran ({}); the launcher's own "
                                 "deadline ({} s) stops the job",
-                                run.session.label(), executed->lost_reason, run.timeout_s));
+                                run.session.label(), executed.lost_reason, run.timeout_s));
   case ExecEnd::interrupted:
     return conclude(run.record, RunStatus::interrupted, "interrupted; the job was stopped");
   case ExecEnd::no_start:
@@ -543,13 +560,38 @@ void run_phases(Run& run)
                     "its startup files (~/.zshenv, ~/.bashrc, "
                     "~/.config/fish/config.fish, ~/.tcshrc, ...) may hang or wait for "
                     "input: make them return at once for non-interactive shells",
-                    run.session.label(), executed->start_limit_s));
+                    run.session.label(), executed.start_limit_s));
   case ExecEnd::exited:
   case ExecEnd::deadline:
     break;
   }
-  fetch_outputs(run, *staged);
-  collect(run, *executed, *staged, report);
+  fetch_outputs(run, staged);
+  collect(run, executed, staged, report);
+}
+
+void run_phases(Run& run)
+{
+  for (bool cache_refused = false;; cache_refused = true) {
+    if (run.options.stop.stop_requested()) {
+      return conclude(run.record, RunStatus::interrupted, "interrupted before the job started");
+    }
+    // A run the target could not stage leaves nothing there: the target removed what it made.
+    auto staged = stage(run, cache_refused);
+    if (!staged) {
+      return conclude_failure(run, staged.error());
+    }
+    FinishGuard guard(run, *staged);
+    if (run.options.stop.stop_requested()) {
+      return conclude(run.record, RunStatus::interrupted, "interrupted before the job started");
+    }
+    auto executed = execute(run, *staged);
+    if (!executed) {
+      return conclude_failure(run, executed.error());
+    }
+    if (cache_refused || !cache_entry_refused(run, *executed)) {
+      return finish_run(run, *staged, guard, *executed);
+    }
+  }
 }
 
 } // namespace

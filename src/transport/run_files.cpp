@@ -44,7 +44,8 @@ Expected<bool> write_run_files(RunDirWriter& writer, const RunBundle& bundle,
   const std::string job_path = run_dir + "/" + bundle.launcher.job_file;
   bool cached = false;
   if (bundle.files.empty()) {
-    FERRY_TRY_ASSIGN(cached, writer.put_job(job_path, bundle.job_bytes, bundle.job_sha256));
+    FERRY_TRY_ASSIGN(cached, writer.put_job(job_path, bundle.job_bytes, bundle.job_sha256,
+                                            bundle.job_cache_refused));
   } else {
     FERRY_TRY(writer.put_file(job_path, bundle.job_bytes));
   }

@@ -19,8 +19,11 @@ public:
                                                 std::string_view bytes) = 0;
   // The job's own file: where the target keeps a cache of job files, a link to the cached copy
   // (uploaded to the cache first when missing); true when the cache already held it.
+  // `discard_cached`: the cache's copy was refused (RunBundle::job_cache_refused): it is removed,
+  // and the job uploaded as any other file.
   [[nodiscard]] virtual Expected<bool> put_job(const std::string& path, std::string_view bytes,
-                                               const std::string& /*sha256*/)
+                                               const std::string& /*sha256*/,
+                                               bool /*discard_cached*/)
   {
     FERRY_TRY(put_file(path, bytes));
     return false;

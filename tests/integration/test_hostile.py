@@ -3,9 +3,11 @@ left behind, nothing a host or job sends repaints the terminal. Real sshd, real 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pty
+import shutil
 import select
 import signal
 import subprocess
@@ -14,7 +16,8 @@ import time
 import unittest
 
 from ferry_harness import SshTestCase, ferry_bin, run_ferry, write_job
-from sshd_fixture import SshServer
+from sshd_fixture import SshServer, require_root_and_tools
+from test_persist import Persistence
 
 # Control sequences a hostile job or host might send: a clipboard write (OSC 52), a title
 # change, clear screen, a C1 CSI, DEL, a right-to-left override.
@@ -324,6 +327,171 @@ class NoSftp(unittest.TestCase):
             self.assertEqual(res.record["status"], "error", res.record)
             self.assertIn("ferry needs the sftp subsystem enabled", res.record["error"])
             self.assertIn("Subsystem sftp internal-sftp", res.record["error"])
+
+
+# Rewrites another job's entry in the host's job cache (its name: the honest bytes' sha256) with
+# bytes of the same size, mode and owner, as a process of the user's can: only their content
+# tells.
+REWRITE_ENTRY = """
+import os
+entry = os.path.join(os.path.dirname(os.environ["FERRY_RUN_DIR"]), "ferry-job-@sha@.py")
+size = os.path.getsize(entry)
+evil = b'open(os.path.expanduser("~/evil-ran"), "w").close()\\nprint("evil")\\n'
+evil = b"import os\\n" + evil
+evil += b"#" * (size - len(evil) - 1) + b"\\n"
+os.chmod(entry, 0o600)
+with open(entry, "wb") as f:
+    f.write(evil)
+os.chmod(entry, 0o400)
+print("rewrote", entry)
+"""
+
+# Leaves a process (a session of its own, its output closed, so the standby stays) that opens the
+# python standby's stdin through /proc and reads from it what comes for 8 s: the next run's line
+# and launch.sh's bytes. What it got, or why it got nothing, goes to ~/stolen.
+STEAL_STDIN = """
+import os, time
+standby = os.getppid()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        out = os.path.expanduser("~/stolen")
+        fds = sorted(os.listdir("/proc/self/fd"))
+        for fd in (0, 1, 2):
+            os.close(fd)
+        log = open(out + ".log", "w")
+        log.write("fds %s\\n" % fds)
+        got = b""
+        try:
+            pipe = os.open("/proc/%d/fd/0" % standby, os.O_RDWR | os.O_NONBLOCK)
+            log.write("opened\\n")
+        except OSError as e:
+            pipe = None
+            log.write("denied %s\\n" % e.strerror)
+        log.flush()
+        until = time.monotonic() + 8
+        while pipe is not None and time.monotonic() < until:
+            try:
+                got += os.read(pipe, 65536)
+            except BlockingIOError:
+                time.sleep(0.01)
+        with open(out, "wb") as f:
+            f.write(got)
+        log.write("done\\n")
+        log.close()
+    os._exit(0)
+os.wait()
+print("left a reader of", standby)
+"""
+
+
+class RunsKeptApart(unittest.TestCase):
+    """Issue 45 item 3: a job cannot reach another run's bytes. Persistence on, as users get it."""
+
+    standbys = Persistence.standbys
+    held = Persistence.held
+    holder = Persistence.holder
+    python_standby = Persistence.python_standby
+
+    @classmethod
+    def setUpClass(cls):
+        require_root_and_tools()
+        cls.srv = SshServer().start()
+        cls.addClassCleanup(cls.srv.stop)
+        cls.tmp = tempfile.mkdtemp(prefix="ferry-apart-")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)
+        runtime = os.path.join(cls.tmp, "runtime")
+        os.mkdir(runtime, 0o700)
+        cls.env = {"FERRY_ARCHIVE": os.path.join(cls.tmp, "archive.db"),
+                   "XDG_RUNTIME_DIR": runtime, "FERRY_PERSIST": ""}
+        cls.job = write_job(cls.tmp, "hello", "import json, os\nprint('hi')\n"
+                            "json.dump({'pid': os.getpid()}, open(os.environ['FERRY_RESULT'], 'w'))\n")
+        cls.user = cls.srv.user("bash")
+        cls.home = cls.srv.home(cls.user)
+        cls.base = os.path.join(cls.home, ".cache", "ferry", "runs")
+
+    def setUp(self):
+        for name in ("evil-ran", "stolen", "stolen.log"):
+            if os.path.exists(os.path.join(self.home, name)):
+                os.unlink(os.path.join(self.home, name))
+
+    def tearDown(self):
+        run_ferry("disconnect", "--all", env=self.env)
+        self.srv.kill_user_processes(self.user)
+        self.srv.wait_no_processes(self.user, timeout_s=5)
+
+    def ferry(self, *args, env=None, **kw):
+        return run_ferry(*args, "--host", self.srv.alias("bash"), "--ssh-config", self.srv.ssh_config,
+                         env={**self.env, **(env or {})}, **kw)
+
+    def honest_job(self, name):
+        path = write_job(self.tmp, name, "print('honest')\n")
+        with open(path, "rb") as f:
+            return path, hashlib.sha256(f.read()).hexdigest()
+
+    def assert_honest_run_after_rewrite(self, job, sha, *persist):
+        res = self.ferry("run", job, "--json", *persist)
+        self.assertEqual(res.code, 0, res)
+        rewrite = write_job(self.tmp, "rewrite_" + sha[:8], REWRITE_ENTRY.replace("@sha@", sha))
+        res = self.ferry("run", rewrite, "--json", *persist)
+        self.assertEqual(res.code, 0, res)
+        self.assertIn("rewrote", res.record["stdout"])
+        res = self.ferry("run", job, "--json", *persist)
+        self.assertFalse(os.path.exists(os.path.join(self.home, "evil-ran")), "the rewritten bytes ran")
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(res.record["status"], "ok", res.record)
+        self.assertEqual(res.record["stdout"], "honest\n")
+        self.assertEqual(res.record["job_sha256"], sha)
+        warnings = [w for w in res.record.get("warnings", []) if w["code"] == "job-cache-refused"]
+        self.assertEqual(len(warnings), 1, res.record)
+        entry = os.path.join(self.base, f"ferry-job-{sha}.py")
+        self.assertIn(self.srv.alias("bash"), warnings[0]["message"])
+        self.assertIn(entry, warnings[0]["message"])
+        self.assertIn("no longer matches the job's sha256", warnings[0]["message"])
+        # The next run puts the honest bytes back in the cache and uses them, without a word.
+        res = self.ferry("run", job, "--json", *persist)
+        self.assertEqual((res.code, res.record["stdout"], res.record.get("warnings", [])), (0, "honest\n", []), res)
+        with open(entry, "rb") as f:
+            self.assertEqual(hashlib.sha256(f.read()).hexdigest(), sha)
+
+    def test_a_rewritten_cache_entry_is_refused_and_sent_again_by_launch_sh(self):
+        job, sha = self.honest_job("honest_direct")
+        self.assert_honest_run_after_rewrite(job, sha, "--persist", "0")
+
+    def test_a_rewritten_cache_entry_is_refused_and_sent_again_by_the_python_standby(self):
+        job, sha = self.honest_job("honest_held")
+        self.python_standby()
+        self.assert_honest_run_after_rewrite(job, sha)
+        self.assertEqual(len(self.held()), 1)
+
+    def test_a_job_cannot_read_or_write_the_python_standbys_stdin(self):
+        standby = self.python_standby()
+        thief = write_job(self.tmp, "thief", STEAL_STDIN)
+        res = self.ferry("run", thief, "--json")
+        self.assertEqual(res.code, 0, res)
+        log = os.path.join(self.home, "stolen.log")
+        self.assertTrue(wait_for(lambda: os.path.exists(log) and os.path.getsize(log) > 0, 10),
+                        self.srv.describe_processes(self.user))
+        self.assertEqual(self.standbys(self.user, ("python",)), [standby],
+                         "the python standby did not stay for the next run")
+        secret = "s3cret-" + os.urandom(8).hex()
+        sh_job = write_job(self.tmp, "uses_env", 'printf "%s\\n" "${TOKEN:+set}"\n', interpreter="sh")
+        res = self.ferry("run", sh_job, "--json", "--env", f"TOKEN={secret}")
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(res.record["status"], "ok", res.record)
+        self.assertEqual(res.record["stdout"], "set\n")
+        res = self.ferry("run", self.job, "--json")
+        self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
+        def said():
+            with open(log) as f:
+                return f.read()
+        self.assertTrue(wait_for(lambda: "done" in said(), 15), said())
+        with open(os.path.join(self.home, "stolen"), "rb") as f:
+            stolen = f.read()
+        self.assertNotIn(secret.encode(), stolen)
+        self.assertEqual(stolen, b"", said())
+        self.assertIn("denied Permission denied", said())
+        self.assertIn("fds ['0', '1', '2', '3']", said())  # 3: the listing's own
 
 
 class HostileLocal(unittest.TestCase):

@@ -46,6 +46,7 @@ ferry::LauncherSpec launcher_spec(const json& in)
   spec.params = from_hex(in.at("params"));
   spec.result_frame_limit = in.at("result_frame_limit");
   spec.keep_run_dir = in.at("keep_run_dir");
+  spec.job_sha256 = in.value("job_sha256", "");
   for (const auto& [name, value] : in.at("env").items()) {
     spec.env[name] = from_hex(value);
   }

@@ -68,6 +68,9 @@ END = "ferry-end-5e9f0c1d2b3a49587a6b7c8d"
 RUN_STAMP = "20261204T000000Z"
 WAYS = ("sh", "standby", "stage")
 PROBE = "@probe@"  # in a job's text: the directory where it leaves what it saw
+# What a process of the user's wrote over a job's cache entry (layout `tampered_entry`).
+TAMPERED = {"job.sh": b': >"@probe@/tampered"\n',
+            "job.py": b'open("@probe@/tampered", "w").close()\n'}
 
 # Prepended to each job: who started it (its parent's pid and command name) and its own pid.
 SH_PREAMBLE = """P='@probe@'
@@ -415,6 +418,19 @@ CASES = [
          expect={"code": 125, "report": None, "stderr_has": b"ferry-launcher: cannot write "}),
     case("launch_sh_missing_is_the_shells_own_error", "exit 0\n", layout="no_launch_sh",
          ways=("sh", "standby"), expect={"code": 2, "report": None}),
+    # A job cache entry rewritten since ferry put it there (a process of the user's): launch.sh
+    # hashes it, the standby hashes it and leaves the run to launch.sh, and neither runs a byte.
+    case("tampered_cache_entry_is_refused_sh", ': >"$P/honest"\n', layout="tampered_entry",
+         standby_runs=False,
+         expect={"code": 125, "report": None, "probes": {"honest": None, "tampered": None},
+                 "stderr_has": b"ferry-launcher: the job cache entry ",
+                 "files": [".ferry-launcher f 600", "job.sh l", "launch.sh f 600", "params.json f 600"]},
+         check=lambda test, seen: test.assertIn(b" does not match its sha256\n", seen["stderr"])),
+    case("tampered_cache_entry_is_refused_python", 'open(P + "/honest", "w").close()\n',
+         interpreter="python3", layout="tampered_entry", standby_runs=False,
+         expect={"code": 125, "report": None, "probes": {"honest": None, "tampered": None},
+                 "stderr_has": b" does not match its sha256\n",
+                 "files": [".ferry-launcher f 600", "job.py l", "launch.sh f 600", "params.json f 600"]}),
     # Nobody reads (the connection has gone): the job runs, the run directory goes all the same.
     case("nobody_reading_runs_the_job_and_removes_the_run_directory", ': >"$P/ran"\nexit 5\n',
          streams_closed=True, expect={"code": 5, "report": None, "probes": {"ran": b""}, "files": None}),
@@ -467,7 +483,8 @@ class Table:
                 "interpreter": c.interpreter.replace("@python3@", self.python3).encode().hex(), "timeout_s": c.timeout, "grace_s": c.grace,
                 "sentinel": SENTINEL.encode().hex(), "end_marker": END.encode().hex(),
                 "params": c.params.hex(), "result_frame_limit": c.frame_limit, "keep_run_dir": c.keep,
-                "env": {k: v.encode().hex() for k, v in c.declared.items()}}
+                "env": {k: v.encode().hex() for k, v in c.declared.items()},
+                "job_sha256": hashlib.sha256(self.honest_text(c)).hexdigest()}
         done = subprocess.run([self.tool, "launchers", self.launchers], input=json.dumps(specs).encode(),
                               capture_output=True)
         if done.returncode != 0:
@@ -477,11 +494,18 @@ class Table:
         with open(os.path.join(self.launchers, c.name + ".sh"), "rb") as f:
             return f.read()
 
+    def honest_text(self, c: Case) -> bytes:
+        return c.text().replace(PROBE.encode(), self.probe(c).encode())
+
     def entry(self, c: Case) -> str:
-        """The job's file in the job cache (the run directory's job file links to it)."""
-        text = c.text().replace(PROBE.encode(), self.probe(c).encode())
+        """The job's file in the job cache (the run directory's job file links to it). Layout
+        `tampered_entry`: another process of the user's has rewritten it since (TAMPERED, the same
+        interpreter's text), its name still the honest bytes' sha256."""
+        text = self.honest_text(c)
         path = os.path.join(self.base, "ferry-job-%s.%s" % (hashlib.sha256(text).hexdigest(),
                                                             c.job_file.rsplit(".", 1)[1]))
+        if c.layout == "tampered_entry":
+            text = TAMPERED[c.job_file].replace(PROBE.encode(), self.probe(c).encode())
         if not os.path.exists(path):
             write(path, text, 0o400)
         return path

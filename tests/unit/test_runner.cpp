@@ -34,6 +34,7 @@ public:
   std::vector<std::string> removed;
   std::vector<std::string> dirs;
   std::vector<std::string> executed;
+  std::vector<bool> cache_refused; // each stage's RunBundle::job_cache_refused
   ExecOutcome outcome;
   std::function<void(FakeSession&, const std::string& run_dir)> during_exec;
   std::optional<Error> fail_put;
@@ -47,6 +48,7 @@ public:
   Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override
   {
     const std::string dir = "/home/u/.cache/ferry/runs/ferry-1-abc";
+    cache_refused.push_back(bundle.job_cache_refused);
     if (auto written = write_run_files(*this, bundle, dir); !written) {
       removed.push_back(dir);
       return Unexpected{written.error()};
@@ -179,6 +181,45 @@ TEST_CASE("a result in the launcher's report needs no fetch and no cleanup", "[r
     const RunRecord record = run_job(session, test_job(), json::object(), RunOptions{});
     CHECK(record.result == json{{"fetched", true}});
     CHECK(session.removed == std::vector<std::string>{k_dir});
+  }
+}
+
+TEST_CASE("a launcher that refuses the job's cache entry has the job sent again, once", "[runner]")
+{
+  FakeSession session;
+  const std::string refusal =
+      std::string(k_launcher_cache_refused_prefix) +
+      "/home/u/.cache/ferry/runs/ferry-job-ab.py does not match its sha256\n";
+  // The launcher refuses the first `refusals` runs, and runs the job after that.
+  auto refuse = [&](int refusals) {
+    session.during_exec = [refusal, refusals](FakeSession& s, const std::string& dir) {
+      const bool refused = static_cast<int>(s.executed.size()) <= refusals;
+      s.outcome.exit_code = refused ? k_launcher_cache_refused_exit : 0;
+      s.outcome.err.bytes = refused ? refusal : "";
+      s.files[dir + "/result.json"] = "{}";
+    };
+  };
+  SECTION("the second run uploads the job and ends ok, with a warning naming host and entry")
+  {
+    refuse(1);
+    const RunRecord record = run_job(session, test_job(), json::object(), RunOptions{});
+    CHECK(record.status == RunStatus::ok);
+    CHECK(session.executed.size() == 2);
+    CHECK(session.cache_refused == std::vector<bool>{false, true});
+    CHECK(session.removed.size() == 2);
+    REQUIRE(record.warnings.size() == 1);
+    CHECK(record.warnings[0]["code"] == "job-cache-refused");
+    CHECK_THAT(record.warnings[0]["message"].get<std::string>(),
+               Catch::Contains("gpu1: the job cache entry "
+                               "/home/u/.cache/ferry/runs/ferry-job-ab.py no longer matches"));
+    CHECK_THAT(session.files.at(k_dir + "/launch.sh"), Catch::Contains(record.job_sha256));
+  }
+  SECTION("a second refusal is the run's end: no third")
+  {
+    refuse(2);
+    const RunRecord record = run_job(session, test_job(), json::object(), RunOptions{});
+    CHECK(record.status == RunStatus::failed);
+    CHECK(session.executed.size() == 2);
   }
 }
 

@@ -84,6 +84,7 @@ TEST_CASE("the launcher's second line hands a job without declared environment t
   LauncherSpec spec = python_launcher("/r/ferry-1-ab", "j.py", "a b\n'c", "S");
   spec.end_marker = "E";
   spec.params = "{\"k\": 1}";
+  spec.job_sha256 = "ab";
   const auto second_line = [&] {
     const std::string text = make_launcher(spec);
     const auto first = text.find('\n');
@@ -91,24 +92,24 @@ TEST_CASE("the launcher's second line hands a job without declared environment t
   };
   // Fields in standby.py's order: run_dir, job_name, job_file, sentinel, end_marker, timeout,
   // grace, timeout_marker, timeout_exit, state_file, launch_file, params_size, frame_limit, keep,
-  // interpreter.
+  // job_sha256, interpreter.
   CHECK(second_line() ==
         "# ferry-standby 2 2f722f66657272792d312d6162 6120620a2763 6a2e7079 53 45 "
         "3432 33 2e66657272792d74696d656f7574 313234 2e66657272792d6c61756e63686572 "
-        "6c61756e63682e7368 38 38333838363038 30 707974686f6e33");
+        "6c61756e63682e7368 38 38333838363038 30 6162 707974686f6e33");
   CHECK(runs_on_python_standby(spec));
   spec.keep_run_dir = true;
-  CHECK(second_line().ends_with(" 31 707974686f6e33"));
+  CHECK(second_line().ends_with(" 31 6162 707974686f6e33"));
   spec.env = {{"PYTHONPATH", "/x"}}; // could change how the interpreter starts
   CHECK(second_line() == "#");
   CHECK_FALSE(runs_on_standby(spec));
   spec.env.clear();
   spec.interpreter = "/usr/bin/python3";
-  CHECK(second_line().ends_with(" 31 2f7573722f62696e2f707974686f6e33"));
+  CHECK(second_line().ends_with(" 31 6162 2f7573722f62696e2f707974686f6e33"));
   CHECK(runs_on_standby(spec));
   CHECK_FALSE(runs_on_python_standby(spec));
   spec.interpreter = "sh";
-  CHECK(second_line().ends_with(" 31 7368"));
+  CHECK(second_line().ends_with(" 31 6162 7368"));
 }
 
 TEST_CASE("the python standby takes the standby line's prefix and field names from the list that "
@@ -121,7 +122,7 @@ TEST_CASE("the python standby takes the standby line's prefix and field names fr
       std::string(script),
       Catch::Contains("SPEC_FIELDS = \"run_dir job_name job_file sentinel end_marker timeout "
                       "grace timeout_marker timeout_exit state_file launch_file params_size "
-                      "frame_limit keep interpreter\".split()\n"));
+                      "frame_limit keep job_sha256 interpreter\".split()\n"));
   CHECK(script.find("@standby_") == std::string_view::npos);
 }
 

@@ -40,6 +40,9 @@ struct LauncherSpec {
   // The declared variables (checked names); the launcher adds PATH, HOME, USER, LANG, TERM,
   // LC_* and FERRY_*, and the job inherits nothing else.
   std::map<std::string, std::string> env;
+  // The job's sha256 (hex): a job file that is a link into the host's job cache runs only while
+  // its bytes still match it; empty: no check.
+  std::string job_sha256;
 };
 
 // Exit statuses the launcher itself uses.
@@ -49,6 +52,11 @@ inline constexpr const char* k_launcher_timeout_marker = ".ferry-timeout";
 // "PID DEADLINE" (epoch seconds) while the launcher runs; see StaleRun.
 inline constexpr const char* k_launcher_state_file = ".ferry-launcher";
 inline constexpr const char* k_launcher_no_interpreter_prefix = "ferry-launcher: interpreter ";
+// The launcher refused a job file from the job cache whose bytes no longer match their sha256
+// (or could not be hashed): `PREFIX ENTRY REASON` on stderr, this exit status, nothing run.
+inline constexpr int k_launcher_cache_refused_exit = 125;
+inline constexpr const char* k_launcher_cache_refused_prefix =
+    "ferry-launcher: the job cache entry ";
 
 [[nodiscard]] std::string make_launcher(const LauncherSpec& spec);
 

@@ -258,7 +258,8 @@ Message encode(const LauncherSpec& spec)
           {"params", bytes_of(spec.params)},
           {"frame_limit", spec.result_frame_limit},
           {"keep_run_dir", spec.keep_run_dir},
-          {"env", spec.env}};
+          {"env", spec.env},
+          {"job_sha256", spec.job_sha256}};
 }
 
 LauncherSpec decode_launcher(const Message& m)
@@ -276,6 +277,7 @@ LauncherSpec decode_launcher(const Message& m)
   spec.result_frame_limit = m.at("frame_limit").get<std::size_t>();
   spec.keep_run_dir = m.at("keep_run_dir").get<bool>();
   spec.env = m.at("env").get<std::map<std::string, std::string>>();
+  spec.job_sha256 = m.at("job_sha256").get<std::string>();
   return spec;
 }
 
@@ -288,6 +290,7 @@ Message encode(const RunBundle& bundle)
   return {{"launcher", encode(bundle.launcher)},
           {"job", bytes_of(bundle.job_bytes)},
           {"sha256", bundle.job_sha256},
+          {"cache_refused", bundle.job_cache_refused},
           {"files", files},
           {"scheduler", bundle.scheduler}};
 }
@@ -298,6 +301,7 @@ RunBundle decode_bundle(const Message& m)
   bundle.launcher = decode_launcher(m.at("launcher"));
   bundle.job_bytes = text_of(m.at("job"));
   bundle.job_sha256 = m.at("sha256").get<std::string>();
+  bundle.job_cache_refused = m.at("cache_refused").get<bool>();
   for (const auto& file : m.at("files")) {
     bundle.files.push_back(
         {file.at(0).get<std::string>(), text_of(file.at(1)), file.at(2).get<unsigned>()});

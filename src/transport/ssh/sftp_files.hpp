@@ -39,8 +39,10 @@ public:
   [[nodiscard]] bool swept() const { return m_chmod_run_dirs.has_value(); }
   [[nodiscard]] Expected<void> put_file(const std::string& path, std::string_view bytes);
   // HostSession::put_job_file: a link to the job cache's entry (sftp_job_cache.cpp).
+  // `discard_cached`: the entry was refused (its bytes no longer match): removed, and the job
+  // uploaded into the run directory.
   [[nodiscard]] Expected<bool> put_job_file(const std::string& path, std::string_view bytes,
-                                            const std::string& sha256);
+                                            const std::string& sha256, bool discard_cached = false);
   // For a run whose files the process kept ahead to run it makes itself (docs/persistence.md).
   // Whether a run directory may be named without being made: the base is
   // known and the session made its first (so the sweep and the umask check are done).
@@ -103,6 +105,7 @@ private:
   [[nodiscard]] Expected<void> write_new(const std::string& path, std::string_view bytes,
                                          unsigned mode);
   [[nodiscard]] bool job_cache_has(const std::string& name, std::size_t size);
+  void job_cache_discard(const std::string& name);
   [[nodiscard]] Expected<void> job_cache_add(const std::string& name, std::string_view bytes);
   [[nodiscard]] Expected<bool> job_cache_give_up(const std::string& path, std::string_view bytes,
                                                  const Error& why);

@@ -28,11 +28,14 @@ long long epoch_now()
 } // namespace
 
 Expected<bool> SftpFiles::put_job_file(const std::string& path, std::string_view bytes,
-                                       const std::string& sha256)
+                                       const std::string& sha256, bool discard_cached)
 {
   FERRY_TRY(know_the_user());
   const std::string name = job_cache_name(sha256, path.substr(path.rfind('/') + 1));
-  if (m_cache_off || name.empty() || sha256_hex(bytes) != sha256) {
+  if (discard_cached && !name.empty()) {
+    job_cache_discard(name);
+  }
+  if (m_cache_off || discard_cached || name.empty() || sha256_hex(bytes) != sha256) {
     FERRY_TRY(put_file(path, bytes));
     return false;
   }
@@ -168,6 +171,18 @@ bool SftpFiles::job_cache_has(const std::string& name, std::size_t size)
   seen.at = now;
   m_cache_seen[name] = seen;
   return true;
+}
+
+// A launcher refused the entry (its bytes no longer match their sha256): it goes, and is taken
+// for missing from now on, so that the next run that wants it uploads it again.
+void SftpFiles::job_cache_discard(const std::string& name)
+{
+  const std::string entry = m_base + "/" + name;
+  const auto armed = arm("remove the job cache entry " + entry);
+  sftp_unlink(m_sftp.get(), entry.c_str());
+  m_cache_seen.erase(name);
+  m_cache_missing = name;
+  m_cache_missing_at = Clock::now();
 }
 
 // Uploaded under a temporary name in the base, then renamed into place: an entry is always

@@ -438,19 +438,19 @@ public:
       return m_session.files().put_file(path, bytes);
     });
   }
-  Expected<bool> put_job(const std::string& path, std::string_view bytes,
-                         const std::string& sha256) override
+  Expected<bool> put_job(const std::string& path, std::string_view bytes, const std::string& sha256,
+                         bool discard_cached) override
   {
     if (!m_session.m_job_cache) {
       FERRY_TRY(put_file(path, bytes));
       return false;
     }
     return m_session.with_sftp([&]() -> Expected<bool> {
-      if (m_session.m_ahead->hold_job(path, bytes, sha256)) {
+      if (!discard_cached && m_session.m_ahead->hold_job(path, bytes, sha256)) {
         return true;
       }
       FERRY_TRY(m_session.m_ahead->settle(path));
-      return m_session.files().put_job_file(path, bytes, sha256);
+      return m_session.files().put_job_file(path, bytes, sha256, discard_cached);
     });
   }
 
