@@ -74,10 +74,11 @@ TEST_CASE("a terminal streams a few hosts' lines as they come, each with its hos
   CHECK(while_running(true, k_stream_hosts) == "h1: loading\r\nh1: ready\r\n");
   // Too many hosts to follow, --no-stream, or not a terminal: the block comes when the run ends.
   CHECK(while_running(true, k_stream_hosts + 1).empty());
-  CHECK(while_running(true, 2, TerminalOptions{false, false, true}).empty());
+  CHECK(while_running(true, 2, TerminalOptions{false, false, true, {}}).empty());
   CHECK(while_running(false, 2).empty());
   // --stream asks for it anywhere; one host is always shown as it comes, unprefixed.
-  CHECK(while_running(false, 2, TerminalOptions{false, true, false}) == "h1: loading\nh1: ready\n");
+  CHECK(while_running(false, 2, TerminalOptions{false, true, false, {}}) ==
+        "h1: loading\nh1: ready\n");
   CHECK(while_running(false, 1) == "loading\nready\n");
 }
 
@@ -137,7 +138,7 @@ TEST_CASE("the progress line is drawn on a terminal stderr while blocks are show
   CHECK(progress_shown(true, 16) == "1/16 done, 0 failed, 2 running");
   // Not piped, not while output streams, not for one host.
   CHECK(progress_shown(false, 16).empty());
-  CHECK(progress_shown(true, 2, TerminalOptions{false, true, false}).empty());
+  CHECK(progress_shown(true, 2, TerminalOptions{false, true, false, {}}).empty());
   CHECK(progress_shown(true, 1).empty());
 }
 
