@@ -5,6 +5,7 @@
 // MCP server or a Slurm target plug in the same way.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,10 +67,17 @@ struct TerminalOptions {
   bool stream = false;
   // Whole blocks with several hosts even on a terminal (`--no-stream`).
   bool blocks = false;
+  // The summary after several runs: hosts folded by the sameness of their results (true,
+  // `--fold`) or one table row per run (false, `--no-fold`); unset: folded when the batch has
+  // more than k_fold_hosts hosts.
+  std::optional<bool> fold;
 };
 
 // A terminal streams the output of at most this many hosts by default.
 inline constexpr std::size_t k_stream_hosts = 8;
+// The summary after a batch folds hosts by the sameness of their results by default when the
+// batch has more than this many hosts: up to 4 rows read at a glance.
+inline constexpr std::size_t k_fold_hosts = 4;
 
 // Everything from a job, a host or a user that ferry shows in its own lines is escaped
 // (terminal_safe), and so is job output written to a terminal unless `raw_output`.

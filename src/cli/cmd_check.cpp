@@ -245,7 +245,9 @@ private:
 
 Expected<ExitCode> check(Context& ctx, const CheckCommand& cmd)
 {
-  ctx.use_json(cmd.json);
+  // Check shows one line per host, never job output: as whole blocks, so a terminal keeps the
+  // progress line whatever the number of hosts.
+  ctx.use_json(cmd.json, TerminalOptions{false, false, true, {}});
   // Always the built-in: a host_facts on the job path cannot change what check reports.
   FERRY_TRY_ASSIGN(auto job, find_job(std::string(k_builtin_prefix) + "host_facts", {}));
   auto needs = interpreter_needs(ctx.job_path());

@@ -24,6 +24,8 @@ struct RunCommand {
   bool raw_output = false;
   bool stream = false;
   bool no_stream = false;
+  bool fold = false;
+  bool no_fold = false;
   bool keep_remote = false;
   bool no_archive = false;
   std::size_t output_cap_mib = 16;
@@ -184,7 +186,10 @@ Expected<std::vector<Job>> find_jobs(const RunCommand& cmd, const JobPath& path)
 
 Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
 {
-  ctx.use_json(cmd.json, TerminalOptions{cmd.raw_output, cmd.stream, cmd.no_stream});
+  const std::optional<bool> fold = cmd.fold      ? std::optional(true)
+                                   : cmd.no_fold ? std::optional(false)
+                                                 : std::nullopt;
+  ctx.use_json(cmd.json, TerminalOptions{cmd.raw_output, cmd.stream, cmd.no_stream, fold});
   if (cmd.retry_failed) {
     return run_retry(ctx, cmd);
   }
@@ -283,6 +288,13 @@ void add_run_command(CLI::App& app, Context& ctx)
                 "with several hosts, show each run's output as one block when it ends, even on a "
                 "terminal")
       ->excludes(stream);
+  auto* fold = sub->add_flag(
+      "--fold", cmd->fold,
+      fmt::format("end with hosts folded by the sameness of their results (gpu[17,42]: driver "
+                  "\"535.154\" instead of \"550.54\"), the default with more than {} hosts",
+                  k_fold_hosts));
+  sub->add_flag("--no-fold", cmd->no_fold, "end with one summary row per run, however many hosts")
+      ->excludes(fold);
   sub->add_flag("--raw-output", cmd->raw_output,
                 "write job output to a terminal as it is, control sequences included (by default "
                 "they are shown escaped; ferry's own lines always are)");

@@ -7,6 +7,7 @@
 
 #include "ferry/reporter.hpp"
 #include "ferry/text.hpp"
+#include "report/result_fold.hpp"
 
 namespace ferry {
 
@@ -135,7 +136,7 @@ class TerminalReporter final : public Reporter {
 public:
   TerminalReporter(std::FILE* out, std::FILE* err, TerminalOptions options)
       : m_out(out), m_err(err), m_colour(wants_colour(out)), m_stream(options.stream),
-        m_blocks(options.blocks), m_terminal(isatty(fileno(out)) != 0),
+        m_blocks(options.blocks), m_fold_option(options.fold), m_terminal(isatty(fileno(out)) != 0),
         m_escape_out(!options.raw_output && isatty(fileno(out)) != 0),
         m_escape_err(!options.raw_output && isatty(fileno(err)) != 0)
   {
@@ -146,13 +147,16 @@ public:
   void batch_started(const BatchInfo& batch) override
   {
     m_many = batch.total > 1;
-    m_show_progress = m_many && isatty(fileno(m_err)) != 0;
+    m_fold = m_fold_option.value_or(batch.hosts > k_fold_hosts);
     // One host: its output as it comes, as ssh shows it. Several: host-prefixed lines as they
     // come when asked, and by default on a terminal with few enough hosts to follow; else whole
     // blocks.
     m_live =
         batch.hosts <= 1 || m_stream || (!m_blocks && m_terminal && batch.hosts <= k_stream_hosts);
     m_prefixed = m_live && batch.hosts > 1;
+    // The progress line only while whole blocks are shown: between streamed lines it would be
+    // cleared and redrawn for every line, and would hide which host is still talking.
+    m_show_progress = m_many && !m_live && isatty(fileno(m_err)) != 0;
     m_swept = batch.swept;
   }
 
@@ -197,6 +201,9 @@ public:
     row.insert(row.end(), {std::string(to_string(record.status)),
                            fmt::format("{:.2f} s", record.duration_s), result_digest(record)});
     m_rows.push_back(std::move(row));
+    if (m_fold) {
+      keep_outcome(record);
+    }
   }
 
   void progress(const FleetProgress& p) override
@@ -215,7 +222,7 @@ public:
   {
     clear_progress();
     if (m_rows.size() > 1) {
-      put(m_out, render_table(summary_table()));
+      put(m_out, m_fold ? folded_summary() : render_table(summary_table()));
     }
     std::fflush(m_out);
   }
@@ -364,6 +371,50 @@ private:
     return summary;
   }
 
+  // What the folded summary needs of a run, under what ran (the job and its swept values).
+  void keep_outcome(const RunRecord& record)
+  {
+    std::string what = record.job;
+    for (const auto& name : m_swept) {
+      if (record.params.contains(name)) {
+        what += fmt::format(" {}={}", name, to_json_line(record.params[name]));
+      }
+    }
+    auto found = std::find_if(m_outcomes.begin(), m_outcomes.end(),
+                              [&](const auto& part) { return part.first == what; });
+    if (found == m_outcomes.end()) {
+      found = m_outcomes.insert(m_outcomes.end(), {what, {}});
+    }
+    const std::string error = record.error.value_or("-");
+    found->second.push_back({record.host_label, record.status, error,
+                             generic_error(error, record.host_label, record.target),
+                             record.status == RunStatus::ok ? record.result : nlohmann::json(),
+                             result_digest(record, 100)});
+  }
+
+  // "JOB on N hosts:" and its groups, for each job (and swept values) in the order their first
+  // run ended.
+  std::string folded_summary() const
+  {
+    std::string text;
+    for (const auto& [what, outcomes] : m_outcomes) {
+      text += fmt::format("\n{} on {} host{}:\n{}", terminal_safe(what), outcomes.size(),
+                          outcomes.size() == 1 ? "" : "s",
+                          indented(render_groups(group_outcomes(outcomes))));
+    }
+    return text;
+  }
+
+  // LINES (each ending "\n") with two spaces before each.
+  static std::string indented(std::string_view lines)
+  {
+    std::string text;
+    for (const auto line : split_lines(lines)) {
+      text += fmt::format("  {}\n", line);
+    }
+    return text;
+  }
+
   void clear_progress()
   {
     if (m_progress_shown) {
@@ -376,9 +427,11 @@ private:
   std::FILE* m_err;
   bool m_colour;
   bool m_stream;
-  bool m_blocks;     // --no-stream
-  bool m_terminal;   // stdout is a terminal
-  bool m_escape_out; // job output shown on a terminal is escaped (unless --raw-output)
+  bool m_blocks; // --no-stream
+  std::optional<bool> m_fold_option;
+  bool m_fold = false; // the summary folds hosts by the sameness of their results
+  bool m_terminal;     // stdout is a terminal
+  bool m_escape_out;   // job output shown on a terminal is escaped (unless --raw-output)
   bool m_escape_err;
   bool m_many = false;
   bool m_live = false;     // output is shown as it arrives
@@ -390,6 +443,8 @@ private:
   std::string m_pending[2];                   // an incomplete UTF-8 sequence held back
   bool m_ends_with_newline[2] = {true, true}; // the last byte shown on stdout, stderr
   std::vector<std::vector<std::string>> m_rows;
+  // Per job (and swept values), in the order their first run ended: each run's outcome.
+  std::vector<std::pair<std::string, std::vector<HostOutcome>>> m_outcomes;
 };
 
 } // namespace

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import socket
 import sys
@@ -15,11 +17,47 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ferry_harness import run_ferry, write_job  # noqa: E402
+from ferry_harness import ferry_bin, run_ferry, write_job  # noqa: E402
 from sshd_fixture import SshServer, _free_port  # noqa: E402
 
 HOSTS = 16
 SHELL = "bash"
+
+# A probe whose result differs on the host reached as the zsh user: what a fleet operator sees
+# when one GPU node has another driver.
+PROBE_JOB = '''
+import json, os, time
+time.sleep(0.3)
+odd = os.environ["USER"].endswith("zsh")
+with open(os.environ["FERRY_RESULT"], "w") as f:
+    json.dump({"driver": "535.154" if odd else "550.54", "gpus": 8}, f)
+'''
+
+
+def run_in_pty(args: list[str], env: dict, timeout: float = 60) -> tuple[int, str]:
+    """Runs ferry with stdout and stderr on one pseudo-terminal; everything it showed there."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(ferry_bin(), [ferry_bin(), *args], {**os.environ, **env})
+    shown = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), shown.decode(errors="replace")
+
+
+PROGRESS = re.compile(r"\r\x1b\[K|\d+/\d+ done, \d+ failed, \d+ running")
 
 
 class Fleet(unittest.TestCase):
@@ -141,7 +179,88 @@ class Fleet(unittest.TestCase):
             self.assertEqual(lines[:200], [f"{me} line {i:03}" for i in range(200)])
             self.assertRegex(lines[200], rf"^chatty @ {host}: ok in [0-9.]+ s$")
         self.assertEqual(len(hosts_seen), HOSTS)
-        self.assertIn("HOST", text.splitlines()[-HOSTS - 1])  # the summary table closes the output
+        # The summary closes the output, folded (more than 4 hosts): every run ok, without a result.
+        self.assertEqual(text.splitlines()[-2:], ["chatty on 16 hosts:", "  fleet-[01-16] (16 hosts): ok — -"])
+
+    def six_hosts(self) -> str:
+        """An ssh config naming fold-1..fold-6 on six of the fleet's servers; fold-4 logs in as
+        the zsh user, so its probe's result differs."""
+        path = os.path.join(self.tmp, "ssh_config_fold")
+        blocks = []
+        for i, srv in enumerate(self.servers[:6]):
+            user = srv.user("zsh" if i == 3 else SHELL)
+            blocks.append(f"Host fold-{i + 1}\n    HostName {srv.listen}\n    Port {srv.port}\n"
+                          f"    User {user}\n    IdentityFile {srv.client_key}\n"
+                          f"    UserKnownHostsFile {srv.known_hosts}\n")
+        with open(path, "w") as f:
+            f.write("\n".join(blocks))
+        return path
+
+    def test_summary_folds_hosts_by_their_result_and_names_what_differs(self):
+        config = self.six_hosts()
+        job = write_job(self.tmp, "probe", PROBE_JOB, result="required")
+        refused = [_free_port("127.0.0.1"), _free_port("127.0.0.1")]
+        hosts = ",".join([f"fold-{i}" for i in range(1, 7)] + [f"127.0.0.1:{p}" for p in refused])
+        args = ["run", job, "--host", hosts, "--connect-timeout", "5"]
+        res = run_ferry(*args, "--ssh-config", config, env=self.env, timeout=120)
+        self.assertEqual(res.code, 3, res)
+        text = res.stdout.decode()
+        summary = text[text.rindex("probe on 8 hosts:"):].splitlines()
+        self.assertEqual(summary[1], '  fold-[1-3,5-6] (5 hosts): ok — {"driver":"550.54","gpus":8}', text)
+        self.assertEqual(summary[2], '  fold-4: ok — driver "535.154" instead of "550.54"', text)
+        # Both refused hosts in one line, their error told once with the host-specific parts generic.
+        self.assertRegex(summary[3], r"^  127\.0\.0\.1:\[\d+(,|-)\d+\] \(2 hosts\): error — "
+                                     r"\{address\}: cannot connect to \{address\}: ", text)
+        self.assertEqual(len(summary), 4, text)
+        self.assertNotIn("HOST  JOB", text)
+        # --no-fold: one row per host; --json: the records as ever, nothing folded.
+        res = run_ferry(*args, "--no-fold", "--ssh-config", config, env=self.env, timeout=120)
+        self.assertEqual(res.code, 3, res)
+        self.assertIn("\nHOST ", res.stdout.decode(), "--no-fold: the table, one row per run")
+        rows = res.stdout.decode().split("\nHOST ")[1].splitlines()[1:]
+        self.assertEqual(sorted(r.split()[0] for r in rows),
+                         sorted([f"fold-{i}" for i in range(1, 7)] + [f"127.0.0.1:{p}" for p in refused]))
+        self.assertNotIn("hosts):", res.stdout.decode())
+        res = run_ferry(*args, "--json", "--ssh-config", config, env=self.env, timeout=120)
+        self.assertEqual(len(res.records), 8, res)
+        self.assertEqual(sum(r.get("result") == {"driver": "535.154", "gpus": 8} for r in res.records), 1)
+
+    def test_few_hosts_keep_a_row_each_unless_fold_is_asked(self):
+        config = self.six_hosts()
+        job = write_job(self.tmp, "probe4", PROBE_JOB, result="required")
+        args = ["run", job, "--host", "fold-1,fold-2,fold-3,fold-4", "--ssh-config", config]
+        res = run_ferry(*args, env=self.env, timeout=120)
+        self.assertEqual(res.code, 0, res)
+        self.assertIn("\nHOST ", res.stdout.decode())
+        res = run_ferry(*args, "--fold", env=self.env, timeout=120)
+        self.assertEqual(res.code, 0, res)
+        self.assertIn('  fold-4: ok — driver "535.154" instead of "550.54"\n', res.stdout.decode())
+
+    def test_progress_line_on_a_terminal_only(self):
+        config = self.six_hosts()
+        job = write_job(self.tmp, "probe_p", PROBE_JOB, result="required")
+        args = ["run", job, "--host", ",".join(f"fold-{i}" for i in range(1, 7)), "-j", "2",
+                "--ssh-config", config]
+        # Whole blocks on a terminal: the progress line is drawn and cleared in place on stderr.
+        env = {**self.env, "NO_COLOR": "1"}
+        code, shown = run_in_pty([*args, "--no-stream"], env)
+        self.assertEqual(code, 0, shown)
+        counts = re.findall(r"(\d+)/6 done, (\d+) failed, (\d+) running", shown)
+        self.assertTrue(counts, shown)
+        self.assertTrue(all(int(running) <= 2 and failed == "0" for _, failed, running in counts), counts)
+        self.assertIn("\r\x1b[K", shown)
+        # ... and cleared before anything else is written: every summary line starts a line.
+        self.assertRegex(shown, r"(^|\n)probe_p @ fold-1: ok")
+        self.assertNotRegex(shown, r"\d running(?!\r\x1b\[K)")
+        # Streaming (the default for up to 8 hosts on a terminal) and --json draw none.
+        for extra in ([], ["--json"]):
+            code, shown = run_in_pty([*args, *extra], env)
+            self.assertEqual(code, 0, shown)
+            self.assertIsNone(PROGRESS.search(shown), (extra, shown))
+        # Piped: none either.
+        res = run_ferry(*args, "--no-stream", env=self.env, timeout=120)
+        self.assertEqual(res.code, 0, res)
+        self.assertIsNone(PROGRESS.search(res.stdout.decode() + res.stderr.decode()), res)
 
 
 if __name__ == "__main__":

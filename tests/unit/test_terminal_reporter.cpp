@@ -74,9 +74,83 @@ TEST_CASE("a terminal streams a few hosts' lines as they come, each with its hos
   CHECK(while_running(true, k_stream_hosts) == "h1: loading\r\nh1: ready\r\n");
   // Too many hosts to follow, --no-stream, or not a terminal: the block comes when the run ends.
   CHECK(while_running(true, k_stream_hosts + 1).empty());
-  CHECK(while_running(true, 2, TerminalOptions{false, false, true}).empty());
+  CHECK(while_running(true, 2, TerminalOptions{false, false, true, {}}).empty());
   CHECK(while_running(false, 2).empty());
   // --stream asks for it anywhere; one host is always shown as it comes, unprefixed.
-  CHECK(while_running(false, 2, TerminalOptions{false, true, false}) == "h1: loading\nh1: ready\n");
+  CHECK(while_running(false, 2, TerminalOptions{false, true, false, {}}) ==
+        "h1: loading\nh1: ready\n");
   CHECK(while_running(false, 1) == "loading\nready\n");
+}
+
+namespace {
+
+// What stderr shows when a batch of `hosts` hosts reports progress, stderr being a terminal or
+// a pipe; stdout is a file (so output streams only when asked).
+std::string progress_shown(bool terminal, std::size_t hosts, TerminalOptions options = {})
+{
+  Screen screen(terminal);
+  std::FILE* out = std::tmpfile();
+  auto reporter = make_terminal_reporter(out, screen.out, options);
+  reporter->batch_started(BatchInfo{hosts, hosts, {}});
+  reporter->progress(FleetProgress{hosts, 1, 0, 2});
+  std::fflush(screen.out);
+  std::fclose(out);
+  return screen.shown();
+}
+
+RunRecord probe_finished(std::string host, nlohmann::json result)
+{
+  RunRecord record;
+  record.job = "probe";
+  record.host_label = std::move(host);
+  record.status = RunStatus::ok;
+  record.result = std::move(result);
+  return record;
+}
+
+// The summary after `hosts` runs, one of them with another result.
+std::string summary_after(std::size_t hosts, TerminalOptions options = {})
+{
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  auto reporter = make_terminal_reporter(out, err, options);
+  reporter->batch_started(BatchInfo{hosts, hosts, {}});
+  for (std::size_t i = 1; i <= hosts; ++i) {
+    auto record = probe_finished(fmt::format("gpu{}", i), {{"driver", i == 2 ? "535" : "550"}});
+    reporter->run_finished(record);
+  }
+  reporter->batch_finished();
+  std::rewind(out);
+  std::string text;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, out)) > 0;) {
+    text.append(buffer, n);
+  }
+  std::fclose(out);
+  std::fclose(err);
+  return text.substr(text.rfind("\n\n") + 2);
+}
+
+} // namespace
+
+TEST_CASE("the progress line is drawn on a terminal stderr while blocks are shown", "[report]")
+{
+  CHECK(progress_shown(true, 16) == "1/16 done, 0 failed, 2 running");
+  // Not piped, not while output streams, not for one host.
+  CHECK(progress_shown(false, 16).empty());
+  CHECK(progress_shown(true, 2, TerminalOptions{false, true, false, {}}).empty());
+  CHECK(progress_shown(true, 1).empty());
+}
+
+TEST_CASE("the summary folds hosts by result above the threshold", "[report][fold]")
+{
+  const std::string folded = "probe on 5 hosts:\n"
+                             "  gpu[1,3-5] (4 hosts): ok — {\"driver\":\"550\"}\n"
+                             "  gpu2: ok — driver \"535\" instead of \"550\"\n";
+  CHECK(summary_after(k_fold_hosts + 1) == folded);
+  CHECK(summary_after(k_fold_hosts).rfind("HOST", 0) == 0);
+  CHECK(summary_after(k_fold_hosts + 1, TerminalOptions{false, false, false, false})
+            .rfind("HOST", 0) == 0);
+  CHECK(summary_after(k_fold_hosts, TerminalOptions{false, false, false, true})
+            .rfind("probe on 4 hosts:\n", 0) == 0);
 }
