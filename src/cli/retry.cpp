@@ -12,6 +12,7 @@
 #include "ferry/job.hpp"
 #include "ferry/text.hpp"
 #include "ferry/util.hpp"
+#include "report/host_fold.hpp"
 
 namespace ferry::cli {
 
@@ -146,22 +147,18 @@ Expected<ExitCode> retry_failed(Context& ctx, const RetryRequest& request)
     return ExitCode::ok;
   }
   std::size_t count = 0;
-  std::vector<std::string> hosts; // the first few, for the note
+  std::vector<std::string> hosts;
   for (const auto& group : groups) {
     for (const auto& run : group.runs) {
-      if (++count <= 8) {
-        hosts.push_back(terminal_safe(run.host_label));
-      }
+      ++count;
+      hosts.push_back(run.host_label);
     }
-  }
-  if (count > hosts.size()) {
-    hosts.emplace_back("…");
   }
   const std::string retry = new_run_id();
   ctx.reporter().note(fmt::format("retrying {} run{} of invocation {} that did not end ok ({}); "
                                   "this invocation is {}",
-                                  count, count == 1 ? "" : "s", invocation, fmt::join(hosts, ", "),
-                                  retry));
+                                  count, count == 1 ? "" : "s", invocation,
+                                  terminal_safe(fold_hosts(hosts)), retry));
   ExitCode worst = ExitCode::ok;
   for (const auto& group : groups) {
     FERRY_TRY_ASSIGN(const ExitCode code, retry_group(ctx, request, group, retry));

@@ -314,7 +314,7 @@ bool runs_on_standby(const LauncherSpec& spec)
   return spec.env.empty();
 }
 
-bool runs_on_python_standby(const LauncherSpec& spec)
+bool runs_on_python_ahead(const LauncherSpec& spec)
 {
   return spec.interpreter == "python3" && runs_on_standby(spec);
 }

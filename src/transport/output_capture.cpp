@@ -186,7 +186,7 @@ ExecRequest launcher_request(const StagedRun& run, const LaunchRequest& request)
   exec.stop = request.stop;
   exec.on_output = request.on_output;
   exec.on_note = request.on_note;
-  exec.python_ahead = runs_on_python_standby(run.launcher);
+  exec.python_ahead = runs_on_python_ahead(run.launcher);
   return exec;
 }
 

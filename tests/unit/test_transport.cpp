@@ -97,7 +97,7 @@ TEST_CASE("the launcher's second line hands a job without declared environment t
         "# ferry-standby 2 2f722f66657272792d312d6162 6120620a2763 6a2e7079 53 45 "
         "3432 33 2e66657272792d74696d656f7574 313234 2e66657272792d6c61756e63686572 "
         "6c61756e63682e7368 38 38333838363038 30 6162 707974686f6e33");
-  CHECK(runs_on_python_standby(spec));
+  CHECK(runs_on_python_ahead(spec));
   spec.keep_run_dir = true;
   CHECK(second_line().ends_with(" 31 6162 707974686f6e33"));
   spec.env = {{"PYTHONPATH", "/x"}}; // could change how the interpreter starts
@@ -107,7 +107,7 @@ TEST_CASE("the launcher's second line hands a job without declared environment t
   spec.interpreter = "/usr/bin/python3";
   CHECK(second_line().ends_with(" 31 6162 2f7573722f62696e2f707974686f6e33"));
   CHECK(runs_on_standby(spec));
-  CHECK_FALSE(runs_on_python_standby(spec));
+  CHECK_FALSE(runs_on_python_ahead(spec));
   spec.interpreter = "sh";
   CHECK(second_line().ends_with(" 31 6162 7368"));
 }

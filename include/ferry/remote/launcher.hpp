@@ -121,7 +121,10 @@ struct StaleRunCheck {
 [[nodiscard]] bool runs_on_standby(const LauncherSpec& spec);
 // Whether that job is a python3 job, which becomes the interpreter a python standby started
 // ahead (interpreter `python3`).
-[[nodiscard]] bool runs_on_python_standby(const LauncherSpec& spec);
+[[nodiscard]] bool runs_on_python_ahead(const LauncherSpec& spec);
+// How the command line of a held session's python standby ends ("python3 -I -S ENTRY
+// ferry-standby", its words joined by spaces): a launcher's pid that now names it still runs.
+inline constexpr std::string_view k_ahead_process_tail = " ferry-standby";
 
 // A script of src/remote/ by file name ("launch.sh"), as embedded at build time.
 [[nodiscard]] std::string_view remote_script(std::string_view file_name);

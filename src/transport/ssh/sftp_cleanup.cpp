@@ -40,9 +40,9 @@ std::optional<std::string> SftpFiles::read_small(const std::string& path)
 }
 
 // Over SFTP, /proc tells whether the launcher still runs: its pid's command line names the run
-// directory, or ends in `ferry-standby` (a held session's python standby ran the launcher's work:
-// another run's standby that got the pid since only keeps the directory a while longer). A host
-// without /proc: the deadline alone decides.
+// directory, or ends as the process a held session keeps ahead to run jobs (k_ahead_process_tail:
+// it ran the launcher's work; another run's that got the pid since only keeps the directory a
+// while longer). A host without /proc: the deadline alone decides.
 bool SftpFiles::launcher_alive(const std::string& dir, const std::string& state)
 {
   const auto pid = state_file_pid(state);
@@ -50,13 +50,13 @@ bool SftpFiles::launcher_alive(const std::string& dir, const std::string& state)
     return false;
   }
   const auto cmdline = read_small(fmt::format("/proc/{}/cmdline", *pid));
-  static constexpr std::string_view standby_tail = " ferry-standby";
   std::string spaced = cmdline ? *cmdline : std::string();
   std::replace(spaced.begin(), spaced.end(), '\0', ' ');
   while (!spaced.empty() && spaced.back() == ' ') {
     spaced.pop_back();
   }
-  return cmdline && (cmdline->find(dir) != std::string::npos || spaced.ends_with(standby_tail));
+  return cmdline &&
+         (cmdline->find(dir) != std::string::npos || spaced.ends_with(k_ahead_process_tail));
 }
 
 // Once per session, right after this run's directory was made: the user's own run directories

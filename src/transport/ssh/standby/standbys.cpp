@@ -34,7 +34,7 @@ standby::Facts Standbys::facts() const
 void Standbys::first_run(const LauncherSpec& launcher)
 {
   if (!std::exchange(m_first_asked, true)) {
-    m_fan_out_python = standby::fans_out_python(runs_on_python_standby(launcher), m_plan);
+    m_fan_out_python = standby::fans_out_python(runs_on_python_ahead(launcher), m_plan);
   }
 }
 
