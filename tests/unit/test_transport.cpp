@@ -5,6 +5,7 @@
 #include "ferry/remote/shell_neutral.hpp"
 #include "ferry/text.hpp"
 #include "ferry/transport.hpp"
+#include "transport/exec_request.hpp" // OutputCapture
 
 using namespace ferry;
 
