@@ -200,6 +200,28 @@ Expected<void> parse_groups(UserConfig& config, const toml::node& node, const fs
   return {};
 }
 
+// `[hosts."PATTERN"]` sections, in the file's order.
+Expected<void> parse_hosts(UserConfig& config, const toml::table& hosts, const fs::path& file)
+{
+  for (const auto& [pattern, section] : hosts) {
+    const Where at{file, fmt::format("hosts.\"{}\"", terminal_safe(pattern.str()))};
+    FERRY_TRY_ASSIGN(auto host, parse_host(section, at));
+    config.hosts.emplace_back(std::string(pattern.str()), std::move(host));
+  }
+  // toml++ keeps a table sorted by key; the file's order decides which section wins.
+  std::vector<std::pair<std::size_t, std::size_t>> order;
+  for (const auto& [pattern, section] : hosts) {
+    order.emplace_back(section.source().begin.line, order.size());
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<std::pair<std::string, HostConfig>> sorted;
+  for (const auto& [line, index] : order) {
+    sorted.push_back(config.hosts[index]);
+  }
+  config.hosts = std::move(sorted);
+  return {};
+}
+
 Expected<UserConfig> parse_table(const toml::table& table, const fs::path& file)
 {
   UserConfig config;
@@ -219,22 +241,7 @@ Expected<UserConfig> parse_table(const toml::table& table, const fs::path& file)
                   "[slurm] and [archive] sections",
                   file.string(), value.source().begin.line, terminal_safe(key.str()));
     }
-    for (const auto& [pattern, section] : *hosts) {
-      const Where at{file, fmt::format("hosts.\"{}\"", terminal_safe(pattern.str()))};
-      FERRY_TRY_ASSIGN(auto host, parse_host(section, at));
-      config.hosts.emplace_back(std::string(pattern.str()), std::move(host));
-    }
-    // toml++ keeps a table sorted by key; the file's order decides which section wins.
-    std::vector<std::pair<std::size_t, std::size_t>> order;
-    for (const auto& [pattern, section] : *hosts) {
-      order.emplace_back(section.source().begin.line, order.size());
-    }
-    std::sort(order.begin(), order.end());
-    std::vector<std::pair<std::string, HostConfig>> sorted;
-    for (const auto& [line, index] : order) {
-      sorted.push_back(config.hosts[index]);
-    }
-    config.hosts = std::move(sorted);
+    FERRY_TRY(parse_hosts(config, *hosts, file));
   }
   return config;
 }
