@@ -1,7 +1,8 @@
 #pragma once
 // The user's config file, $XDG_CONFIG_HOME/ferry/config.toml (docs/config.md): per-host-pattern
-// interpreters, environment, run directory base and ssh defaults.
+// interpreters, environment, run directory base and ssh defaults, and host groups.
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,6 +34,8 @@ struct UserConfig {
   std::filesystem::path file; // empty when there was no file
   // `[hosts."PATTERN"]` sections in file order; PATTERN is a glob (fnmatch) on the host name.
   std::vector<std::pair<std::string, HostConfig>> hosts;
+  // `[groups]`: NAME = ["gpu[01-08]", "spare1", "@other"], named on the command line as @NAME.
+  std::map<std::string, std::vector<std::string>, std::less<>> groups;
 
   // Every matching section merged, the first in the file winning each setting (as in
   // ssh_config). `host` is the name the user gave ([user@]host[:port] or "local").

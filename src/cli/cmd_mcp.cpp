@@ -43,7 +43,7 @@ Expected<std::vector<PoolTarget>> server_targets(const TargetOptions& options,
   }
   HostTargets hosts_only = options;
   hosts_only.local = false;
-  FERRY_TRY_ASSIGN(const auto named, named_hosts(hosts_only));
+  FERRY_TRY_ASSIGN(const auto named, named_hosts(hosts_only, config));
   std::vector<PoolTarget> targets;
   for (const auto& host : each_host_once(named, note)) {
     if (host == mcp::k_all_targets || (host == "local" && options.local)) {

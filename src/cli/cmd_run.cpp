@@ -309,6 +309,7 @@ void add_run_command(CLI::App& app, Context& ctx)
   ferry run kv_calc -p model=qwen3.5-397b-a17b -p tp=8 -p kv_memory_gib=17.4
   ferry run gpu_probe host_facts --host gpu1 --host gpu2
   ferry run ./jobs/my_probe.py --hosts-file hosts.txt -j 16 --json
+  ferry run gpu_probe --host 'gpu[01-16]' --host @a100 -j 16
   ferry run gpu_probe --slurm login1 --partition gpu --gres gpu:8 --nodes 4)");
   on_chosen(*sub, ctx, [cmd, &ctx] { return run(ctx, *cmd); });
 }

@@ -316,9 +316,12 @@ void ssh_config_hosts(const fs::path& file, int depth, std::vector<std::string>&
   }
 }
 
-// Hosts from the hosts files on the line and the ssh config; `host1,ho` completes the last one.
+// Hosts from the hosts files on the line, the config file's @groups and the ssh config;
+// `host1,ho` completes the last one.
 void host_candidates(const Line& line, const std::string& text, Answer& answer)
 {
+  const auto loaded = load_user_config(default_user_config_path());
+  const UserConfig config = loaded ? *loaded : UserConfig{}; // its mistakes show when it runs
   std::vector<std::string> hosts;
   for (const auto& file : line.hosts_files) {
     if (file == "-") {
@@ -326,9 +329,12 @@ void host_candidates(const Line& line, const std::string& text, Answer& answer)
     }
     TargetOptions target;
     target.hosts_file = expand_home(file);
-    if (auto listed = target_hosts(target)) {
+    if (auto listed = target_hosts(target, config)) {
       hosts.insert(hosts.end(), listed->begin(), listed->end());
     }
+  }
+  for (const auto& [name, entries] : config.groups) {
+    hosts.push_back("@" + name);
   }
   if (!line.ssh_config.empty()) {
     ssh_config_hosts(expand_home(line.ssh_config), 0, hosts);

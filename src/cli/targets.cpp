@@ -6,9 +6,12 @@ void add_target_options(CLI::App& command, TargetOptions& target)
 {
   command
       .add_option("--host", target.hosts,
-                  "[user@]host[:port] or an ~/.ssh/config alias (repeatable, comma-separated)")
+                  "[user@]host[:port], an ~/.ssh/config alias, a hostlist (gpu[01-16]) or "
+                  "@group from the config file (repeatable, comma-separated)")
       ->group("Target");
-  command.add_option("--hosts-file", target.hosts_file, "a file with one host a line (# comments)")
+  command
+      .add_option("--hosts-file", target.hosts_file,
+                  "a file with hosts, hostlists or @groups, one a line (# comments)")
       ->group("Target");
   command.add_flag("--local", target.local, "run on this machine (the default with no host)")
       ->group("Target");
@@ -47,9 +50,10 @@ void add_target_options(CLI::App& command, TargetOptions& target)
   add_slurm_options(command, target.slurm);
 }
 
-Expected<std::vector<std::string>> target_hosts(const TargetOptions& target)
+Expected<std::vector<std::string>> target_hosts(const TargetOptions& target,
+                                                const UserConfig& config)
 {
-  FERRY_TRY_ASSIGN(auto hosts, named_hosts(target));
+  FERRY_TRY_ASSIGN(auto hosts, named_hosts(target, config));
   FERRY_TRY(check_slurm_combination(target, !hosts.empty()));
   return hosts;
 }
@@ -64,8 +68,8 @@ SshTarget ssh_target_for(Context& ctx, const TargetOptions& target, const std::s
 Expected<std::vector<std::unique_ptr<HostSession>>>
 make_sessions(Context& ctx, const TargetOptions& target, std::span<const Job> jobs)
 {
-  FERRY_TRY(target_hosts(target));
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config()); // a mistake stops it here
+  FERRY_TRY(target_hosts(target, *config));
   if (!target.slurm.login.empty()) {
     return make_slurm_target_sessions(ctx, target, jobs);
   }

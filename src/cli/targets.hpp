@@ -11,8 +11,9 @@
 namespace ferry::cli {
 
 // The hosts the TARGET options name (`--host`, `--hosts-file`, `--local`; none means local),
-// checked before anything is contacted.
-[[nodiscard]] Expected<std::vector<std::string>> target_hosts(const TargetOptions& target);
+// hostlists and `config`'s @groups expanded, checked before anything is contacted.
+[[nodiscard]] Expected<std::vector<std::string>> target_hosts(const TargetOptions& target,
+                                                              const UserConfig& config);
 
 // One unconnected session per host (a host named twice gets one, with a note); with -v each SSH
 // session tells its connection's story on stderr. For --slurm, one per node (`jobs`' [slurm]

@@ -3,6 +3,7 @@
 #include "ferry/user_config.hpp"
 
 #include <algorithm>
+#include <cctype>
 
 #include <fnmatch.h>
 #include <toml++/toml.h>
@@ -159,6 +160,68 @@ Expected<HostConfig> parse_host(const toml::node& node, const Where& at)
   return host;
 }
 
+// A group's name is what follows '@' on the command line: no spaces, commas or brackets.
+bool is_group_name(std::string_view name)
+{
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.';
+  });
+}
+
+// `[groups]`: each NAME = ["host", "gpu[01-08]", "@other", ...]; the entries are expanded when a
+// command names the group, so a mistake in one group stops only the commands that use it.
+Expected<void> parse_groups(UserConfig& config, const toml::node& node, const fs::path& file)
+{
+  const Where at{file, "groups"};
+  const auto* table = node.as_table();
+  if (table == nullptr) {
+    return fail(ErrorKind::usage,
+                "{}:{}: groups: must be a table: [groups] a100 = [\"gpu[01-08]\", \"spare1\"]",
+                file.string(), node.source().begin.line);
+  }
+  for (const auto& [name, value] : *table) {
+    if (!is_group_name(name.str())) {
+      return at.refuse(value, name.str(), "a group name is made of [A-Za-z0-9_.-]");
+    }
+    const auto* entries = value.as_array();
+    if (entries == nullptr || entries->empty()) {
+      return at.refuse(value, name.str(), "must be a list of hosts: [\"gpu[01-08]\", \"spare1\"]");
+    }
+    std::vector<std::string> hosts;
+    for (const auto& entry : *entries) {
+      FERRY_TRY_ASSIGN(auto host, string_value(entry, name.str(), at));
+      if (trim(host).empty()) {
+        return at.refuse(entry, name.str(), "names an empty host");
+      }
+      hosts.push_back(std::move(host));
+    }
+    config.groups.emplace(std::string(name.str()), std::move(hosts));
+  }
+  return {};
+}
+
+// `[hosts."PATTERN"]` sections, in the file's order.
+Expected<void> parse_hosts(UserConfig& config, const toml::table& hosts, const fs::path& file)
+{
+  for (const auto& [pattern, section] : hosts) {
+    const Where at{file, fmt::format("hosts.\"{}\"", terminal_safe(pattern.str()))};
+    FERRY_TRY_ASSIGN(auto host, parse_host(section, at));
+    config.hosts.emplace_back(std::string(pattern.str()), std::move(host));
+  }
+  // toml++ keeps a table sorted by key; the file's order decides which section wins.
+  std::vector<std::pair<std::size_t, std::size_t>> order;
+  for (const auto& [pattern, section] : hosts) {
+    order.emplace_back(section.source().begin.line, order.size());
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<std::pair<std::string, HostConfig>> sorted;
+  for (const auto& [line, index] : order) {
+    sorted.push_back(config.hosts[index]);
+  }
+  config.hosts = std::move(sorted);
+  return {};
+}
+
 Expected<UserConfig> parse_table(const toml::table& table, const fs::path& file)
 {
   UserConfig config;
@@ -167,29 +230,18 @@ Expected<UserConfig> parse_table(const toml::table& table, const fs::path& file)
     if ((key.str() == "archive" || key.str() == "slurm") && value.is_table()) {
       continue; // read and checked by their own readers (docs/archive.md, docs/slurm.md)
     }
+    if (key.str() == "groups") {
+      FERRY_TRY(parse_groups(config, value, file));
+      continue;
+    }
     const auto* hosts = value.as_table();
     if (key.str() != "hosts" || hosts == nullptr) {
       return fail(ErrorKind::usage,
-                  "{}:{}: {}: unknown key; the file holds [hosts.\"PATTERN\"], [slurm] and "
-                  "[archive] sections",
+                  "{}:{}: {}: unknown key; the file holds [hosts.\"PATTERN\"], [groups], "
+                  "[slurm] and [archive] sections",
                   file.string(), value.source().begin.line, terminal_safe(key.str()));
     }
-    for (const auto& [pattern, section] : *hosts) {
-      const Where at{file, fmt::format("hosts.\"{}\"", terminal_safe(pattern.str()))};
-      FERRY_TRY_ASSIGN(auto host, parse_host(section, at));
-      config.hosts.emplace_back(std::string(pattern.str()), std::move(host));
-    }
-    // toml++ keeps a table sorted by key; the file's order decides which section wins.
-    std::vector<std::pair<std::size_t, std::size_t>> order;
-    for (const auto& [pattern, section] : *hosts) {
-      order.emplace_back(section.source().begin.line, order.size());
-    }
-    std::sort(order.begin(), order.end());
-    std::vector<std::pair<std::string, HostConfig>> sorted;
-    for (const auto& [line, index] : order) {
-      sorted.push_back(config.hosts[index]);
-    }
-    config.hosts = std::move(sorted);
+    FERRY_TRY(parse_hosts(config, *hosts, file));
   }
   return config;
 }

@@ -24,9 +24,9 @@
 #   the shell never reads that far as commands; `tail -c` copies them out.
 # - The job's environment is built here and given to it through `env -i`: PATH, HOME, USER,
 #   LANG, TERM and the LC_ categories when the login environment has them, the FERRY_*
-#   variables, then the declared ones (which win); under Slurm also SLURM_* and the GPU
-#   variables the scheduler set. Nothing else is inherited, so a local run and a remote one
-#   see the same set. Values never pass through eval: only names do, and those are checked.
+#   variables, then the declared ones (which win); under Slurm also SLURM_*, SLURMD_* (the
+#   node's name, SLURMD_NODENAME) and the GPU variables the scheduler set. Nothing else is
+#   inherited, so a local run and a remote one see the same set. Values never pass through eval: only names do, and those are checked.
 # - The second line: for a job with no declared environment, `# ferry-standby 2` and this
 #   launcher's fields in hex (the interpreter last), for a python standby
 #   (src/remote/standby.py), which runs such a job as this file would, starting no process but
@@ -78,11 +78,11 @@ if [ -n @job_sha256@ ] && [ -L "$FERRY_RUN_DIR"/@job_file@ ]; then
   fi
 fi
 set --
-# Under Slurm the allocation is part of the job's world: its SLURM_* variables and the GPUs
-# the scheduler gave it.
+# Under Slurm the allocation is part of the job's world: the variables slurmd gives a job
+# (SLURM_*, and SLURMD_NODENAME: the node it runs on) and the GPUs the scheduler gave it.
 scheduled=
 if [ -n "${SLURM_JOB_ID:-}" ]; then
-  scheduled="$(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p') CUDA_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES GPU_DEVICE_ORDINAL"
+  scheduled="$(env | sed -n 's/^\(SLURMD\{0,1\}_[A-Za-z0-9_]*\)=.*/\1/p') CUDA_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES GPU_DEVICE_ORDINAL"
 fi
 # The locale categories are named rather than listed from `env`: no process is started.
 for name in PATH HOME USER LANG TERM LC_ALL LC_CTYPE LC_NUMERIC LC_TIME LC_COLLATE LC_MONETARY \

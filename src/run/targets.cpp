@@ -5,11 +5,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <unordered_map>
 
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include "ferry/held.hpp"
 #include "ferry/host_spec.hpp"
+#include "ferry/hostlist.hpp"
 #include "ferry/text.hpp"
 #include "ferry/util.hpp"
 
@@ -17,36 +20,95 @@ namespace ferry {
 
 namespace {
 
-// The hosts of a comma-separated list. An empty one (`--host ""` from an unset variable, "a,,b")
-// is refused: taking it for "no host" would run the job on this machine instead.
-Expected<void> add_hosts(std::vector<std::string>& hosts, const std::string& list,
-                         const std::string& where)
-{
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const auto comma = std::min(list.find(',', start), list.size());
-    std::string host(trim(std::string_view(list).substr(start, comma - start)));
-    if (host.empty()) {
-      return fail(ErrorKind::usage,
-                  "{} names an empty host ('{}'); give a host name, or --local to run here", where,
-                  terminal_safe(list));
+// The hosts a command names, each entry of --host, --hosts-file and the groups expanded in turn.
+class HostExpander {
+public:
+  explicit HostExpander(const UserConfig& config) : m_config(config) {}
+
+  // A comma-separated list of hostlists and @groups. An empty entry (`--host ""` from an unset
+  // variable, "a,,b") is refused: taking it for "no host" would run the job on this machine.
+  Expected<void> add_list(const std::string& list, const std::string& where)
+  {
+    for (const auto& entry : split_hostlist(list)) {
+      if (entry.empty()) {
+        return fail(ErrorKind::usage,
+                    "{} names an empty host ('{}'); give a host name, or --local to run here",
+                    where, terminal_safe(list));
+      }
+      if (entry.front() == '@') {
+        FERRY_TRY(add_group(entry.substr(1), where));
+        continue;
+      }
+      auto expanded = expand_hostlist(entry);
+      if (!expanded) {
+        return fail(ErrorKind::usage, "{}: {}", where, expanded.error().message);
+      }
+      if (expanded->size() > k_max_hostlist_hosts - m_hosts.size()) {
+        return fail(ErrorKind::usage, "{}: more than {} hosts in all (at '{}'); name fewer", where,
+                    k_max_hostlist_hosts, terminal_safe(entry));
+      }
+      m_hosts.insert(m_hosts.end(), expanded->begin(), expanded->end());
     }
-    hosts.push_back(std::move(host));
-    start = comma + 1;
+    return {};
   }
-  return {};
-}
+
+  std::vector<std::string>& hosts() { return m_hosts; }
+
+private:
+  Expected<void> add_group(const std::string& name, const std::string& where)
+  {
+    const auto group = m_config.groups.find(name);
+    if (group == m_config.groups.end()) {
+      return fail(ErrorKind::usage, "{}: no group @{}; {}", where, terminal_safe(name),
+                  groups_are_defined());
+    }
+    if (const auto open = std::find(m_open.begin(), m_open.end(), name); open != m_open.end()) {
+      std::vector<std::string> chain(open, m_open.end());
+      chain.push_back(name);
+      return fail(ErrorKind::usage, "group @{} names itself (@{}) in {}", terminal_safe(name),
+                  terminal_safe(fmt::format("{}", fmt::join(chain, " -> @"))), config_file());
+    }
+    m_open.push_back(name);
+    const std::string inside = fmt::format("group @{} in {}", terminal_safe(name), config_file());
+    for (const auto& entry : group->second) {
+      FERRY_TRY(add_list(entry, inside));
+    }
+    m_open.pop_back();
+    return {};
+  }
+
+  std::string config_file() const
+  {
+    return (m_config.file.empty() ? default_user_config_path() : m_config.file).string();
+  }
+
+  std::string groups_are_defined() const
+  {
+    std::vector<std::string> known;
+    for (const auto& [name, hosts] : m_config.groups) {
+      known.push_back("@" + terminal_safe(name));
+    }
+    return fmt::format("groups are defined in the [groups] table of {} ({})", config_file(),
+                       known.empty() ? std::string("it defines none")
+                                     : fmt::format("known: {}", fmt::join(known, ", ")));
+  }
+
+  const UserConfig& m_config;
+  std::vector<std::string> m_hosts;
+  std::vector<std::string> m_open; // the groups being expanded, outermost first
+};
 
 // A host takes a line of a few dozen bytes: a bigger file is not a hosts file.
 constexpr SmallFile k_hosts_file{"--hosts-file", std::uint64_t{8} << 20};
 
 // `--hosts-file PATH`, or `-`: standard input, read to its end.
-Expected<void> add_hosts_file(std::vector<std::string>& hosts, const std::string& path)
+Expected<void> add_hosts_file(HostExpander& hosts, const std::string& path)
 {
   const bool from_stdin = path == "-";
   const std::string name = from_stdin ? "- (standard input)" : path;
   FERRY_TRY_ASSIGN(const auto text, from_stdin ? read_small_fd(STDIN_FILENO, name, k_hosts_file)
                                                : read_small_file(path, k_hosts_file));
+  const std::size_t before = hosts.hosts().size();
   std::istringstream in(text);
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -54,10 +116,10 @@ Expected<void> add_hosts_file(std::vector<std::string>& hosts, const std::string
       line.resize(hash);
     }
     if (!trim(line).empty()) { // a blank or comment line names no host, which is fine
-      FERRY_TRY(add_hosts(hosts, line, fmt::format("{} line {}", name, number)));
+      FERRY_TRY(hosts.add_list(line, fmt::format("{} line {}", name, number)));
     }
   }
-  if (hosts.empty()) {
+  if (hosts.hosts().size() == before) {
     return fail(ErrorKind::usage, "the hosts file {} names no host", name);
   }
   return {};
@@ -116,15 +178,16 @@ Expected<std::optional<int>> persist_from_environment()
 
 } // namespace
 
-Expected<std::vector<std::string>> named_hosts(const HostTargets& target)
+Expected<std::vector<std::string>> named_hosts(const HostTargets& target, const UserConfig& config)
 {
-  std::vector<std::string> hosts;
+  HostExpander expander(config);
   for (const auto& item : target.hosts) {
-    FERRY_TRY(add_hosts(hosts, item, "--host"));
+    FERRY_TRY(expander.add_list(item, "--host"));
   }
   if (!target.hosts_file.empty()) {
-    FERRY_TRY(add_hosts_file(hosts, target.hosts_file));
+    FERRY_TRY(add_hosts_file(expander, target.hosts_file));
   }
+  auto hosts = std::move(expander.hosts());
   for (const auto& host : hosts) {
     FERRY_TRY(parse_host_spec(host));
   }
@@ -138,17 +201,33 @@ std::vector<std::string> each_host_once(const std::vector<std::string>& hosts, c
 {
   std::vector<std::string> once;
   std::vector<std::string> repeated;
+  std::unordered_map<std::string_view, bool> seen; // host -> named again; a fleet is 100k hosts
   for (const auto& host : hosts) {
-    if (std::find(once.begin(), once.end(), host) == once.end()) {
+    const auto [at, first] = seen.try_emplace(host, false);
+    if (first) {
       once.push_back(host);
-    } else if (std::find(repeated.begin(), repeated.end(), host) == repeated.end()) {
+    } else if (!at->second) {
+      at->second = true;
       repeated.push_back(host);
     }
   }
-  for (const auto& host : repeated) {
-    if (note) {
+  if (!note || repeated.empty()) {
+    return once;
+  }
+  // A few repeats get a line each; many (two overlapping hostlists) get one line.
+  constexpr std::size_t k_lines = 5;
+  if (repeated.size() <= k_lines) {
+    for (const auto& host : repeated) {
       note(fmt::format("{} is named more than once; it runs once", terminal_safe(host)));
     }
+  } else {
+    const std::size_t count = repeated.size();
+    repeated.resize(k_lines);
+    for (auto& host : repeated) {
+      host = terminal_safe(host);
+    }
+    note(fmt::format("{} hosts are named more than once ({}, ...); each runs once", count,
+                     fmt::join(repeated, ", ")));
   }
   return once;
 }
@@ -202,7 +281,7 @@ Expected<std::vector<std::unique_ptr<HostSession>>> make_host_sessions(const Hos
                                                                        bool verbose,
                                                                        const NoteLine& note)
 {
-  FERRY_TRY_ASSIGN(const auto named, named_hosts(target));
+  FERRY_TRY_ASSIGN(const auto named, named_hosts(target, config));
   std::vector<std::unique_ptr<HostSession>> sessions;
   if (named.empty()) {
     sessions.push_back(make_local_session(LocalTarget{}));

@@ -33,9 +33,12 @@ struct HostTargets {
 // A line for the user ("gpu1 is named more than once; it runs once").
 using NoteLine = std::function<void(std::string_view)>;
 
-// The hosts `--host` and `--hosts-file` name, in order, repeats kept; checked before anything
-// is contacted (an empty entry, a bad spec, --local next to hosts: ErrorKind::usage).
-[[nodiscard]] Expected<std::vector<std::string>> named_hosts(const HostTargets& target);
+// The hosts `--host` and `--hosts-file` name, in order, repeats kept, each hostlist
+// ("gpu[01-16]") and @group (`config`'s [groups]) expanded; checked before anything is
+// contacted (an empty entry, a bad range or spec, an unknown group, more than
+// k_max_hostlist_hosts, --local next to hosts: ErrorKind::usage).
+[[nodiscard]] Expected<std::vector<std::string>> named_hosts(const HostTargets& target,
+                                                             const UserConfig& config);
 
 // Each host once, in the order first named; `note` hears of the repeats.
 [[nodiscard]] std::vector<std::string> each_host_once(const std::vector<std::string>& hosts,

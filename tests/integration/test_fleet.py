@@ -262,6 +262,32 @@ class Fleet(unittest.TestCase):
         self.assertEqual(res.code, 0, res)
         self.assertIsNone(PROGRESS.search(res.stdout.decode() + res.stderr.decode()), res)
 
+    def test_a_hostlist_and_a_group_run_on_the_expanded_hosts(self):
+        # Issue 43 item 3: the names come from the test's ssh config only, never a resolver.
+        xdg = tempfile.mkdtemp(dir=self.tmp)
+        os.makedirs(os.path.join(xdg, "ferry"))
+        with open(os.path.join(xdg, "ferry", "config.toml"), "w") as f:
+            f.write('[groups]\npair = ["fleet-[04-05]", "fleet-02"]\n')
+        env = {**self.env, "XDG_CONFIG_HOME": xdg}
+        res = run_ferry("run", "host_facts", "--ssh-config", self.config, "--host", "fleet-[01-03]",
+                        "--host", "@pair", "--json", env=env, timeout=60)
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(sorted(r["target"]["host"] for r in res.records),
+                         ["fleet-01", "fleet-02", "fleet-03", "fleet-04", "fleet-05"])
+        self.assertEqual({r["status"] for r in res.records}, {"ok"})
+        self.assertIn("fleet-02 is named more than once; it runs once", res.stderr.decode())
+        # A bad range or an unknown group: exit 2 before any host is contacted.
+        before = [srv.count_accepted() for srv in self.servers]
+        for spec, message in [("fleet-[05-01]", "bad host range 'fleet-[05-01]': '05-01' runs backwards"),
+                              ("fleet-[a-b]", "bad host range 'fleet-[a-b]': 'a' is not a number"),
+                              ("fleet-[01-03", "bad host range 'fleet-[01-03': a '[' is not closed"),
+                              ("fleet-01,@gone", "no group @gone; groups are defined in the [groups] "
+                                                 f"table of {xdg}/ferry/config.toml (known: @pair)")]:
+            res = run_ferry("run", "host_facts", "--ssh-config", self.config, "--host", spec, env=env)
+            self.assertEqual(res.code, 2, res)
+            self.assertIn(message, res.stderr.decode())
+        self.assertEqual([srv.count_accepted() for srv in self.servers], before, "a host was contacted")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -26,7 +26,7 @@ TIMEOUT_MIN_S, TIMEOUT_MAX_S = 55, 110
 NODE_JOB = """
 # Which node ran this, and a failure on n2 when asked.
 node=$(hostname)
-printf '{"node": "%s", "slurm_job": "%s", "cvd": "%s"}\\n' "$node" "$SLURM_JOB_ID" "$CUDA_VISIBLE_DEVICES" >"$FERRY_RESULT"
+printf '{"node": "%s", "slurm_job": "%s", "cvd": "%s", "slurmd_node": "%s"}\\n' "$node" "$SLURM_JOB_ID" "$CUDA_VISIBLE_DEVICES" "${SLURMD_NODENAME-unset}" >"$FERRY_RESULT"
 echo "hello from $node"
 if [ "$node" = "n2" ] && grep -q true "$FERRY_PARAMS"; then exit 3; fi
 """
@@ -166,6 +166,8 @@ class SlurmTarget(unittest.TestCase):
         self.assertIn(node, NODES)
         self.assertEqual(rec["result"]["slurm_job"], self.job_id(rec))
         self.assertEqual(rec["result"]["cvd"], "0,1,2,3,4,5,6,7")
+        # Issue 43 item 6: the job sees the variables slurmd gives it, SLURMD_NODENAME among them.
+        self.assertEqual(rec["result"]["slurmd_node"], node, rec["result"])
         self.assertEqual((slurm["node"], slurm["nodes"], slurm["state"], slurm["exit_code"]),
                          (node, node, "COMPLETED", 0), slurm)
         self.assertEqual(slurm["login"], self.srv.alias("bash"))

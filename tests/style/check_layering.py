@@ -25,7 +25,7 @@ LAYER = {"util": 0, "remote": 1, "report": 1, "job": 2, "transport": 3, "run": 4
          "mcp": 5, "cli": 6, "main": 7}
 LAYER_OF_HEADER = {
     "expected.hpp": "util", "exit_code.hpp": "util", "fd.hpp": "util", "text.hpp": "util",
-    "util.hpp": "util", "suggest.hpp": "util", "version.hpp": "util", "host_spec.hpp": "util",
+    "util.hpp": "util", "suggest.hpp": "util", "version.hpp": "util", "host_spec.hpp": "util", "hostlist.hpp": "util",
     "json_diff.hpp": "util", "dir_entry.hpp": "util", "output_stream.hpp": "util",
     "remote/launcher.hpp": "remote", "remote/shell_neutral.hpp": "remote",
     "run_record.hpp": "report", "reporter.hpp": "report", "run_observer.hpp": "report",

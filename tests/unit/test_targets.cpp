@@ -17,7 +17,7 @@ namespace {
 
 std::string refusal(const TargetOptions& target)
 {
-  auto hosts = target_hosts(target);
+  auto hosts = target_hosts(target, UserConfig{});
   REQUIRE_FALSE(hosts);
   CHECK(hosts.error().kind == ErrorKind::usage);
   return hosts.error().message;
@@ -35,7 +35,7 @@ TEST_CASE("an empty or blank host is refused, whatever its form", "[targets]")
   }
   TargetOptions fine;
   fine.hosts = {" gpu1 , gpu2", "gpu1"};
-  const auto hosts = target_hosts(fine);
+  const auto hosts = target_hosts(fine, UserConfig{});
   REQUIRE(hosts);
   CHECK(*hosts == std::vector<std::string>{"gpu1", "gpu2", "gpu1"}); // repeats go at make_sessions
 }
@@ -49,7 +49,7 @@ TEST_CASE("a hosts file: blank and comment lines are fine, an empty entry is not
   TargetOptions target;
   target.hosts_file = path;
   std::ofstream(path) << "# fleet\n\ngpu1\n  gpu2, gpu3  # two\n   \n";
-  const auto hosts = target_hosts(target);
+  const auto hosts = target_hosts(target, UserConfig{});
   REQUIRE(hosts);
   CHECK(*hosts == std::vector<std::string>{"gpu1", "gpu2", "gpu3"});
   std::ofstream(path) << "gpu1\ngpu2,,gpu3\n";
@@ -73,7 +73,7 @@ TEST_CASE("hosts file: - is standard input, a missing file says why, no FIFO, de
   ::close(fds[0]);
   TargetOptions target;
   target.hosts_file = "-";
-  const auto hosts = target_hosts(target);
+  const auto hosts = target_hosts(target, UserConfig{});
   ::dup2(saved, STDIN_FILENO);
   ::close(saved);
   REQUIRE(hosts);
