@@ -196,6 +196,24 @@ Json to_json(const RunRecord& r, bool with_streams)
   return j;
 }
 
+namespace {
+
+// KEY's value when it is there as a T (an integer for int, a string for std::string).
+template <typename T> std::optional<T> optional_of(const Json& j, const char* key)
+{
+  const auto it = j.find(key);
+  if (it == j.end()) {
+    return std::nullopt;
+  }
+  if constexpr (std::is_same_v<T, int>) {
+    return it->is_number_integer() ? std::optional<T>(it->get<int>()) : std::nullopt;
+  } else {
+    return it->is_string() ? std::optional<T>(it->get<std::string>()) : std::nullopt;
+  }
+}
+
+} // namespace
+
 Expected<RunRecord> run_record_from_json(const Json& j)
 {
   if (!j.is_object()) {
@@ -214,12 +232,8 @@ Expected<RunRecord> run_record_from_json(const Json& j)
                   j.at("status").get<std::string>());
     }
     r.status = *status;
-    if (j.contains("exit_code") && j["exit_code"].is_number_integer()) {
-      r.exit_code = j["exit_code"].get<int>();
-    }
-    if (j.contains("error") && j["error"].is_string()) {
-      r.error = j["error"].get<std::string>();
-    }
+    r.exit_code = optional_of<int>(j, "exit_code");
+    r.error = optional_of<std::string>(j, "error");
     r.result = j.value("result", Json());
     r.stdout_text = j.value("stdout", "");
     r.stderr_text = j.value("stderr", "");
@@ -231,12 +245,8 @@ Expected<RunRecord> run_record_from_json(const Json& j)
       r.timings = {t->value("connect", 0.0), t->value("upload", 0.0), t->value("exec", 0.0),
                    t->value("fetch", 0.0)};
     }
-    if (j.contains("invocation") && j["invocation"].is_string()) {
-      r.invocation = j["invocation"].get<std::string>();
-    }
-    if (j.contains("replay_of") && j["replay_of"].is_string()) {
-      r.replay_of = j["replay_of"].get<std::string>();
-    }
+    r.invocation = optional_of<std::string>(j, "invocation");
+    r.replay_of = optional_of<std::string>(j, "replay_of");
     r.ferry_version = j.value("ferry_version", "");
     r.warnings = j.value("warnings", Json::array());
     r.files = j.value("files", Json::array());
