@@ -270,7 +270,7 @@ Expected<LogQuery> log_query(const LogFilter& filter, std::string_view columns)
     which += " AND started_at >= ?4";
   }
   if (filter.invocation) {
-    which += " AND invocation = ?6";
+    which += " AND run_id IN (SELECT run_id FROM run_invocations WHERE invocation = ?6)";
   }
   which += " ORDER BY started_at DESC, rowid DESC";
   if (filter.limit > 0) {

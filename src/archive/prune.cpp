@@ -105,8 +105,8 @@ SqliteResult<std::map<std::string, BlobRole>> scripts_of(Database& db,
   return roles;
 }
 
-// The file rows of runs that are gone (those just removed, and any an older ferry's prune
-// left), their blobs' roles added to ROLES first.
+// The file rows and invocation rows of runs that are gone (those just removed, and any an older
+// ferry's prune left), the file rows' blobs' roles added to ROLES first.
 SqliteResult<> remove_file_rows(Database& db, std::map<std::string, BlobRole>& roles)
 {
   constexpr std::string_view gone = "run_id NOT IN (SELECT run_id FROM runs)";
@@ -121,7 +121,8 @@ SqliteResult<> remove_file_rows(Database& db, std::map<std::string, BlobRole>& r
     roles.try_emplace(stmt.column_bytes(1),
                       stmt.column_view(0) == "file" ? BlobRole::file : BlobRole::output);
   }
-  return db.exec(fmt::format("DELETE FROM run_files WHERE {}", gone));
+  FERRY_TRY(db.exec(fmt::format("DELETE FROM run_files WHERE {}", gone)));
+  return db.exec(fmt::format("DELETE FROM run_invocations WHERE {}", gone));
 }
 
 void count_removed(PruneOutcome& outcome, BlobRole role)

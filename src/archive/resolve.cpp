@@ -153,11 +153,11 @@ Expected<std::string> resolve_invocation(Database& db, const fs::path& path, std
   }
   const bool last = ref == "last";
   // Ids are digits, letters and '-': every one with the prefix sorts before prefix + '~'.
-  auto stmt = db.prepare(last ? "SELECT invocation FROM runs WHERE invocation IS NOT NULL ORDER BY "
-                                "started_at DESC, rowid DESC LIMIT 1"
-                              : "SELECT DISTINCT invocation FROM runs WHERE invocation >= ?1 AND "
-                                "invocation < ?1 || '~' ORDER BY invocation LIMIT 11");
-  if (!stmt && stmt.error().message.find("no such column") != std::string::npos) {
+  auto stmt = db.prepare(last ? "SELECT i.invocation FROM run_invocations i JOIN runs r "
+                                "USING (run_id) ORDER BY r.started_at DESC, r.rowid DESC LIMIT 1"
+                              : "SELECT DISTINCT invocation FROM run_invocations WHERE invocation "
+                                ">= ?1 AND invocation < ?1 || '~' ORDER BY invocation LIMIT 11");
+  if (!stmt && stmt.error().message.find("no such table") != std::string::npos) {
     return fail(ErrorKind::usage,
                 "invocation '{}': the runs in archive {} were recorded before ferry kept their "
                 "invocation; runs from now on carry one",

@@ -115,10 +115,15 @@ CREATE TABLE run_files (
 )sql";
 
 // Version 4: the invocation a run belongs to (every run of one `ferry run` shares its id), for
-// `log --invocation` and `run --retry-failed`. NULL for runs recorded before.
+// `log --invocation` and `run --retry-failed`. A table of its own, not a column of `runs`: a
+// column added there comes after the BLOBs, and a value after a zeroblob makes SQLite build the
+// whole row in memory (the 16 MiB streams), where now it writes them in place.
 constexpr std::string_view v4 = R"sql(
-ALTER TABLE runs ADD COLUMN invocation TEXT;
-CREATE INDEX runs_by_invocation ON runs(invocation, started_at) WHERE invocation IS NOT NULL;
+CREATE TABLE run_invocations (
+  run_id     TEXT PRIMARY KEY NOT NULL,
+  invocation TEXT NOT NULL
+);
+CREATE INDEX run_invocations_by_invocation ON run_invocations(invocation);
 )sql";
 
 // Append new versions here; never edit a step that has shipped.

@@ -141,7 +141,9 @@ Moved copy_in(Database& db, const fs::path& file)
                              "INSERT INTO runs({0}) SELECT {0} FROM spool.runs WHERE true "
                              "ON CONFLICT(run_id) DO NOTHING; "
                              "INSERT INTO run_files SELECT * FROM spool.run_files WHERE true "
-                             "ON CONFLICT DO NOTHING; COMMIT",
+                             "ON CONFLICT DO NOTHING; "
+                             "INSERT INTO run_invocations SELECT * FROM spool.run_invocations "
+                             "WHERE true ON CONFLICT DO NOTHING; COMMIT",
                              run_columns))) {
     moved = Moved::yes;
   } else {

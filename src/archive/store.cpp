@@ -183,7 +183,7 @@ SqliteResult<std::int64_t> insert_row(Database& db, const RunRecord& run,
   FERRY_TRY_ASSIGN(auto stmt,
                    db.prepare(fmt::format("INSERT INTO runs({}) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, "
                                           "?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
-                                          "?19, ?20, ?21, ?22)",
+                                          "?19, ?20, ?21)",
                                           run_columns)));
   stmt.bind(1, run.run_id)
       .bind(2, run.job)
@@ -198,7 +198,6 @@ SqliteResult<std::int64_t> insert_row(Database& db, const RunRecord& run,
       .bind(11, run.started_at)
       .bind(12, run.duration_s)
       .bind_optional(13, run.replay_of)
-      .bind_optional(22, run.invocation)
       .bind(14, run.ferry_version)
       .bind_optional(15, result ? std::optional(result->head) : std::nullopt)
       .bind(16, small_record(run))
@@ -274,6 +273,13 @@ Expected<void> insert_run(Database& db, const fs::path& path, const RunRecord& r
   }
   FERRY_TRY(explained(std::move(inserted), path, doing, &db));
   FERRY_TRY(explained(insert_file_rows(db, run), path, doing, &db));
+  if (run.invocation) {
+    FERRY_TRY_ASSIGN(auto stmt,
+                     explained(db.prepare("INSERT INTO run_invocations(run_id, invocation) "
+                                          "VALUES(?1, ?2)"),
+                               path, doing, &db));
+    FERRY_TRY(explained(stmt.bind(1, run.run_id).bind(2, *run.invocation).run(), path, doing, &db));
+  }
   crash_here_if_asked("after-run");
   return {};
 }

@@ -22,7 +22,7 @@ namespace ferry::archive {
 inline constexpr std::string_view run_columns =
     "run_id, job, job_sha256, script_sha256, script_name, host, host_label, status, exit_code, "
     "error, started_at, duration_s, replay_of, ferry_version, result_head, record, params, "
-    "result, result_bytes, stdout, stderr, invocation";
+    "result, result_bytes, stdout, stderr";
 
 // The columns record_from_row reads, in its order; `script_sha256` follows them in load().
 inline constexpr std::string_view record_columns =

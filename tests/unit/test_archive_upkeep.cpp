@@ -385,3 +385,47 @@ TEST_CASE("sizes: units and refusals", "[archive][prune]")
   CHECK(ferry::size_text(1536) == "1.5 KiB");
   CHECK(ferry::size_text(2ULL << 30) == "2.0 GiB");
 }
+
+TEST_CASE("runs are listed by their invocation and pruned with it", "[archive][invocation]")
+{
+  TempDir tmp;
+  const auto path = tmp / "archive.db";
+  Archive archive = open_archive(path);
+  const std::string first = "20260102T030400Z-aaaa0001";
+  const std::string second = "20260102T030500Z-bbbb0002";
+  for (int i = 0; i < 3; ++i) {
+    auto run = make_run(fmt::format("20260102T03040{}Z-0000000{}", i, i), "probe", "gpu1",
+                        RunStatus::ok, fmt::format("2026-01-0{}T00:00:00.000Z", i + 1));
+    run.invocation = i < 2 ? first : second;
+    record(archive, run);
+  }
+  record(archive, make_run("20260102T030409Z-00000009", "probe", "gpu1", RunStatus::ok,
+                           "2026-01-01T12:00:00.000Z")); // recorded without one
+  const auto resolved = [&archive](std::string_view ref) {
+    auto id = archive.resolve_invocation(ref);
+    return id ? *id : std::string();
+  };
+  CHECK(resolved("last") == second);
+  CHECK(resolved("20260102T0304") == first);
+  const auto ambiguous = archive.resolve_invocation("20260102T030");
+  REQUIRE_FALSE(ambiguous);
+  CHECK(ambiguous.error().kind == ErrorKind::usage);
+  CHECK(ambiguous.error().message.find("ambiguous") != std::string::npos);
+  CHECK_FALSE(archive.resolve_invocation("nothing-like-it"));
+
+  ferry::LogFilter filter;
+  filter.invocation = first;
+  filter.limit = 0;
+  const auto listed = archive.log(filter);
+  REQUIRE(listed);
+  REQUIRE(listed->size() == 2);
+  CHECK((*listed)[0].invocation == first);
+  // A row of its own, not a column after the BLOBs (which would build each row in memory).
+  CHECK(sql_int(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'invocation'") ==
+        0);
+
+  auto pruned = archive.prune(with<PruneOptions>([](auto& o) { o.keep_last = 1; }));
+  REQUIRE(pruned);
+  CHECK(sql_int(path, "SELECT count(*) FROM run_invocations") == 1);
+  CHECK(resolved("last") == second);
+}
