@@ -239,11 +239,12 @@ class Faults(SshTestCase):
             good = self.ferry("run", small, "--json", env={"FERRY_ARCHIVE": archive}).record
             self.assertEqual(good["status"], "ok", good)
             # Fill what is left, then run a job whose output the archive cannot take.
-            with open(os.path.join(base, "filler"), "wb") as f:
+            # Unbuffered: the write that finds the disk full raises here, and nothing is left in
+            # a buffer for the close to fail on.
+            with open(os.path.join(base, "filler"), "wb", buffering=0) as f:
                 with self.assertRaises(OSError):
-                    for _ in range(64):
+                    for _ in range(128):
                         f.write(b"\0" * (64 * 1024))
-                        f.flush()
             loud = write_job(self.tmp, "loud", 'import sys\nsys.stderr.write("y" * 300000 + "\\n")\n'
                                                'print("{\\"answer\\": 43}")\n')
             res = self.ferry("run", loud, "--json", env={"FERRY_ARCHIVE": archive})
