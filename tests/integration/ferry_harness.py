@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import pwd
 import re
+import select
 import shutil
 import subprocess
 import tempfile
 import textwrap
+import time
 import unittest
 
 from sshd_fixture import SshServer
@@ -139,6 +142,28 @@ class SshTestCase(unittest.TestCase):
         cls.base = os.path.join(SshServer.home(cls.user), ".cache", "ferry", "runs")
         pw = pwd.getpwnam(cls.user)
         cls.uid, cls.gid = pw.pw_uid, pw.pw_gid
+
+
+def run_in_pty(argv: list[str], env: dict, timeout_s: float = 60) -> tuple[int, bytes]:
+    """argv with stdout and stderr on one pseudo-terminal: (exit code, what the terminal got)."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(argv[0], argv, env)
+    shown = b""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), shown
 
 
 def write_job(directory: str, name: str, body: str, interpreter: str = "python3", timeout: int = 60,

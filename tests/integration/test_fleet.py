@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
-import select
 import shutil
 import socket
 import sys
@@ -17,7 +15,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ferry_harness import ferry_bin, run_ferry, write_job  # noqa: E402
+from ferry_harness import ferry_bin, run_ferry, run_in_pty, write_job  # noqa: E402
 from sshd_fixture import SshServer, _free_port  # noqa: E402
 
 HOSTS = 16
@@ -34,27 +32,10 @@ with open(os.environ["FERRY_RESULT"], "w") as f:
 '''
 
 
-def run_in_pty(args: list[str], env: dict, timeout: float = 60) -> tuple[int, str]:
-    """Runs ferry with stdout and stderr on one pseudo-terminal; everything it showed there."""
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(ferry_bin(), [ferry_bin(), *args], {**os.environ, **env})
-    shown = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        shown += chunk
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), shown.decode(errors="replace")
+def ferry_in_pty(args: list[str], env: dict) -> tuple[int, str]:
+    """ferry with stdout and stderr on one pseudo-terminal; everything it showed there."""
+    code, shown = run_in_pty([ferry_bin(), *args], {**os.environ, **env})
+    return code, shown.decode(errors="replace")
 
 
 PROGRESS = re.compile(r"\r\x1b\[K|\d+/\d+ done, \d+ failed, \d+ running")
@@ -243,7 +224,7 @@ class Fleet(unittest.TestCase):
                 "--ssh-config", config]
         # Whole blocks on a terminal: the progress line is drawn and cleared in place on stderr.
         env = {**self.env, "NO_COLOR": "1"}
-        code, shown = run_in_pty([*args, "--no-stream"], env)
+        code, shown = ferry_in_pty([*args, "--no-stream"], env)
         self.assertEqual(code, 0, shown)
         counts = re.findall(r"(\d+)/6 done, (\d+) failed, (\d+) running", shown)
         self.assertTrue(counts, shown)
@@ -254,7 +235,7 @@ class Fleet(unittest.TestCase):
         self.assertNotRegex(shown, r"\d running(?!\r\x1b\[K)")
         # Streaming (the default for up to 8 hosts on a terminal) and --json draw none.
         for extra in ([], ["--json"]):
-            code, shown = run_in_pty([*args, *extra], env)
+            code, shown = ferry_in_pty([*args, *extra], env)
             self.assertEqual(code, 0, shown)
             self.assertIsNone(PROGRESS.search(shown), (extra, shown))
         # Piped: none either.

@@ -6,16 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pty
 import shutil
-import select
 import signal
 import subprocess
 import tempfile
 import time
 import unittest
 
-from ferry_harness import SshTestCase, ferry_bin, run_ferry, write_job
+from ferry_harness import SshTestCase, ferry_bin, run_ferry, run_in_pty, write_job
 from sshd_fixture import SshServer, require_root_and_tools
 from test_persist import Persistence
 
@@ -48,28 +46,6 @@ def read_cmdline(pid: int) -> str:
             return f.read().replace("\0", " ")
     except OSError:
         return ""
-
-
-def run_in_pty(argv, env, timeout_s=60) -> tuple[int, bytes]:
-    """Runs argv with stdout and stderr on a pseudo-terminal; returns (exit code, what it showed)."""
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(argv[0], argv, env)
-    shown = b""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            shown += chunk
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), shown
 
 
 class HostileJobsOverSsh(SshTestCase):

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import select
 import shutil
 import sqlite3
 import tempfile
-import time
 import unittest
 
-from ferry_harness import ferry_bin, run_ferry, write_job
+from ferry_harness import ferry_bin, run_ferry, run_in_pty, write_job
 
 # The allow-list `host_facts` declares for its `interpreters` parameter starts so.
 ALLOWED_START = '["sh","bash","dash",'
@@ -98,28 +95,6 @@ class ProgramParameters(unittest.TestCase):
 # screen, a C1 CSI, DEL, a right-to-left override and an isolate.
 HOSTILE_TEXT = "\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07\x1b[2J\u009b31m\x7f\u202eevil\u2066x"
 FORBIDDEN = [b"\x1b", b"\x07", "\u009b".encode(), b"\x7f", "\u202e".encode(), "\u2066".encode()]
-
-
-def run_in_pty(argv: list[str], env: dict, timeout_s: float = 60) -> tuple[int, bytes]:
-    """argv with stdout and stderr on a pseudo-terminal: (exit code, what a terminal got)."""
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(argv[0], argv, env)
-    shown = b""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            shown += chunk
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), shown
 
 
 class ControlBytes(unittest.TestCase):
