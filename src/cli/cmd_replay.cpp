@@ -98,25 +98,11 @@ Expected<Job> job_to_replay(Context& ctx, const ReplayCommand& cmd, const RunRec
 // The archived run's options, each unless the command line gives it anew.
 RunOptions replay_options(const Context& ctx, const ReplayCommand& cmd, const RunRecord& original)
 {
-  const json& recorded = original.options;
-  RunOptions options;
+  RunOptions options = archived_options(original.options, cmd.timeout_s);
   options.verbose = ctx.global.verbose;
   options.replay_of = original.run_id;
-  options.timeout_s = cmd.timeout_s;
-  if (!options.timeout_s && recorded.contains("timeout_s") &&
-      recorded["timeout_s"].is_number_integer()) {
-    options.timeout_s = recorded["timeout_s"].get<int>();
-  }
   if (cmd.cap_mib) {
     options.output_cap = *cmd.cap_mib << 20;
-  } else if (recorded.contains("output_cap") && recorded["output_cap"].is_number_unsigned()) {
-    options.output_cap = recorded["output_cap"].get<std::size_t>();
-  }
-  if (recorded.contains("result_cap") && recorded["result_cap"].is_number_unsigned()) {
-    options.result_cap = recorded["result_cap"].get<std::size_t>();
-  }
-  if (recorded.contains("grace_s") && recorded["grace_s"].is_number_integer()) {
-    options.grace_s = recorded["grace_s"].get<int>();
   }
   return options;
 }
@@ -402,6 +388,25 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
 }
 
 } // namespace
+
+RunOptions archived_options(const nlohmann::json& recorded, std::optional<int> timeout_s)
+{
+  RunOptions options;
+  options.timeout_s = timeout_s;
+  if (!options.timeout_s && recorded.value("timeout_s", json()).is_number_integer()) {
+    options.timeout_s = recorded["timeout_s"].get<int>();
+  }
+  if (recorded.value("output_cap", json()).is_number_unsigned()) {
+    options.output_cap = recorded["output_cap"].get<std::size_t>();
+  }
+  if (recorded.value("result_cap", json()).is_number_unsigned()) {
+    options.result_cap = recorded["result_cap"].get<std::size_t>();
+  }
+  if (recorded.value("grace_s", json()).is_number_integer()) {
+    options.grace_s = recorded["grace_s"].get<int>();
+  }
+  return options;
+}
 
 Expected<std::vector<BundleFile>> archived_files(const RunRecord& original)
 {

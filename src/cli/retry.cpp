@@ -89,26 +89,12 @@ TargetOptions group_target(const RetryGroup& group, const TargetOptions& connect
 Expected<RunOptions> group_options(Context& ctx, const RetryRequest& request,
                                    const RunRecord& first, const std::string& invocation)
 {
-  RunOptions options;
+  RunOptions options = archived_options(first.options, request.timeout_s);
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   FERRY_TRY(set_run_environment(options, request.environment, *config));
   options.verbose = ctx.global.verbose;
   options.keep_remote = request.keep_remote;
   options.invocation = invocation;
-  const json& recorded = first.options;
-  options.timeout_s = request.timeout_s;
-  if (!options.timeout_s && recorded.value("timeout_s", json()).is_number_integer()) {
-    options.timeout_s = recorded["timeout_s"].get<int>();
-  }
-  if (recorded.value("output_cap", json()).is_number_unsigned()) {
-    options.output_cap = recorded["output_cap"].get<std::size_t>();
-  }
-  if (recorded.value("result_cap", json()).is_number_unsigned()) {
-    options.result_cap = recorded["result_cap"].get<std::size_t>();
-  }
-  if (recorded.value("grace_s", json()).is_number_integer()) {
-    options.grace_s = recorded["grace_s"].get<int>();
-  }
   return options;
 }
 

@@ -26,6 +26,11 @@ struct RetryRequest {
 
 [[nodiscard]] Expected<ExitCode> retry_failed(Context& ctx, const RetryRequest& request);
 
+// An archived run's timeout (unless TIMEOUT_S), output and result caps and grace, from its
+// record's "options" (shared with `replay`).
+[[nodiscard]] RunOptions archived_options(const nlohmann::json& recorded,
+                                          std::optional<int> timeout_s);
+
 // The files that travelled with an archived run, with their archived (and verified) bytes
 // (shared with `replay`).
 [[nodiscard]] Expected<std::vector<BundleFile>> archived_files(const RunRecord& original);
