@@ -66,6 +66,7 @@ cancel() {
 lost() {
   trap '' TERM INT HUP
   cancel 40
+  leave_queue
   rm -rf "$run_dir"
   exit 141
 }
@@ -104,12 +105,117 @@ forward_all() {
   forward .ferry-stderr err err_at
 }
 
+# The queue's view is shared by the submit scripts of this user on this login node (every run
+# of an invocation, every node slot, every other ferry at the same time): each tick one of them
+# asks squeue about all their jobs at once and leaves the answer in a state file beside the
+# others', so the controller gets one squeue call a second, not one per run (docs/slurm.md).
+# The state file: a generation number, squeue's exit status, the ids asked (",1,2_3,"), then
+# squeue's lines. A job missing from an answer that asked about it has left the queue.
+queue_dir=${run_dir%/*}/.ferry-squeue/$(uname -n 2>/dev/null | tr -c -d 'A-Za-z0-9._-')
+seen=
+lock_waits=0
+
+# Where the base takes no directory of ours, the script asks for its job alone, as before.
+join_queue() {
+  if ! { mkdir -p "$queue_dir" && chmod 700 "${queue_dir%/*}" "$queue_dir" &&
+    : >"$queue_dir/job.$job.$$"; } 2>/dev/null; then
+    queue_dir=$run_dir/.ferry-squeue
+    mkdir -p "$queue_dir" 2>/dev/null
+    : >"$queue_dir/job.$job.$$" 2>/dev/null
+  fi
+}
+
+# The last script to leave removes the shared state: nothing stays under the base.
+leave_queue() {
+  [ -n "$job" ] || return 0
+  rm -f "$queue_dir/job.$job.$$" 2>/dev/null
+  set +f
+  for entry in "$queue_dir"/job.*; do
+    if [ -e "$entry" ]; then
+      set -f
+      return 0
+    fi
+  done
+  set -f
+  rm -f "$queue_dir/state" 2>/dev/null
+  rmdir "$queue_dir" "${queue_dir%/*}" 2>/dev/null
+  return 0
+}
+
+# One squeue call for every registered job whose submit script is alive (job.ID.PID: the
+# node slots of one allocation follow one id).
+ask_queue() {
+  ids=
+  set +f # globs are off in this script but where it lists the registered jobs
+  for entry in "$queue_dir"/job.*; do
+    [ -f "$entry" ] || continue
+    name=${entry##*/job.}
+    owner=${name##*.}
+    case $owner in
+    '' | *[!0-9]*) owner=0 ;;
+    esac
+    if [ "$owner" -gt 0 ] && kill -0 "$owner" 2>/dev/null; then
+      case "$ids," in
+      *",${name%.*},"*) ;;
+      *) ids="$ids,${name%.*}" ;;
+      esac
+    else
+      rm -f "$entry"
+    fi
+  done
+  set -f
+  case $ids in
+  *",$job") ;;
+  *",$job,"*) ;;
+  *) ids="$ids,$job" ;;
+  esac
+  said=$(squeue -h -t all -j "${ids#,}" -o '%i %T %r' 2>&1)
+  status=$?
+  generation=$(sed -n 1p "$queue_dir/state" 2>/dev/null)
+  case $generation in
+  '' | *[!0-9]*) generation=0 ;;
+  esac
+  printf '%s\n%s\n%s,\n%s\n' "$((generation + 1))" "$status" "$ids" "$said" >"$queue_dir/state.$$" &&
+    mv -f "$queue_dir/state.$$" "$queue_dir/state"
+}
+
+# Asks squeue for everyone unless someone did since this script last looked; then reads this
+# job's line.
 poll() {
-  line=$(squeue -h -t all -j "$job" -o '%T %r' 2>&1)
-  if [ "$?" -ne 0 ]; then
+  now=$(sed -n 1p "$queue_dir/state" 2>/dev/null)
+  if [ -z "$now" ] || [ "$now" = "$seen" ]; then
+    if mkdir "$queue_dir/.asking" 2>/dev/null; then
+      [ "$(sed -n 1p "$queue_dir/state" 2>/dev/null)" = "$now" ] && ask_queue
+      rmdir "$queue_dir/.asking" 2>/dev/null
+      lock_waits=0
+    else
+      # Another script is asking; one that died asking (a squeue that hung past the
+      # controller's timeout) must not stop everyone.
+      lock_waits=$((lock_waits + 1))
+      [ "$lock_waits" -gt 30 ] && rmdir "$queue_dir/.asking" 2>/dev/null && lock_waits=0
+    fi
+  fi
+  [ -f "$queue_dir/state" ] || return
+  {
+    IFS= read -r seen
+    IFS= read -r status
+    IFS= read -r asked
+    line=
+    while IFS= read -r row; do
+      case $row in
+      "$job "*) line=${row#"$job "} ;;
+      *) [ "$status" = 0 ] || line="$line $row" ;;
+      esac
+    done
+  } <"$queue_dir/state"
+  case $asked in
+  *",$job,"*) ;;
+  *) return ;; # asked before this job was registered: no news of it yet
+  esac
+  if [ "$status" != 0 ]; then
     case $line in
     *'Invalid job id'*) final=gone ;;
-    *) say note "squeue: $(printf '%s' "$line" | tr '\n' ' ' | cut -c 1-300)" ;;
+    *) say note "squeue: $(printf '%s' "$line" | cut -c 1-300)" ;;
     esac
     return
   fi
@@ -161,6 +267,7 @@ final_state() {
 # The launcher's last line can reach this machine's view of the file a little after the job
 # ended (NFS); wait for it briefly, then send the rest.
 finish() {
+  leave_queue
   final_state
   if [ -f "$run_dir/.ferry-node" ]; then
     tries=0
@@ -198,6 +305,7 @@ if [ -z "$job" ]; then
   esac
 fi
 say job "$job"
+join_queue
 
 out_at=0
 err_at=0

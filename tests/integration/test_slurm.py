@@ -9,6 +9,7 @@ import os
 import pwd
 import re
 import shutil
+import socket
 import signal
 import subprocess
 import tempfile
@@ -218,6 +219,35 @@ class SlurmTarget(unittest.TestCase):
         self.assertEqual(sorted(rec["target"]["slurm"]["node"] for rec in records), ["n1", "n2"])
         self.assertEqual(len({rec["target"]["slurm"]["job_id"] for rec in records}), 1)
         self.assertTrue(all(rec["status"] == "ok" and rec["result"]["gpus"] == [] for rec in records))
+
+    def test_one_squeue_call_a_tick_serves_every_run_on_the_login_node(self):
+        # Issue 43 item 6: the submit scripts of runs under way at once on a login node share
+        # one squeue call per tick (a state file under the run base), instead of one each.
+        job = write_job(self.tmp, "nap", "sleep 5\necho rested\n", interpreter="sh")
+        base = os.path.join(self.srv.home(self.srv.user("bash")), ".cache", "ferry", "runs")
+        state = os.path.join(base, ".ferry-squeue", socket.gethostname(), "state")
+        runs = [self.background("run", job, "--json") for _ in range(3)]
+        most_asked, generations, t0 = 0, [], time.monotonic()
+        while any(r.proc.poll() is None for r in runs) and time.monotonic() - t0 < 90:
+            try:
+                with open(state) as f:
+                    lines = f.read().splitlines()
+                generations.append((time.monotonic(), int(lines[0])))
+                most_asked = max(most_asked, len([i for i in lines[2].split(",") if i]))
+            except (OSError, IndexError, ValueError):
+                pass
+            time.sleep(0.1)
+        for r in runs:
+            code, records, err = r.finish(30)
+            self.assertEqual((code, records[0]["status"], records[0]["stdout"]), (0, "ok", "rested\n"),
+                             err)
+        self.assertGreaterEqual(most_asked, 2, "the three runs' jobs were never asked about at once")
+        self.assertGreater(len(generations), 1, f"no shared queue state at {state}")
+        (t_first, g_first), (t_last, g_last) = generations[0], generations[-1]
+        # About one call a second for all of them (measured ~0.7 a second); one each would be ~3
+        # a second, and every script asking whenever it looks, the lock alone keeping them one at
+        # a time, ~1.8.
+        self.assertLessEqual(g_last - g_first, 1.1 * (t_last - t_first) + 2, generations[-5:])
 
     def test_hostile_parameters_under_zsh_and_fish_login_shells(self):
         params = {"text": HOSTILE[0], "items": HOSTILE, "blob": {"all": HOSTILE, "n": 1.5}}
