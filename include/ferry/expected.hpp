@@ -17,9 +17,22 @@ enum class ErrorKind {
   failed,      // anything else that went wrong during a run (exit 1)
 };
 
+// Why a host could not be reached or trusted (an ErrorKind::unreachable error): the fleet
+// summary's classes and the JSON record's "failure" (docs/record.md). `none`: not said, which
+// reads as `unreachable`.
+enum class Unreached {
+  none,
+  unreachable, // no route, connection refused, a name that does not resolve, a proxy that failed
+  refused,     // the SSH server closed the connection before or during key exchange
+  timeout,     // no answer within the connect timeout
+  host_key,    // host key unknown, changed or revoked
+  auth,        // no key or method the server accepted
+};
+
 struct Error {
   ErrorKind kind = ErrorKind::failed;
   std::string message;
+  Unreached unreached = Unreached::none;
 };
 
 // The error half of an Expected<T, E>; `Unexpected{error}` deduces E.

@@ -21,6 +21,9 @@ inline constexpr RunStatus k_run_statuses[] = {
     RunStatus::no_result, RunStatus::error,  RunStatus::interrupted};
 
 [[nodiscard]] std::string_view to_string(RunStatus status);
+// "unreachable", "refused", "timeout", "host-key", "auth" ("" for none), and back.
+[[nodiscard]] std::string_view to_string(Unreached failure);
+[[nodiscard]] std::optional<Unreached> unreached_from(std::string_view text);
 // The names of k_run_statuses, for messages, help, completion and schemas.
 [[nodiscard]] std::vector<std::string> run_status_names();
 [[nodiscard]] std::optional<RunStatus> run_status_from(std::string_view text);
@@ -82,6 +85,8 @@ struct RunRecord {
   std::map<std::string, std::string> blobs;
   std::string host_label;   // what the user called the target ("gpu1", "local")
   bool unreachable = false; // the host could not be reached or trusted (exit 3)
+  // Why (the JSON record's "failure"); `none` for a host that was reached.
+  Unreached failure = Unreached::none;
   // The id every run of one ferry invocation shares (`ferry log --invocation`,
   // `ferry run --retry-failed`); absent from runs recorded before ferry kept it.
   std::optional<std::string> invocation;

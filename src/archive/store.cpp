@@ -41,7 +41,7 @@ std::string small_record(const RunRecord& run)
                                 stderr_truncated, started_at, duration_s, timings, replay_of,
                                 ferry_version, warnings, client, env, interpreter, options, files,
                                 outputs, summary, script, result_bytes, script_name, blobs,
-                                host_label, unreachable, invocation] = run;
+                                host_label, unreachable, failure, invocation] = run;
   const RunRecord head{.run_id = run_id,
                        .job = job,
                        .job_sha256 = job_sha256,
@@ -74,6 +74,7 @@ std::string small_record(const RunRecord& run)
                        .blobs = {},
                        .host_label = host_label,
                        .unreachable = unreachable,
+                       .failure = failure,
                        .invocation = invocation};
   json record = to_json(head, false);
   record.erase("params");

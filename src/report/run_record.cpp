@@ -39,6 +39,36 @@ std::optional<RunStatus> run_status_from(std::string_view text)
   return std::nullopt;
 }
 
+std::string_view to_string(Unreached failure)
+{
+  switch (failure) {
+  case Unreached::none:
+    return "";
+  case Unreached::unreachable:
+    return "unreachable";
+  case Unreached::refused:
+    return "refused";
+  case Unreached::timeout:
+    return "timeout";
+  case Unreached::host_key:
+    return "host-key";
+  case Unreached::auth:
+    return "auth";
+  }
+  return "";
+}
+
+std::optional<Unreached> unreached_from(std::string_view text)
+{
+  for (const auto failure : {Unreached::unreachable, Unreached::refused, Unreached::timeout,
+                             Unreached::host_key, Unreached::auth}) {
+    if (to_string(failure) == text) {
+      return failure;
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> run_status_names()
 {
   std::vector<std::string> names;
@@ -167,6 +197,9 @@ Json to_json(const RunRecord& r, bool with_streams)
                   {"exec", r.timings.exec},
                   {"fetch", r.timings.fetch}};
   j["replay_of"] = r.replay_of ? Json(*r.replay_of) : Json(nullptr);
+  if (r.failure != Unreached::none) {
+    j["failure"] = to_string(r.failure);
+  }
   if (r.invocation) {
     j["invocation"] = *r.invocation;
   }
@@ -247,6 +280,7 @@ Expected<RunRecord> run_record_from_json(const Json& j)
     }
     r.invocation = optional_of<std::string>(j, "invocation");
     r.replay_of = optional_of<std::string>(j, "replay_of");
+    r.failure = unreached_from(j.value("failure", "")).value_or(Unreached::none);
     r.ferry_version = j.value("ferry_version", "");
     r.warnings = j.value("warnings", Json::array());
     r.files = j.value("files", Json::array());

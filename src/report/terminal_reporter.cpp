@@ -5,8 +5,11 @@
 
 #include <unistd.h>
 
+#include <fmt/ranges.h>
+
 #include "ferry/reporter.hpp"
 #include "ferry/text.hpp"
+#include "report/host_fold.hpp"
 #include "report/result_fold.hpp"
 
 namespace ferry {
@@ -68,6 +71,44 @@ std::string summary_line(const RunRecord& record, bool colour)
     line += fmt::format("\n  warning: {}", terminal_safe(warning.value("message", "")));
   }
   return line + "\n";
+}
+
+// A run that was not ok: where, and why in a word (its host's failure, else its status).
+struct NotOk {
+  explicit NotOk(const RunRecord& record)
+      : host(record.host_label),
+        rank(record.failure != Unreached::none ? static_cast<int>(record.failure)
+                                               : 16 + static_cast<int>(record.status)),
+        why(record.failure == Unreached::timeout ? "connect timeout"
+            : record.failure != Unreached::none  ? to_string(record.failure)
+                                                 : to_string(record.status))
+  {
+  }
+  std::string host;
+  int rank; // hosts not reached first, by class, then runs by status
+  std::string why;
+};
+
+// "3 failed: 2 unreachable (gpu[03,07]), 1 auth (gpu11)\n", or nothing when every run was ok.
+std::string not_ok_line(const std::vector<NotOk>& runs)
+{
+  struct Class {
+    std::string why;
+    std::vector<std::string> hosts; // one per run
+  };
+  std::map<int, Class> by_rank;
+  for (const auto& run : runs) {
+    Class& group = by_rank[run.rank];
+    group.why = run.why;
+    group.hosts.push_back(run.host);
+  }
+  std::vector<std::string> parts;
+  for (const auto& [rank, group] : by_rank) {
+    parts.push_back(fmt::format("{} {} ({})", group.hosts.size(), group.why,
+                                terminal_safe(fold_hosts(group.hosts))));
+  }
+  return runs.empty() ? std::string()
+                      : fmt::format("{} failed: {}\n", runs.size(), fmt::join(parts, ", "));
 }
 
 std::string render_table(const Table& raw)
@@ -201,6 +242,9 @@ public:
     row.insert(row.end(), {std::string(to_string(record.status)),
                            fmt::format("{:.2f} s", record.duration_s), result_digest(record)});
     m_rows.push_back(std::move(row));
+    if (record.status != RunStatus::ok) {
+      m_not_ok.emplace_back(record);
+    }
     if (m_fold) {
       keep_outcome(record);
     }
@@ -223,6 +267,7 @@ public:
     clear_progress();
     if (m_rows.size() > 1) {
       put(m_out, m_fold ? folded_summary() : render_table(summary_table()));
+      put(m_out, not_ok_line(m_not_ok));
     }
     std::fflush(m_out);
   }
@@ -443,6 +488,7 @@ private:
   std::string m_pending[2];                   // an incomplete UTF-8 sequence held back
   bool m_ends_with_newline[2] = {true, true}; // the last byte shown on stdout, stderr
   std::vector<std::vector<std::string>> m_rows;
+  std::vector<NotOk> m_not_ok;
   // Per job (and swept values), in the order their first run ended: each run's outcome.
   std::vector<std::pair<std::string, std::vector<HostOutcome>>> m_outcomes;
 };

@@ -188,6 +188,10 @@ private:
         unstarted_run(*run.job, run.params, session,
                       interrupted ? RunStatus::interrupted : RunStatus::error, error.message);
     record.unreachable = !interrupted && error.kind == ErrorKind::unreachable;
+    if (record.unreachable) {
+      record.failure =
+          error.unreached == Unreached::none ? Unreached::unreachable : error.unreached;
+    }
     record.replay_of = m_options.replay_of;
     record.options = recorded_options(m_options, *run.job);
     return record;

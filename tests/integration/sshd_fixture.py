@@ -736,8 +736,10 @@ class SshServer:
             "PrintLastLog no\n"
             "X11Forwarding no\n"
             "PermitUserRC no\n"
-            "MaxStartups 100\n"
-            "MaxSessions 64\n"
+            # sshd takes the LAST MaxStartups it reads (unlike most keywords): the fixture's
+            # is left out when extra_config sets one.
+            + ("" if re.search(r"(?im)^\s*maxstartups\b", self.extra_config) else "MaxStartups 100\n")
+            + "MaxSessions 64\n"
             "MaxAuthTries 10\n"
             "LoginGraceTime 30\n"
             + ("" if re.search(r"(?im)^\s*subsystem\s+sftp\b", self.extra_config) or not self.sftp_subsystem

@@ -192,13 +192,16 @@ class Fleet(unittest.TestCase):
         # Both refused hosts in one line, their error told once with the host-specific parts generic.
         self.assertRegex(summary[3], r"^  127\.0\.0\.1:\[\d+(,|-)\d+\] \(2 hosts\): error — "
                                      r"\{address\}: cannot connect to \{address\}: ", text)
-        self.assertEqual(len(summary), 4, text)
+        # Then the runs that were not ok, by class (issue 43 item 2).
+        self.assertRegex(summary[4], r"^2 failed: 2 unreachable \(127\.0\.0\.1:\[\d+(,|-)\d+\]\)$", text)
+        self.assertEqual(len(summary), 5, text)
         self.assertNotIn("HOST  JOB", text)
         # --no-fold: one row per host; --json: the records as ever, nothing folded.
         res = run_ferry(*args, "--no-fold", "--ssh-config", config, env=self.env, timeout=120)
         self.assertEqual(res.code, 3, res)
         self.assertIn("\nHOST ", res.stdout.decode(), "--no-fold: the table, one row per run")
         rows = res.stdout.decode().split("\nHOST ")[1].splitlines()[1:]
+        self.assertRegex(rows.pop(), r"^2 failed: 2 unreachable ")
         self.assertEqual(sorted(r.split()[0] for r in rows),
                          sorted([f"fold-{i}" for i in range(1, 7)] + [f"127.0.0.1:{p}" for p in refused]))
         self.assertNotIn("hosts):", res.stdout.decode())

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -156,6 +157,9 @@ public:
   Expected<void> connect() override
   {
     ++connects;
+    if (connect_error) {
+      return Unexpected{*connect_error};
+    }
     return {};
   }
   Expected<StagedRun> stage(const RunBundle&, const StopToken& stop) override
@@ -188,6 +192,7 @@ public:
   Expected<void> finish(StagedRun&, Finish) override { return {}; }
 
   int connects = 0;
+  std::optional<Error> connect_error;
 
 private:
   bool m_dead;
@@ -283,4 +288,39 @@ TEST_CASE("a batch's own session is not tried again, and runs go by the source's
   KeptSource source(true);
   run_fleet(source, runs, 1, RunOptions{}, observer);
   CHECK(labels == std::vector<std::string>{"h error", "target-a ok"});
+}
+
+TEST_CASE("a host not reached gets its class in the record and in its JSON", "[fleet]")
+{
+  const auto jobs = plain_jobs(1);
+  const std::vector<PlannedRun> runs = {{&jobs[0], json::object()}};
+  std::vector<std::unique_ptr<HostSession>> sessions;
+  for (const auto& error : {Error{ErrorKind::unreachable, "h: auth", Unreached::auth},
+                            Error{ErrorKind::unreachable, "h: unclassified"},
+                            Error{ErrorKind::failed, "h: not a reach failure"}}) {
+    auto session = std::make_unique<PlainSession>(false);
+    session->connect_error = error;
+    sessions.push_back(std::move(session));
+  }
+  sessions.push_back(std::make_unique<PlainSession>(false));
+  std::vector<RunRecord> records;
+  struct Keep final : RunObserver {
+    std::vector<RunRecord>& kept;
+    explicit Keep(std::vector<RunRecord>& k) : kept(k) {}
+    void run_finished(RunRecord& record) override { kept.push_back(record); }
+  } observer(records);
+  run_fleet(sessions, runs, 1, RunOptions{}, observer);
+  REQUIRE(records.size() == 4);
+  std::vector<std::string> failures;
+  for (const auto& record : records) {
+    const json j = to_json(record);
+    failures.push_back(j.value("failure", "-"));
+    auto back = run_record_from_json(j);
+    REQUIRE(back);
+    CHECK(back.value().failure == record.failure);
+  }
+  // A connect error without a class is "unreachable"; a run not stopped by its host has none.
+  CHECK(failures == std::vector<std::string>{"auth", "unreachable", "-", "-"});
+  CHECK(records[0].unreachable);
+  CHECK_FALSE(records[2].unreachable);
 }

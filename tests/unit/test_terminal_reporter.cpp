@@ -154,3 +154,39 @@ TEST_CASE("the summary folds hosts by result above the threshold", "[report][fol
   CHECK(summary_after(k_fold_hosts, TerminalOptions{false, false, false, true})
             .rfind("probe on 4 hosts:\n", 0) == 0);
 }
+
+TEST_CASE("the summary ends with the runs that were not ok, by class, their hosts folded",
+          "[report][fold]")
+{
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  auto reporter = make_terminal_reporter(out, err, TerminalOptions{});
+  reporter->batch_started(BatchInfo{6, 6, {}});
+  const auto finish = [&](std::string host, RunStatus status, Unreached failure) {
+    RunRecord record = probe_finished(std::move(host), nullptr);
+    record.status = status;
+    record.failure = failure;
+    record.unreachable = failure != Unreached::none;
+    reporter->run_finished(record);
+  };
+  finish("gpu11", RunStatus::error, Unreached::auth);
+  finish("gpu7", RunStatus::error, Unreached::unreachable);
+  finish("gpu5", RunStatus::failed, Unreached::none);
+  finish("gpu1", RunStatus::ok, Unreached::none);
+  finish("gpu3", RunStatus::error, Unreached::unreachable);
+  finish("gpu6", RunStatus::error, Unreached::timeout);
+  reporter->batch_finished();
+  std::rewind(out);
+  std::string text;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, out)) > 0;) {
+    text.append(buffer, n);
+  }
+  std::fclose(out);
+  std::fclose(err);
+  // Hosts not reached first (by class: a connect timeout is not the job's), then the runs that
+  // failed otherwise, by status.
+  CHECK(text.substr(text.rfind('\n', text.size() - 2) + 1) ==
+        "5 failed: 2 unreachable (gpu[3,7]), 1 connect timeout (gpu6), 1 auth (gpu11), 1 failed "
+        "(gpu5)\n");
+}

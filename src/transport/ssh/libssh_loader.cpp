@@ -76,6 +76,7 @@
   X(void, ssh_free, (ssh_session session), (session))                                              \
   X(const char*, ssh_get_error, (void* error), (error))                                            \
   X(socket_t, ssh_get_fd, (ssh_session session), (session))                                        \
+  X(const char*, ssh_get_serverbanner, (ssh_session session), (session))                           \
   X(int, ssh_get_server_publickey, (ssh_session session, ssh_key * key), (session, key))           \
   X(int, ssh_get_status, (ssh_session session), (session))                                         \
   X(int, ssh_is_connected, (ssh_session session), (session))                                       \

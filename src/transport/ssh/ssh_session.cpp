@@ -8,7 +8,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <set>
 #include <thread>
 
@@ -24,6 +23,7 @@
 #include "transport/ssh/ahead.hpp"
 #include "transport/ssh/auth.hpp"
 #include "transport/ssh/exec.hpp"
+#include "transport/ssh/handshake.hpp"
 #include "transport/ssh/host_key.hpp"
 #include "transport/ssh/libssh_loader.hpp"
 #include "transport/ssh/options.hpp"
@@ -39,17 +39,6 @@ using Clock = std::chrono::steady_clock;
 // freed yet, and how often in a row that is believed before the bound is lowered anyway.
 constexpr std::chrono::seconds k_slot_reaping{2};
 constexpr int k_max_refusals = 50;
-
-bool is_transient_connect_error(std::string_view message)
-{
-  for (std::string_view needle : {"refused", "timed out", "Timeout", "resolve", "unreachable",
-                                  "Name or service", "Temporary failure"}) {
-    if (message.find(needle) != std::string_view::npos) {
-      return true;
-    }
-  }
-  return false;
-}
 
 class SshSession final : public ssh::Remote {
 public:
@@ -537,26 +526,9 @@ Expected<ExecOutcome> SshSession::exec_run(const std::string& run_dir, const Exe
 
 Expected<void> SshSession::connect()
 {
-  std::mt19937 jitter(std::random_device{}());
-  for (int attempt = 0;; ++attempt) {
-    auto connected = connect_once();
-    if (connected || attempt >= m_target.retries || m_target.stop.stop_requested() || m_no_retry ||
-        connected.error().kind != ErrorKind::unreachable ||
-        !is_transient_connect_error(connected.error().message)) {
-      return connected;
-    }
-    // Back off 200–600 ms (doubling) so many clients retrying do not hit sshd in lockstep; a
-    // stop ends the wait.
-    std::uniform_int_distribution<int> ms(200, 600);
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::milliseconds(ms(jitter) << std::min(attempt, 3));
-    while (std::chrono::steady_clock::now() < until) {
-      if (m_target.stop.stop_requested()) {
-        return connected;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
+  return ssh::connect_paced(
+      {m_target.spec, m_target.retries, m_target.stop, m_target.debug},
+      [this] { return connect_once(); }, [this] { return !m_no_retry; });
 }
 
 Unexpected<Error> SshSession::connection_failed(const ssh::Stepped& step)
@@ -565,11 +537,10 @@ Unexpected<Error> SshSession::connection_failed(const ssh::Stepped& step)
   if (step.waited == ssh::Waited::stopped) {
     return fail(ErrorKind::failed, "{}: interrupted while connecting", m_target.spec);
   }
-  const std::string why = step.waited == ssh::Waited::timed_out
-                              ? fmt::format("timed out after {} s", m_where.timeout_s)
-                              : terminal_safe(ssh_get_error(s));
+  const bool timed_out = step.waited == ssh::Waited::timed_out;
+  auto [unreached, why] = ssh::open_failure(s, timed_out, m_where.timeout_s);
   if (m_proxy) {
-    const auto status = m_proxy->exit_status(step.waited == ssh::Waited::timed_out ? 0 : 2000);
+    const auto status = m_proxy->exit_status(timed_out ? 0 : 2000);
     const std::string said = m_proxy->stderr_text();
     m_no_retry = status.has_value();
     if (status || !said.empty()) {
@@ -578,14 +549,20 @@ Unexpected<Error> SshSession::connection_failed(const ssh::Stepped& step)
                   status ? fmt::format(", exit status {}", *status) : std::string(),
                   said.empty() ? "it wrote nothing on stderr; " + why : said);
     }
-    return fail(ErrorKind::unreachable, "{}: cannot connect to {}:{} through {}: {} ({})",
-                m_target.spec, m_where.host, m_where.port, m_where.proxy_text, why,
-                connect_failure_hint());
+    return ssh::classed(unreached, fail(ErrorKind::unreachable,
+                                        "{}: cannot connect to {}:{} through {}: {} ({})",
+                                        m_target.spec, m_where.host, m_where.port,
+                                        m_where.proxy_text, why, connect_failure_hint()));
   }
-  return fail(ErrorKind::unreachable,
-              "{}: cannot connect to {}:{}: {}; check the host name, that sshd listens on that "
-              "port, and the network ({})",
-              m_target.spec, m_where.host, m_where.port, why, connect_failure_hint());
+  if (unreached == Unreached::refused) {
+    return ssh::classed(unreached, fail(ErrorKind::unreachable, "{}: at {}:{}, {}", m_target.spec,
+                                        m_where.host, m_where.port, why));
+  }
+  return ssh::classed(
+      unreached, fail(ErrorKind::unreachable,
+                      "{}: cannot connect to {}:{}: {}; check the host name, that sshd listens on "
+                      "that port, and the network ({})",
+                      m_target.spec, m_where.host, m_where.port, why, connect_failure_hint()));
 }
 
 Expected<void> SshSession::open_connection()
@@ -644,14 +621,15 @@ Expected<void> SshSession::connect_once()
   ssh_set_blocking(m_session.get(), 0);
   const Defer blocking([s = m_session.get()] { ssh_set_blocking(s, 1); });
   FERRY_TRY(open_connection());
-  FERRY_TRY(check_host_key());
+  FERRY_TRY(ssh::classed(Unreached::host_key, check_host_key()));
   std::function<void(std::string)> log;
   if (m_target.debug) {
     log = [debug = m_target.debug](std::string line) { debug(line); };
   }
   auto identities = ssh::collect_identities(m_where.identities, m_where.user, log);
-  return ssh::authenticate(m_session.get(), std::move(identities),
-                           {m_target.spec, m_where.user, pace(), log});
+  return ssh::classed(Unreached::auth,
+                      ssh::authenticate(m_session.get(), std::move(identities),
+                                        {m_target.spec, m_where.user, pace(), log}));
 }
 
 } // namespace
