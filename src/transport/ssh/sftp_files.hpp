@@ -71,6 +71,8 @@ public:
   // nullopt when it would have to be uploaded. Never uploads.
   [[nodiscard]] std::optional<std::string> cached_script(std::string_view file_name,
                                                          std::string_view bytes);
+  // The script's entry was refused (its bytes no longer match): removed, and taken for missing.
+  void discard_script(std::string_view file_name, std::string_view bytes);
   [[nodiscard]] Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink);
   [[nodiscard]] Expected<void> make_dir(const std::string& path);
   [[nodiscard]] Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path);
