@@ -138,6 +138,20 @@ class HostileJobsOverSsh(SshTestCase):
                          self.srv.describe_processes(user))
         self.assertLess(time.monotonic() - started, 15)
 
+    def test_a_job_that_kills_its_launcher_still_meets_its_deadline(self):
+        # Issue 45 item 6: a job that killed its launcher escaped its timeout.
+        job = write_job(self.tmp, "parricide", 'kill -9 "$PPID"\necho killed\nsleep 60\n',
+                        interpreter="sh", timeout=3)
+        user = self.srv.user("bash")
+        started = time.monotonic()
+        res = self.ferry("run", job, "--json", "--persist", "0", timeout=40)
+        self.assertLess(time.monotonic() - started, 15, res)
+        self.assertNotEqual(res.record["status"], "ok", res.record)
+        # Its deadline (3 s) and grace (2 s) past, nothing of the job is left.
+        self.assertEqual(self.srv.wait_no_processes(user, timeout_s=12), [],
+                         self.srv.describe_processes(user))
+        self.assertLess(time.monotonic() - started, 20)
+
     def test_job_output_on_a_terminal_cannot_repaint_it(self):
         job = write_job(self.tmp, "painter", f'''
             import json, os, sys
