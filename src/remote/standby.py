@@ -657,11 +657,26 @@ class Run:
         if not S_ISREG(mode):
             return b"result special\n", False
         limit = self.spec["frame_limit"]
+        # Opened without waiting and looked at once open: a process the job left may have put a
+        # FIFO (or a link) at the name since the lstat, and a plain open of a FIFO waits for a
+        # writer for ever.
         try:
-            with open(self.result, "rb") as result:
-                data = result.read(limit + 1)
+            fd = os.open(self.result, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError as e:
+            return (b"result link\n", False) if e.errno == errno.ELOOP else (b"result fetch\n", True)
+        try:
+            if not S_ISREG(os.fstat(fd).st_mode):
+                return b"result special\n", False
+            data = b""
+            while len(data) <= limit:
+                chunk = os.read(fd, limit + 1 - len(data))
+                if not chunk:
+                    break
+                data += chunk
         except OSError:
             return b"result fetch\n", True
+        finally:
+            os.close(fd)
         if len(data) > limit:
             return b"result fetch\n", True
         return b"result file %d\n" % len(data) + data, False

@@ -108,6 +108,7 @@ private:
                                          unsigned mode);
   [[nodiscard]] bool job_cache_has(const std::string& name, std::size_t size);
   void job_cache_discard(const std::string& name);
+  [[nodiscard]] std::optional<FetchedFile> not_regular(sftp_file file, const std::string& path);
   [[nodiscard]] Expected<void> job_cache_add(const std::string& name, std::string_view bytes);
   [[nodiscard]] Expected<bool> job_cache_give_up(const std::string& path, std::string_view bytes,
                                                  const Error& why);
