@@ -472,7 +472,6 @@ class RunsKeptApart(unittest.TestCase):
     held = Persistence.held
     holder = Persistence.holder
     python_standby = Persistence.python_standby
-    standby_script = Persistence.standby_script
 
     @classmethod
     def setUpClass(cls):
@@ -584,12 +583,21 @@ class RunsKeptApart(unittest.TestCase):
         run_ferry("disconnect", "--all", env=self.env)
         res = self.ferry("run", self.job, "--json")
         self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
-        # The new holder's python standby refuses the script, which is then sent again.
+        # The new holder's python standby refuses the script, which is then sent again (a
+        # python standby's process shows before it has checked anything: the script's return
+        # is waited for first).
+        def honest_script():
+            for name in os.listdir(self.base):
+                if name.startswith("ferry-job-") and name.endswith(".py"):
+                    with open(os.path.join(self.base, name), "rb") as f:
+                        if f.read(64).startswith(b"# ferry's python standby"):
+                            return True
+            return False
+        back = wait_for(honest_script, 20)
         ready = wait_for(lambda: self.standbys(self.user, ("python",)), 20)
         self.assertFalse(os.path.exists(os.path.join(self.home, "evil-ran")), "the rewritten script ran")
+        self.assertTrue(back, f"the script was not sent again: {os.listdir(self.base)}")
         self.assertEqual(len(ready or []), 1, self.srv.describe_processes(self.user))
-        with open(self.standby_script(), "rb") as f:
-            self.assertNotIn(b"evil-ran", f.read())
         res = self.ferry("run", self.job, "--json")
         self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
         self.assertFalse(os.path.exists(os.path.join(self.home, "evil-ran")), "the rewritten script ran")
