@@ -114,10 +114,17 @@ nap() {
   [ "$cut" = 1 ] && kill -KILL "$napping" 2>/dev/null
   wait "$napping" && [ "$cut" = 0 ]
 }
+# A launcher that is gone when the deadline passes (a job killed it) cannot stop the job: the
+# watchdog does, as stop() would, TERM to the job's group, then KILL after the grace.
 (
   nap @timeout@ || exit 0
   true >"$FERRY_RUN_DIR"/@timeout_marker@ 2>/dev/null # a failure must not end the watchdog
-  kill -USR1 $$ 2>/dev/null
+  kill -USR1 $$ 2>/dev/null && exit 0
+  if [ "$grouped" = 1 ]; then kill -TERM -"$job" 2>/dev/null; fi
+  kill -TERM "$job" 2>/dev/null
+  nap @grace@ || :
+  if [ "$grouped" = 1 ]; then kill -KILL -"$job" 2>/dev/null; fi
+  kill -KILL "$job" 2>/dev/null
 ) </dev/null >/dev/null 2>&1 &
 watchdog=$!
 signal_job() {

@@ -1,4 +1,5 @@
 #include "ferry/remote/launcher.hpp"
+#include "ferry/remote/standby_boot.hpp"
 
 #include <charconv>
 #include <stdexcept>
@@ -352,13 +353,16 @@ std::string make_launcher(const LauncherSpec& spec)
 namespace {
 
 // The python standby as it goes into a job cache: a loader, then src/remote/standby.py as the
-// string BODY. A python compiles a whole file before it runs any of it, and compiling the
-// standby took a third of its start (10 of 32 ms on the development VM); so the loader keeps the
-// compiled code beside itself in the job cache, `ferry-job-SHA256.TAG` (TAG: the python's cache
-// tag without its dash, e.g. cpython311; a name the cache's cleanup knows), written once per
-// python version as a job's entry is (a temporary name, mode 0400, a rename), used only when it
-// is a regular file of the user's, mode 0400, that starts with this python's magic number, and
-// touched once a day. BODY compiles when there is none.
+// string BODY. ferry never has a python run that file: its standby channel's sh execs
+// k_standby_verifier (below), which reads the entry, checks its sha256 and runs the bytes it
+// checked. A python compiles a whole file before it runs any of it, and compiling the standby took
+// a third of its start (10 of 32 ms on the development VM); so the loader keeps the compiled code
+// beside itself in the job cache, `ferry-job-SHA256.TAG` (TAG: the python's cache tag without its
+// dash, e.g. cpython311; a name the cache's cleanup knows), written as a job's entry is (a
+// temporary name, mode 0400, a rename), and uses it only when its sha256 is the one ferry was told
+// by the standby that wrote it in the same session (`_ferry_tag_sha`, from the verifier's
+// arguments). Else BODY compiles, and the code goes to a new `.TAG` whose sha256 the standby tells
+// ferry on its ready line (k_standby_ready). Run as a file (no verifier), it only compiles.
 constexpr std::string_view k_standby_loader_head =
     R"py(# ferry's python standby: this loader, then src/remote/standby.py as BODY (src/remote/launcher.cpp)
 import marshal
@@ -366,55 +370,107 @@ import sys
 
 
 def _ferry_code():
+    # (code, the sha256 of the .TAG file it is in, or "-")
     import posix as os
     import time
     tag = "".join(c for c in (sys.implementation.cache_tag or "") if c.isalnum())
     magic = sys.modules["_frozen_importlib_external"].MAGIC_NUMBER
     path = __file__[:-3] + "." + tag if tag and __file__.endswith(".py") else None
-    if path is not None:
+    known = globals().get("_ferry_tag_sha", "-")
+    sha256 = globals().get("_ferry_sha256")
+    if path is None or sha256 is None:
+        return compile(BODY, __file__, "exec", dont_inherit=True), "-"
+    if known != "-":
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
             try:
                 st = os.fstat(fd)
                 data = b""
-                if st.st_uid == os.getuid() and (st.st_mode & 0o170777) == 0o100400:
-                    while True:
-                        chunk = os.read(fd, 1 << 20)
-                        if not chunk:
-                            break
-                        data += chunk
+                while True:
+                    chunk = os.read(fd, 1 << 20)
+                    if not chunk:
+                        break
+                    data += chunk
             finally:
                 os.close(fd)
-            if data.startswith(magic):
+            if data.startswith(magic) and sha256(data).hexdigest() == known:
                 code = marshal.loads(data[len(magic):])
                 if time.time() - st.st_mtime > 86400:
                     os.utime(path)
-                return code
+                return code, known
         except (OSError, ValueError, EOFError, TypeError):
             pass
     code = compile(BODY, __file__, "exec", dont_inherit=True)
-    if path is not None:
-        upload = path[:path.rfind("/")] + "/.ferry-job-" + os.urandom(16).hex()
+    upload = path[:path.rfind("/")] + "/.ferry-job-" + os.urandom(16).hex()
+    data = magic + marshal.dumps(code)
+    try:
+        fd = os.open(upload, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
         try:
-            fd = os.open(upload, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-            try:
-                data = memoryview(magic + marshal.dumps(code))
-                while data:
-                    data = data[os.write(fd, data):]
-            finally:
-                os.close(fd)
-            os.rename(upload, path)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.rename(upload, path)
+    except OSError:
+        try:
+            os.unlink(upload)
         except OSError:
-            try:
-                os.unlink(upload)
-            except OSError:
-                pass
-    return code
+            pass
+        return code, "-"
+    return code, sha256(data).hexdigest()
 
 
 BODY = r""")py";
 constexpr std::string_view k_standby_loader_tail = R"py("""
-exec(_ferry_code())
+_ferry_run, _ferry_tag = _ferry_code()
+if "_ferry_tag_sha" in globals():
+    sys.modules["posix"].write(1, b"@ready@ " + _ferry_tag.encode() + b"\n")
+del _ferry_code, _ferry_tag
+exec(_ferry_run)
+)py";
+
+// What the standby channel's sh execs as the python standby (standby_boot_line): reads ENTRY
+// (argv 1: the script in the job cache, a regular file, not followed as a link), runs its bytes
+// only when their sha256 is SHA (argv 2, which ferry computed from its own copy), compiled here,
+// never from a file; tells the loader the sha256 of its compiled code (argv 3, or "-"). An entry
+// that cannot be read or does not match ends it with k_standby_refused_exit before anything of it
+// runs. Only ferry's constant text: no quote in it, so it travels inside '...'.
+constexpr std::string_view k_standby_verifier = R"py(import sys
+def _ferry_verify():
+    import posix
+    try:
+        import _sha2 as m
+    except ImportError:
+        try:
+            import _sha256 as m
+        except ImportError:
+            import hashlib as m
+    entry, sha = sys.argv[1], sys.argv[2]
+    data = b""
+    try:
+        fd = posix.open(entry, posix.O_RDONLY | posix.O_NOFOLLOW)
+        try:
+            while True:
+                chunk = posix.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            posix.close(fd)
+    except OSError as e:
+        posix.write(2, b"ferry-standby: cannot read " + entry.encode() + b": " + e.strerror.encode() + b"\n")
+        posix._exit(@refused@)
+    if m.sha256(data).hexdigest() != sha:
+        posix.write(2, b"ferry-standby: " + entry.encode() + b" does not match its sha256\n")
+        posix._exit(@refused@)
+    main = sys.modules["__main__"]
+    main.__file__ = entry
+    main._ferry_tag_sha = sys.argv[3]
+    main._ferry_sha256 = m.sha256
+    return compile(data, entry, "exec", dont_inherit=True)
+exec(_ferry_verify())
+del _ferry_verify
 )py";
 
 } // namespace
@@ -428,9 +484,32 @@ std::string_view standby_script()
     if (body.find(R"(""")") != std::string::npos || body.ends_with("\\")) {
       throw std::logic_error("src/remote/standby.py cannot go in a raw string literal");
     }
-    return std::string(k_standby_loader_head) + body + std::string(k_standby_loader_tail);
+    return std::string(k_standby_loader_head) + body +
+           fill_template(std::string(k_standby_loader_tail),
+                         {{"ready", std::string(k_standby_ready)}});
   }();
   return text;
+}
+
+std::string standby_boot_line(const std::string& entry, const std::string& tag_sha256)
+{
+  // One line (`exec("...")`), so that the standby's command line reads as one in ps and /proc.
+  static const std::string verifier = [] {
+    std::string text = "exec(\"";
+    for (const char c : fill_template(std::string(k_standby_verifier),
+                                      {{"refused", std::to_string(k_standby_refused_exit)}})) {
+      if (c == '\'') {
+        throw std::logic_error("the python standby's verifier cannot go in '...'");
+      }
+      text += c == '\n'               ? std::string("\\n")
+              : c == '"' || c == '\\' ? std::string("\\") + c
+                                      : std::string(1, c);
+    }
+    return text + "\")";
+  }();
+  static const std::string script_sha256 = sha256_hex(standby_script());
+  return fmt::format("exec python3 -I -S -c '{}' {} {} {}{}\n", verifier, entry, script_sha256,
+                     tag_sha256.empty() ? "-" : tag_sha256, k_ahead_process_tail);
 }
 
 } // namespace ferry

@@ -36,8 +36,8 @@
 # in ` last` (a direct connection's last run: nothing follows on this channel).
 #
 # Only modules that are built in or frozen are imported, and from the python's own library ctypes
-# (to make this process not dumpable: keep_to_itself) and _sha256 (to hash a job's cache entry:
-# job_intact); -I -S: nothing of the user's or the run's can stand in for them. Python changes its own environment at start (PEP 538 sets
+# (to make this process not dumpable: keep_to_itself), _sha256 (to hash a job's cache entry:
+# job_intact) and _socket (the interpreter's descriptor 3); -I -S: nothing of the user's or the run's can stand in for them. Python changes its own environment at start (PEP 538 sets
 # LC_CTYPE under the C locale): the environment passed on is the one in /proc/self/environ, as
 # this process got it. Without /proc this process ends at once, and the holder's later standbys
 # are sh's.
@@ -274,7 +274,15 @@ class Interpreter:
         self.go = None
         given = job_environment(environment)
         self.lc_ctype_given = b"LC_CTYPE" in given
-        read, write = os.pipe()
+        # A socket pair, not a pipe: /proc/PID/fd/3 of the interpreter (dumpable, as a job's
+        # python is) cannot be opened as a socket can never be, so no other process of the user's
+        # can write a run of its own into it, or read this one's (docs/persistence.md).
+        try:
+            import _socket
+            pair = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        except (ImportError, OSError):
+            return  # no pid: the standby ends (3), and the holder's later standbys are sh's
+        read, write = pair[0].detach(), pair[1].detach()
         if read == 3:
             read = os.dup(read)
             os.close(3)
@@ -291,7 +299,7 @@ class Interpreter:
                 setsigdef=[s for s in _signal.valid_signals() if s not in ignored
                            and s not in (_signal.SIGKILL, _signal.SIGSTOP)])
             self.go = write
-            write_all(write, BOOT_CODE)  # one write, under PIPE_BUF: read whole, and alone
+            write_all(write, BOOT_CODE)  # one write, far under the socket's buffer: read whole
         except OSError:
             os.close(write)
         finally:
@@ -649,11 +657,26 @@ class Run:
         if not S_ISREG(mode):
             return b"result special\n", False
         limit = self.spec["frame_limit"]
+        # Opened without waiting and looked at once open: a process the job left may have put a
+        # FIFO (or a link) at the name since the lstat, and a plain open of a FIFO waits for a
+        # writer for ever.
         try:
-            with open(self.result, "rb") as result:
-                data = result.read(limit + 1)
+            fd = os.open(self.result, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError as e:
+            return (b"result link\n", False) if e.errno == errno.ELOOP else (b"result fetch\n", True)
+        try:
+            if not S_ISREG(os.fstat(fd).st_mode):
+                return b"result special\n", False
+            data = b""
+            while len(data) <= limit:
+                chunk = os.read(fd, limit + 1 - len(data))
+                if not chunk:
+                    break
+                data += chunk
         except OSError:
             return b"result fetch\n", True
+        finally:
+            os.close(fd)
         if len(data) > limit:
             return b"result fetch\n", True
         return b"result file %d\n" % len(data) + data, False

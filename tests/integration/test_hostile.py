@@ -15,7 +15,7 @@ import unittest
 
 from ferry_harness import SshTestCase, ferry_bin, run_ferry, run_in_pty, write_job
 from sshd_fixture import SshServer, require_root_and_tools
-from test_persist import Persistence
+from test_persist import Persistence, alive
 
 # Control sequences a hostile job or host might send: a clipboard write (OSC 52), a title
 # change, clear screen, a C1 CSI, DEL, a right-to-left override.
@@ -137,6 +137,20 @@ class HostileJobsOverSsh(SshTestCase):
         self.assertEqual(self.srv.wait_no_processes(user, timeout_s=12), [],
                          self.srv.describe_processes(user))
         self.assertLess(time.monotonic() - started, 15)
+
+    def test_a_job_that_kills_its_launcher_still_meets_its_deadline(self):
+        # Issue 45 item 6: a job that killed its launcher escaped its timeout.
+        job = write_job(self.tmp, "parricide", 'kill -9 "$PPID"\necho killed\nsleep 60\n',
+                        interpreter="sh", timeout=3)
+        user = self.srv.user("bash")
+        started = time.monotonic()
+        res = self.ferry("run", job, "--json", "--persist", "0", timeout=40)
+        self.assertLess(time.monotonic() - started, 15, res)
+        self.assertNotEqual(res.record["status"], "ok", res.record)
+        # Its deadline (3 s) and grace (2 s) past, nothing of the job is left.
+        self.assertEqual(self.srv.wait_no_processes(user, timeout_s=12), [],
+                         self.srv.describe_processes(user))
+        self.assertLess(time.monotonic() - started, 20)
 
     def test_job_output_on_a_terminal_cannot_repaint_it(self):
         job = write_job(self.tmp, "painter", f'''
@@ -361,6 +375,96 @@ print("left a reader of", standby)
 """
 
 
+# Rewrites the python standby's script in the job cache (same name, size, mode and owner: only the
+# content tells) with bytes that leave ~/evil-ran, as a process of the user's can.
+REWRITE_STANDBY = """
+import os
+base = os.path.dirname(os.environ["FERRY_RUN_DIR"])
+evil = b'open(__import__("posix").environ[b"HOME"].decode() + "/evil-ran", "w").close()\\n'
+for name in os.listdir(base):
+    path = os.path.join(base, name)
+    if name.startswith("ferry-job-") and name.endswith(".py"):
+        with open(path, "rb") as f:
+            if not f.read(64).startswith(b"# ferry's python standby"):
+                continue
+        size = os.path.getsize(path)
+        os.chmod(path, 0o600)
+        with open(path, "wb") as f:
+            f.write(evil + b"#" * (size - len(evil) - 1) + b"\\n")
+        os.chmod(path, 0o400)
+        print("rewrote", name)
+"""
+
+# Leaves a process that, once the run has ended and the standby stayed, rewrites the standby's
+# compiled code in the job cache (`ferry-job-SHA256.TAG`: this python's magic number, then code
+# that leaves ~/evil-ran; mode 0400, the user's) and kills the standby, so that the holder starts
+# another, which would load that code.
+REWRITE_COMPILED = """
+import importlib.util, marshal, os, signal, time
+base = os.path.dirname(os.environ["FERRY_RUN_DIR"])
+standby = os.getppid()
+tags = [n for n in os.listdir(base) if n.startswith("ferry-job-") and n.endswith(".cpython%d%d" % __import__("sys").version_info[:2])]
+print("compiled code:", len(tags))
+if os.fork() == 0:
+    os.setsid()
+    for fd in (0, 1, 2):
+        os.close(fd)
+    time.sleep(1)
+    evil = compile('open(__import__("posix").environ[b"HOME"].decode() + "/evil-ran", "w").close()', "evil", "exec")
+    for name in tags:
+        path = os.path.join(base, name)
+        os.chmod(path, 0o600)
+        with open(path, "wb") as f:
+            f.write(importlib.util.MAGIC_NUMBER + marshal.dumps(evil))
+        os.chmod(path, 0o400)
+    os.kill(standby, signal.SIGKILL)
+    os._exit(0)
+"""
+
+# Leaves a process (a session of its own, its output closed, so the standby stays) that looks for
+# the interpreter the python standby starts ahead for the next run and opens its descriptor 3,
+# where that run is told to it, and the standby's stdin. What it could open goes to ~/stolen.log.
+OPEN_AHEAD = """
+import os, time
+standby, job = os.getppid(), os.getpid()
+if os.fork() == 0:
+    os.setsid()
+    between = os.getpid()
+    if os.fork() == 0:
+        for fd in (0, 1, 2):
+            os.close(fd)
+        log = open(os.path.expanduser("~/stolen.log"), "w")
+        mine, uid = {job, between, os.getpid()}, os.getuid()
+        until = time.monotonic() + 8
+        found = None
+        while found is None and time.monotonic() < until:
+            for name in os.listdir("/proc"):
+                if not name.isdigit() or int(name) in mine:
+                    continue
+                try:
+                    if os.stat("/proc/" + name).st_uid != uid:
+                        continue
+                    with open("/proc/%s/cmdline" % name, "rb") as f:
+                        if f.read().startswith(b'python3\\0-c\\0exec(__import__("os").read(3,'):
+                            found = int(name)
+                            break
+                except OSError:
+                    continue
+            time.sleep(0.01)
+        log.write("ahead %s\\n" % found)
+        for what, path in (("fd3", "/proc/%s/fd/3" % found), ("stdin", "/proc/%d/fd/0" % standby)):
+            try:
+                os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK))
+                log.write("%s opened\\n" % what)
+            except OSError as e:
+                log.write("%s denied %s\\n" % (what, e.strerror))
+        log.write("done\\n")
+        log.close()
+    os._exit(0)
+os.wait()
+print("left a looker")
+"""
+
 class RunsKeptApart(unittest.TestCase):
     """Issue 45 item 3: a job cannot reach another run's bytes. Persistence on, as users get it."""
 
@@ -468,6 +572,72 @@ class RunsKeptApart(unittest.TestCase):
         self.assertEqual(stolen, b"", said())
         self.assertIn("denied Permission denied", said())
         self.assertIn("fds ['0', '1', '2', '3']", said())  # 3: the listing's own
+
+    def test_a_rewritten_standby_script_is_refused_and_sent_again(self):
+        # Issue 45 item 3: the python standby's own script in the job cache was run unchecked.
+        self.python_standby()
+        rewrite = write_job(self.tmp, "rewrite_standby", REWRITE_STANDBY)
+        res = self.ferry("run", rewrite, "--json")
+        self.assertEqual(res.code, 0, res)
+        self.assertIn("rewrote", res.record["stdout"])
+        run_ferry("disconnect", "--all", env=self.env)
+        res = self.ferry("run", self.job, "--json")
+        self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
+        # The new holder's python standby refuses the script, which is then sent again (a
+        # python standby's process shows before it has checked anything: the script's return
+        # is waited for first).
+        def honest_script():
+            for name in os.listdir(self.base):
+                if name.startswith("ferry-job-") and name.endswith(".py"):
+                    with open(os.path.join(self.base, name), "rb") as f:
+                        if f.read(64).startswith(b"# ferry's python standby"):
+                            return True
+            return False
+        # The refusal comes as the holder readies its standby; the script goes back at its next
+        # look, once it is idle after the next run.
+        wait_for(lambda: not honest_script() and self.standbys(self.user, ("sh",)), 20)
+        res = self.ferry("run", self.job, "--json")
+        self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
+        back = wait_for(honest_script, 20)
+        self.assertFalse(os.path.exists(os.path.join(self.home, "evil-ran")), "the rewritten script ran")
+        self.assertTrue(back, f"the script was not sent again: {os.listdir(self.base)}")
+
+    def test_rewritten_compiled_standby_code_is_not_run(self):
+        # Issue 45 item 3: the compiled code kept beside the script was run when its owner, mode
+        # and magic number were right.
+        standby = self.python_standby()
+        rewrite = write_job(self.tmp, "rewrite_compiled", REWRITE_COMPILED)
+        res = self.ferry("run", rewrite, "--json")
+        self.assertEqual(res.code, 0, res)
+        self.assertIn("compiled code: 1", res.record["stdout"])
+        self.assertTrue(wait_for(lambda: not alive(standby), 10), "the standby was not killed")
+        ready = []
+        for _ in range(2):
+            res = self.ferry("run", self.job, "--json")
+            self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
+            ready.append(wait_for(lambda: self.standbys(self.user, ("python",)), 20))
+        self.assertFalse(os.path.exists(os.path.join(self.home, "evil-ran")), "the rewritten code ran")
+        self.assertTrue(all(ready), self.srv.describe_processes(self.user))
+        self.assertEqual(len(self.held()), 1)
+
+    def test_a_job_cannot_open_the_next_runs_interpreter_or_standby_stdin(self):
+        # Issue 45 item 3: the interpreter started ahead waited on a pipe that any process of the
+        # user's could open through /proc and write a run of its own into.
+        self.python_standby()
+        looker = write_job(self.tmp, "looker", OPEN_AHEAD)
+        res = self.ferry("run", looker, "--json")
+        self.assertEqual(res.code, 0, res)
+        log = os.path.join(self.home, "stolen.log")
+        def said():
+            with open(log) as f:
+                return f.read()
+        self.assertTrue(wait_for(lambda: os.path.exists(log) and "done" in said(), 15),
+                        self.srv.describe_processes(self.user))
+        self.assertNotIn("ahead None", said())
+        self.assertIn("fd3 denied No such device or address", said())
+        self.assertIn("stdin denied Permission denied", said())
+        res = self.ferry("run", self.job, "--json")
+        self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
 
 
 class HostileLocal(unittest.TestCase):

@@ -356,7 +356,8 @@ class Persistence(unittest.TestCase):
 
     def standbys(self, user: str, kinds=("sh", "python")) -> list[int]:
         """The user's live standbys, a holder's channel opened for its next run: `/bin/sh -s`
-        processes ("sh"), python standbys (`python3 -I -S ENTRY ferry-standby`: "python")."""
+        processes ("sh"), python standbys (`python3 -I -S -c VERIFIER ENTRY SHA256 TAG
+        ferry-standby`: "python")."""
         found = []
         for pid in self.srv.processes_of(user):
             try:
@@ -365,7 +366,7 @@ class Persistence(unittest.TestCase):
             except OSError:
                 continue
             kind = ("sh" if argv[:2] == [b"/bin/sh", b"-s"] else
-                    "python" if argv[:3] == [b"python3", b"-I", b"-S"] and argv[4:5] == [b"ferry-standby"]
+                    "python" if argv[:4] == [b"python3", b"-I", b"-S", b"-c"] and argv[-2:] == [b"ferry-standby", b""]
                     else None)
             if kind in kinds and alive(pid):
                 found.append(pid)
@@ -640,7 +641,7 @@ class Persistence(unittest.TestCase):
         seen_direct = norm(d["stdout"]).splitlines()
         parent_held, parent_direct = seen_held.pop(), seen_direct.pop()
         self.assertEqual(parent_direct, "parent=/bin/sh RUN/launch.sh ", d["stdout"])
-        self.assertRegex(parent_held, r"^parent=python3 -I -S \S+ ferry-standby $")
+        self.assertRegex(parent_held, r"^parent=python3 -I -S -c exec\(.*\) \S+ [0-9a-f]{64} (-|[0-9a-f]{64}) ferry-standby $")
         # posix_spawn leaves glibc's internal signals 32 and 33 ignored (docs/persistence.md):
         # that, and nothing else, differs.
         ign_held = [l for l in seen_held if l.startswith("SigIgn: ")]

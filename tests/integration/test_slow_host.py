@@ -354,7 +354,7 @@ class SlowHost(unittest.TestCase):
 
     @classmethod
     def python_standbys(cls, user: str) -> list[int]:
-        """The user's python standbys (`python3 -I -S ENTRY ferry-standby`) on the host."""
+        """The user's python standbys (`python3 -I -S -c VERIFIER ... ferry-standby`) on the host."""
         uid = pwd.getpwnam(user).pw_uid
         found = []
         for entry in os.listdir("/proc"):
@@ -365,7 +365,7 @@ class SlowHost(unittest.TestCase):
                     argv = f.read().split(b"\0")
             except (OSError, ValueError):
                 continue
-            if argv[:3] == [b"python3", b"-I", b"-S"] and argv[4:5] == [b"ferry-standby"]:
+            if argv[:4] == [b"python3", b"-I", b"-S", b"-c"] and argv[-2:] == [b"ferry-standby", b""]:
                 found.append(int(entry))
         return found
 

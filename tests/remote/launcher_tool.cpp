@@ -3,6 +3,7 @@
 // in hex, so any byte survives.
 //   ferry_launcher_tool launchers DIR < {"NAME": SPEC, ...}  writes DIR/NAME.sh and DIR/standby.py
 //   ferry_launcher_tool reports < {"NAME": "HEX", ...}       prints {"NAME": REPORT or null}
+//   ferry_launcher_tool boot ENTRY TAG_SHA256                prints standby_boot_line's line
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ferry/remote/launcher.hpp"
+#include "ferry/remote/standby_boot.hpp"
 #include "ferry/util.hpp"
 
 using nlohmann::json;
@@ -108,6 +110,8 @@ int main(int argc, char** argv)
       write_launchers(argv[2]);
     } else if (command == "reports" && argc == 2) {
       print_reports();
+    } else if (command == "boot" && argc == 4) {
+      std::cout << ferry::standby_boot_line(argv[2], argv[3]);
     } else {
       fmt::print(stderr, "usage: ferry_launcher_tool launchers DIR | reports (JSON on stdin)\n");
       return 2;

@@ -31,7 +31,9 @@ import concurrent.futures
 import dataclasses
 import fcntl
 import hashlib
+import importlib.util
 import json
+import marshal
 import multiprocessing
 import os
 import re
@@ -931,6 +933,67 @@ class LauncherConformance(unittest.TestCase):
                 if len(set(values)) > 1:
                     shown.add(name)
         self.assertEqual(shown, set(ALLOWED_DIFFERENCES))
+
+
+class StandbyVerifier(unittest.TestCase):
+    """The python standby as ferry starts it (standby_boot_line): a standby channel's `/bin/sh -s`
+    given one line runs the script in the job cache only when its bytes match ferry's sha256, and
+    the compiled code kept beside it only when that matches the sum its last start reported."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tool = prerequisites()
+        cls.table = Table(cls.tool)
+        cls.addClassCleanup(remove, cls.table.root)
+        cls.evil = os.path.join(cls.table.root, "evil-ran")
+        cls.compiled = cls.table.standby[:-3] + "." + "".join(
+            c for c in sys.implementation.cache_tag if c.isalnum())
+
+    def boot(self, tag="-"):
+        """(exit code, stdout, stderr) of a standby given its line, then the end of its stdin."""
+        line = subprocess.run([self.tool, "boot", self.table.standby, tag], check=True,
+                              capture_output=True).stdout
+        env = {"PATH": self.table.bin + ":/usr/bin:/bin", "HOME": self.table.home}
+        done = subprocess.run(["/bin/sh", "-s"], input=line, capture_output=True, env=env,
+                              cwd=self.table.home, timeout=30)
+        return done.returncode, done.stdout, done.stderr
+
+    def rewrite(self, path, data):
+        os.chmod(path, 0o600)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chmod(path, 0o400)
+
+    def ready_tag(self, stdout):
+        self.assertRegex(stdout, rb"^ferry-standby-ready (-|[0-9a-f]{64})\n$")
+        return stdout.split()[1].decode()
+
+    def test_only_verified_bytes_run(self):
+        with open(self.table.standby, "rb") as f:
+            honest = f.read()
+        self.addCleanup(self.rewrite, self.table.standby, honest)
+        code, out, err = self.boot()
+        self.assertEqual(code, 0, err)
+        tag = self.ready_tag(out)
+        with open(self.compiled, "rb") as f:
+            self.assertEqual(hashlib.sha256(f.read()).hexdigest(), tag)
+        # Told that sum, the next start loads that code.
+        code, out, err = self.boot(tag)
+        self.assertEqual((code, self.ready_tag(out)), (0, tag), err)
+        # Compiled code rewritten (mode, owner and magic number kept): compiled afresh.
+        evil = 'open(%r, "w").close()' % self.evil
+        self.rewrite(self.compiled, importlib.util.MAGIC_NUMBER + marshal.dumps(compile(evil, "e", "exec")))
+        code, out, err = self.boot(tag)
+        self.assertEqual(code, 0, err)
+        self.ready_tag(out)
+        self.assertFalse(os.path.exists(self.evil), "the rewritten compiled code ran")
+        # The script rewritten (same size): refused, nothing of it runs.
+        evil_script = (evil + "\n").encode()
+        self.rewrite(self.table.standby, evil_script + b"#" * (len(honest) - len(evil_script) - 1) + b"\n")
+        code, out, err = self.boot(tag)
+        self.assertEqual((code, out), (4, b""), err)
+        self.assertIn(b"does not match its sha256", err)
+        self.assertFalse(os.path.exists(self.evil), "the rewritten script ran")
 
 
 def normalise(obs: dict):

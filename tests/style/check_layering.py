@@ -27,7 +27,7 @@ LAYER_OF_HEADER = {
     "expected.hpp": "util", "exit_code.hpp": "util", "fd.hpp": "util", "text.hpp": "util",
     "util.hpp": "util", "suggest.hpp": "util", "version.hpp": "util", "host_spec.hpp": "util", "hostlist.hpp": "util",
     "json_diff.hpp": "util", "dir_entry.hpp": "util", "output_stream.hpp": "util",
-    "remote/launcher.hpp": "remote", "remote/shell_neutral.hpp": "remote",
+    "remote/launcher.hpp": "remote", "remote/shell_neutral.hpp": "remote", "remote/standby_boot.hpp": "remote",
     "run_record.hpp": "report", "reporter.hpp": "report", "run_observer.hpp": "report",
     "bundle.hpp": "job", "job.hpp": "job", "params.hpp": "job", "run_env.hpp": "job",
     "slurm_options.hpp": "job", "sweep.hpp": "job", "user_config.hpp": "job",

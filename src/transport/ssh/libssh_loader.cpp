@@ -29,6 +29,7 @@
   X(int, sftp_close, (sftp_file file), (file))                                                     \
   X(int, sftp_closedir, (sftp_dir dir), (dir))                                                     \
   X(void, sftp_free, (sftp_session sftp), (sftp))                                                  \
+  X(sftp_attributes, sftp_fstat, (sftp_file file), (file))                                         \
   X(int, sftp_get_error, (sftp_session sftp), (sftp))                                              \
   X(int, sftp_init, (sftp_session sftp), (sftp))                                                   \
   X(sftp_attributes, sftp_lstat, (sftp_session session, const char* path), (session, path))        \

@@ -421,6 +421,20 @@ std::string_view sftp_type_name(int type)
 }
 } // namespace
 
+// What the open file is when it is not a regular file (it was swapped since its lstat).
+std::optional<FetchedFile> SftpFiles::not_regular(sftp_file file, const std::string& path)
+{
+  const auto armed = arm("inspect " + path);
+  const Attributes attributes(sftp_fstat(file));
+  if (attributes && attributes->type == SSH_FILEXFER_TYPE_REGULAR) {
+    return std::nullopt;
+  }
+  return FetchedFile{FetchedFile::Kind::other,
+                     {},
+                     attributes ? std::string(sftp_type_name(attributes->type))
+                                : std::string("a file that cannot be inspected")};
+}
+
 Expected<FetchedFile> SftpFiles::fetch_stream(const std::string& path, const ChunkSink& sink)
 {
   FERRY_TRY(start());
@@ -439,10 +453,19 @@ Expected<FetchedFile> SftpFiles::fetch_stream(const std::string& path, const Chu
       return FetchedFile{
           FetchedFile::Kind::other, {}, std::string(sftp_type_name(attributes->type))};
     }
-    file.reset(sftp_open(m_sftp.get(), path.c_str(), O_RDONLY, 0));
+    // Read-write: a FIFO that a process put at the name since the lstat then opens at once,
+    // where a read-only open would block sftp-server (and with it the session) until a writer
+    // came. A file without write permission is opened read-only: the lstat's word must do.
+    file.reset(sftp_open(m_sftp.get(), path.c_str(), O_RDWR, 0));
+    if (!file && sftp_get_error(m_sftp.get()) == SSH_FX_PERMISSION_DENIED && !m_watchdog.fired()) {
+      file.reset(sftp_open(m_sftp.get(), path.c_str(), O_RDONLY, 0));
+    }
   }
   if (!file) {
     return fail(ErrorKind::failed, "{}", error("open", path));
+  }
+  if (auto other = not_regular(file.get(), path)) {
+    return std::move(*other);
   }
   std::vector<char> buffer(64 * 1024);
   for (;;) {

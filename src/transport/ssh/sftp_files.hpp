@@ -71,6 +71,8 @@ public:
   // nullopt when it would have to be uploaded. Never uploads.
   [[nodiscard]] std::optional<std::string> cached_script(std::string_view file_name,
                                                          std::string_view bytes);
+  // The script's entry was refused (its bytes no longer match): removed, and taken for missing.
+  void discard_script(std::string_view file_name, std::string_view bytes);
   [[nodiscard]] Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink);
   [[nodiscard]] Expected<void> make_dir(const std::string& path);
   [[nodiscard]] Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path);
@@ -106,6 +108,7 @@ private:
                                          unsigned mode);
   [[nodiscard]] bool job_cache_has(const std::string& name, std::size_t size);
   void job_cache_discard(const std::string& name);
+  [[nodiscard]] std::optional<FetchedFile> not_regular(sftp_file file, const std::string& path);
   [[nodiscard]] Expected<void> job_cache_add(const std::string& name, std::string_view bytes);
   [[nodiscard]] Expected<bool> job_cache_give_up(const std::string& path, std::string_view bytes,
                                                  const Error& why);

@@ -97,6 +97,14 @@ std::optional<std::string> SftpFiles::cached_script(std::string_view file_name,
   return m_base + "/" + name;
 }
 
+void SftpFiles::discard_script(std::string_view file_name, std::string_view bytes)
+{
+  if (const std::string name = job_cache_name(sha256_hex(bytes), file_name);
+      !m_base.empty() && !name.empty()) {
+    job_cache_discard(name);
+  }
+}
+
 Expected<void> SftpFiles::know_the_user()
 {
   FERRY_TRY(prepare_base());

@@ -5,6 +5,7 @@
 
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
+#include "ferry/remote/standby_boot.hpp"
 #include "transport/ssh/standby/policy.hpp"
 
 namespace ferry::ssh {
@@ -17,11 +18,57 @@ bool is_python(const StandbyChannel& standby)
 }
 
 namespace {
+const std::string& sh_command()
+{
+  static const std::string command = *shell_neutral_command({"/bin/sh", "-s"});
+  return command;
+}
+
 void decide_standby(Standby& standby, const std::string& python_command)
 {
-  static const std::string sh_command = *shell_neutral_command({"/bin/sh", "-s"});
   standby.python = !python_command.empty();
-  standby.command = standby.python ? python_command : sh_command;
+  standby.command = sh_command();
+  standby.boot = python_command;
+}
+
+// How far a python standby's boot has come: its line written once, then its stdout read up to
+// the ready line (startup files' noise before it is dropped). Failed once its channel ended.
+StandbyState boot_python(Standby& standby)
+{
+  const ssh_channel channel = standby.channel.get();
+  if (!standby.booted) {
+    if (ssh_channel_write(channel, standby.boot.data(),
+                          static_cast<uint32_t>(standby.boot.size())) !=
+        static_cast<int>(standby.boot.size())) {
+      return StandbyState::failed;
+    }
+    standby.booted = true;
+  }
+  char buffer[4096];
+  while (true) {
+    const int n = ssh_channel_read_nonblocking(channel, buffer, sizeof buffer, 0);
+    if (n <= 0) {
+      break;
+    }
+    standby.said.append(buffer, static_cast<std::size_t>(n));
+  }
+  const std::string prefix = std::string(k_standby_ready) + " ";
+  const auto at = standby.said.starts_with(prefix) ? 0 : standby.said.find("\n" + prefix);
+  const auto from = at == std::string::npos ? at : (at == 0 ? 0 : at + 1) + prefix.size();
+  const auto end = from == std::string::npos ? from : standby.said.find('\n', from);
+  if (end != std::string::npos) {
+    standby.tag_sha256 = standby.said.substr(from, end - from);
+    standby.said.clear();
+    standby.ready = true;
+    return StandbyState::ready;
+  }
+  if (standby.said.size() > 65536) {
+    standby.said.erase(0, standby.said.size() - prefix.size());
+  }
+  if (standby.watch.exited || ssh_channel_is_closed(channel) != 0) {
+    return StandbyState::failed;
+  }
+  return StandbyState::pending;
 }
 } // namespace
 
@@ -52,12 +99,12 @@ StandbyState advance_standby(ssh_session session, Standby& standby)
       standby.open = true;
     }
   }
-  return StandbyState::ready;
+  return standby.boot.empty() || standby.ready ? StandbyState::ready : boot_python(standby);
 }
 
 StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
                               StandbyChannel standby, std::chrono::steady_clock::duration limit,
-                              const StopToken* stop)
+                              const StopToken* stop, int* exit_code)
 {
   const auto until = Clock::now() + limit;
   const int fd = ssh_get_fd(session);
@@ -67,6 +114,9 @@ StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>&
     const StandbyState state = advance_standby(session, *standby);
     if (state == StandbyState::ready) {
       return standby;
+    }
+    if (state == StandbyState::failed && exit_code != nullptr && standby->watch.status) {
+      *exit_code = *standby->watch.status;
     }
     if (state == StandbyState::failed || Clock::now() > until || !ssh_is_connected(session) ||
         (stop != nullptr && stop->stop_requested())) {
@@ -82,9 +132,10 @@ StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>&
 
 StandbyChannel open_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
                             std::chrono::steady_clock::duration limit,
-                            const std::string& python_command)
+                            const std::string& python_command, int* exit_code)
 {
-  return finish_standby(session, lock, begin_standby(session, python_command), limit);
+  return finish_standby(session, lock, begin_standby(session, python_command), limit, nullptr,
+                        exit_code);
 }
 
 namespace {
@@ -210,6 +261,24 @@ run_and_keep(ssh_session session, StandbyChannel standby, const std::string& com
   return outcome;
 }
 
+// A python standby of a run's own, once its ready line came (null when it ended first or the
+// run is stopped meanwhile): what it said goes to `use`.
+StandbyChannel booted_python(ssh_session session, std::unique_lock<std::mutex>& lock,
+                             StandbyChannel fresh, const ExecRequest& request,
+                             const StandbyUse& use)
+{
+  int code = -1;
+  fresh = finish_standby(session, lock, std::move(fresh), std::chrono::seconds(30), &request.stop,
+                         &code);
+  if (!fresh && code != -1 && use.boot_failed) {
+    use.boot_failed(code);
+  }
+  if (fresh && use.booted) {
+    use.booted(fresh->tag_sha256);
+  }
+  return fresh;
+}
+
 // The run on a standby: the one the session has, else (a python3 job's run, none free) a python
 // standby of its own. nullopt: none, or it could not run there; the run goes to a channel of its
 // own.
@@ -238,12 +307,17 @@ run_on_a_standby(ssh_session session, std::string_view label, const std::string&
   StandbyChannel fresh;
   const auto try_open = [&] {
     fresh.reset(new Standby(session));
-    fresh->python = true;
+    decide_standby(*fresh, standby.python_command);
     return fresh->channel.open();
   };
   FERRY_TRY(start_channel(
-      session, label, try_open, [&] { return fresh->channel.get(); }, standby.python_command,
-      request, watchdog, lock, free_a_channel));
+      session, label, try_open, [&] { return fresh->channel.get(); }, sh_command(), request,
+      watchdog, lock, free_a_channel));
+  fresh->open = fresh->started = true;
+  fresh = booted_python(session, lock, std::move(fresh), request, standby);
+  if (!fresh) {
+    return std::optional<ExecOutcome>();
+  }
   return run_and_keep(session, std::move(fresh), command, request, watchdog, lock, standby, settle);
 }
 

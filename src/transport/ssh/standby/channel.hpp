@@ -26,10 +26,18 @@ public:
   explicit Standby(ssh_session session) : channel(session, watch) {}
   ExitWatch watch; // before the channel, whose callbacks point at it
   ExecChannel channel;
-  bool python = false;  // its command is the python standby (src/remote/standby.py)
-  std::string command;  // what it runs: `/bin/sh -s`, or the python standby's command
+  bool python = false;  // its sh becomes the python standby (src/remote/standby.py)
+  std::string command;  // what it runs: `/bin/sh -s`
   bool open = false;    // the server confirmed the channel (its exec request comes next)
   bool started = false; // the server accepted the exec request
+  // A python standby: the line its sh is given (standby_boot_line), then its stdout up to its
+  // ready line. It takes no run before that line: the sh may have read ahead of its own line,
+  // and what it read would be lost at its exec.
+  std::string boot;
+  bool booted = false;
+  bool ready = false;
+  std::string said;
+  std::string tag_sha256; // from the ready line ("-": none)
 };
 using StandbyChannel = std::unique_ptr<Standby>;
 // Whether `standby` is a python standby.
@@ -49,13 +57,18 @@ struct StandbyUse {
   bool* python_failed = nullptr; // set when a python standby could not start on the host
   std::function<void()> taken;   // called (holding the lock) once the run has taken it
   std::vector<StandbyChannel>* spares = nullptr;
-  std::string python_command;
+  std::string python_command; // the python standby's boot line (standby_boot_line)
   std::string stage;
   std::function<Expected<void>(bool)> settle;
   bool* staged_by_standby = nullptr;
   // Asked (holding the lock) when a python standby stays after its run: whether it may be kept.
   // Not on a host that allows one channel at a time: it would hold the slot SFTP needs.
   std::function<bool()> may_keep;
+  // Called (holding the lock) with the exit status of a python standby that ended before its
+  // ready line (k_standby_refused_exit: its script in the job cache was refused), and with the
+  // ready line's compiled code's sha256 when it got there.
+  std::function<void(int)> boot_failed;
+  std::function<void(const std::string&)> booted;
 };
 // The launcher run `request` on a standby as `standby` allows, else on a new channel (exec.hpp).
 [[nodiscard]] Expected<ExecOutcome> exec_launcher(ssh_session session, std::string_view label,
@@ -74,17 +87,21 @@ enum class StandbyState { pending, ready, failed };
 [[nodiscard]] StandbyChannel begin_standby(ssh_session session,
                                            const std::string& python_command = {});
 [[nodiscard]] StandbyState advance_standby(ssh_session session, Standby& standby);
+// A python standby is ready once its ready line came; one that ended before sets *exit_code
+// (when given) to its exit status.
 [[nodiscard]] StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
                                             StandbyChannel standby,
                                             std::chrono::steady_clock::duration limit,
-                                            const StopToken* stop = nullptr);
+                                            const StopToken* stop = nullptr,
+                                            int* exit_code = nullptr);
 
 // Opens a standby channel, holding `lock` only while it calls libssh (not while the server
 // answers); nullptr when the server refuses it, or it fails, or `limit` passes. Its command is
-// `/bin/sh -s`, or `python_command` when given (`python3 -I -S ENTRY ferry-standby`, neutral
-// tokens): the python standby, which starts the next job's interpreter ahead too.
+// `/bin/sh -s`; given `python_command` (standby_boot_line), that sh becomes the python standby,
+// which starts the next job's interpreter ahead too.
 [[nodiscard]] StandbyChannel open_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
                                           std::chrono::steady_clock::duration limit,
-                                          const std::string& python_command = {});
+                                          const std::string& python_command = {},
+                                          int* exit_code = nullptr);
 
 } // namespace ferry::ssh

@@ -2,15 +2,10 @@
 
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
+#include "ferry/remote/standby_boot.hpp"
 
 namespace ferry::ssh {
 namespace {
-
-// The python standby's command: its script ENTRY in the job cache (docs/run-protocol.md, "Exec").
-std::string python_standby_command(const std::string& entry)
-{
-  return "python3 -I -S " + entry + " ferry-standby";
-}
 
 std::string parent_of(const std::string& path)
 {
@@ -59,7 +54,7 @@ void Standbys::run_dir_made()
   }
   const auto entry = m_files().cached_script(k_standby_script, standby_script());
   if (entry && is_shell_neutral_token(*entry)) {
-    m_python_command = python_standby_command(*entry);
+    m_python_command = *entry;
     m_debug("python3 jobs go to python standbys (their script is in the job cache)");
   }
 }
@@ -152,11 +147,13 @@ StandbyUse Standbys::use_for(const std::string& dir, const std::string& stage,
                    }
                  },
                  &m_spares,
-                 m_no_python_standby ? std::string() : m_python_command,
+                 m_no_python_standby ? std::string() : python_boot_line(),
                  {},
                  nullptr,
                  nullptr,
-                 [this] { return m_channels.limit > 1; }};
+                 [this] { return m_channels.limit > 1; },
+                 [this](int code) { boot_failed(code); },
+                 [this](const std::string& tag_sha256) { m_tag_sha256 = tag_sha256; }};
   if (dir.empty() || m_deferred.count(dir) == 0) {
     return use;
   }
@@ -190,10 +187,17 @@ void Standbys::open_next(ssh_session session, std::unique_lock<std::mutex>& lock
   // Nobody waits for it, and the session's SFTP steps hold the lock for whole round trips: a
   // slow link's standby may take many of them. A python standby once its script is in the job
   // cache (look_at_script), unless one could not start here.
-  const std::string python_command = python_ready() ? m_python_command : std::string();
+  const std::string python_command = python_ready() ? python_boot_line() : std::string();
   m_opening = true;
-  auto standby = open_standby(session, lock, std::chrono::minutes(1), python_command);
+  int code = -1;
+  auto standby = open_standby(session, lock, std::chrono::minutes(1), python_command, &code);
   m_opening = false;
+  if (!standby && code != -1 && !python_command.empty()) {
+    boot_failed(code);
+  }
+  if (standby && is_python(standby)) {
+    m_tag_sha256 = standby->tag_sha256;
+  }
   if (standby && !m_standby) {
     m_standby = std::move(standby);
   }
@@ -225,8 +229,37 @@ bool Standbys::look_at_script()
     m_debug("no python standby: its script cannot be kept in the job cache");
     return false;
   }
-  m_python_command = python_standby_command(*entry);
+  m_python_command = *entry;
   return true;
+}
+
+std::string Standbys::python_boot_line() const
+{
+  return m_python_command.empty() ? std::string()
+                                  : standby_boot_line(m_python_command, m_tag_sha256);
+}
+
+// A python standby that ended before its ready line: its script in the job cache was refused
+// (rewritten since ferry put it there: discarded, and put there again at the next look, once a
+// session; a second refusal, or a standby that cannot start here, leaves the session's later
+// standbys to sh).
+void Standbys::boot_failed(int code)
+{
+  if (code == k_standby_refused_exit && m_script_refusals++ == 0) {
+    m_files().discard_script(k_standby_script, standby_script());
+    m_debug(fmt::format("warning: the python standby's script {} no longer matches its sha256 "
+                        "(a process of this user changed it); it is discarded and sent again",
+                        m_python_command));
+    m_python_command.clear();
+    m_tag_sha256.clear();
+    m_script_checked = {};
+    return;
+  }
+  if (code == k_standby_refused_exit || code == 2 || code == 3 || code == 126 || code == 127) {
+    m_no_python_standby = true;
+    m_python_command.clear();
+    m_debug(fmt::format("no python standby: it ended with {} before it was ready", code));
+  }
 }
 
 Expected<ExecOutcome> Standbys::run(ssh_session session, std::string_view label,

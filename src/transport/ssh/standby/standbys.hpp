@@ -120,6 +120,10 @@ private:
     std::optional<std::string> launch; // launch.sh's bytes
   };
   [[nodiscard]] standby::Facts facts() const;
+  // The line that makes a standby channel's sh the python standby (standby_boot_line); empty
+  // while the script is not known to be in the job cache.
+  [[nodiscard]] std::string python_boot_line() const;
+  void boot_failed(int code);
   [[nodiscard]] bool python_ready() const
   {
     return !m_no_python_standby && !m_python_command.empty();
@@ -134,10 +138,14 @@ private:
   // Python standbys that stayed after runs side by side, for the next ones; closed once the
   // holder has been idle a moment (idle), or when a run needs their slot.
   std::vector<StandbyChannel> m_spares;
-  // The python standby's command once its script is in the job cache; set when one could not be
-  // kept or started here: later standbys are sh's.
+  // The python standby's script in the job cache (its entry's path) once it is there; set when
+  // one could not be kept or started here: later standbys are sh's.
   std::string m_python_command;
   bool m_no_python_standby = false;
+  // The sha256 of the compiled code the last python standby kept beside its script (its ready
+  // line): the next one runs that code only when it still matches.
+  std::string m_tag_sha256;
+  int m_script_refusals = 0;
   standby::Clock::time_point m_script_checked; // when look_at_script last looked
   std::function<void()> m_taken;               // on_taken
   bool m_first_asked = false;                  // first_run: only for the session's first run
