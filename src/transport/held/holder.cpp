@@ -433,6 +433,17 @@ Expected<Fd> listen_at(const fs::path& socket, ino_t& inode)
   return fd;
 }
 
+bool lock_within(int fd, Clock::duration limit)
+{
+  for (const auto until = Clock::now() + limit; ::flock(fd, LOCK_EX | LOCK_NB) != 0;) {
+    if (Clock::now() >= until) {
+      return false;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
+}
+
 } // namespace
 
 nlohmann::json holder_target(const SshTarget& target)
@@ -459,9 +470,10 @@ int run_holder(std::string_view spec_text)
     return 2;
   }
   const fs::path socket = spec.at("socket").get<std::string>();
-  // One holder: the second to start leaves at once.
+  // One holder: a second one leaves. It waits a moment first: the lock may be a leaving
+  // holder's, whose socket is already gone (the client that started this one waits for it).
   Fd lock(::open(lock_path(socket).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!lock || ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+  if (!lock || !lock_within(lock.get(), 3s)) {
     return 0;
   }
   ino_t inode = 0;
