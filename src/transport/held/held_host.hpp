@@ -69,7 +69,10 @@ struct HeldHost : std::enable_shared_from_this<HeldHost> {
   void launched(std::uint64_t run);
 
   // The preparer's wishes, under the pool's lock.
-  bool start_wanted = false;   // prepare_ahead + prepare_interpreter, once connected
+  bool start_wanted = false; // prepare_ahead + prepare_interpreter, once connected
+  // The start work is still to ask for: after the first run (which it would race for the
+  // host's channels), or once the session is first idle.
+  std::atomic<bool> start_pending{true};
   bool standby_wanted = false; // prepare_ahead
   bool idle_wanted = false;    // prepare_idle
   bool queued = false;

@@ -157,6 +157,9 @@ private:
     if (now - host.idle_since >= persist || !host.session->alive()) {
       return true;
     }
+    if (host.start_pending.exchange(false)) {
+      m_pool.want(host.shared_from_this(), PreparePool::Wish::start);
+    }
     // Work that may take round trips (the python standby's script into the job cache) is done
     // once nobody has come for a while, and again every few minutes.
     if (now - host.idle_since >= k_idle_work_after &&
@@ -384,9 +387,7 @@ private:
       }
     }
     host->settled.notify_all();
-    if (host->session) {
-      m_pool.want(host, PreparePool::Wish::start);
-    } else {
+    if (!host->session) {
       end_host(host); // the next client connects anew
     }
     const std::lock_guard lock(story->mutex);
@@ -433,11 +434,11 @@ Expected<Fd> listen_at(const fs::path& socket, ino_t& inode)
   return fd;
 }
 
-bool lock_within(int fd, Clock::duration limit)
+bool lock_within(int fd, const fs::path& socket, Clock::duration limit)
 {
   for (const auto until = Clock::now() + limit; ::flock(fd, LOCK_EX | LOCK_NB) != 0;) {
-    if (Clock::now() >= until) {
-      return false;
+    if (Clock::now() >= until || dial(socket)) {
+      return false; // another holder serves
     }
     std::this_thread::sleep_for(20ms);
   }
@@ -473,7 +474,7 @@ int run_holder(std::string_view spec_text)
   // One holder: a second one leaves. It waits a moment first: the lock may be a leaving
   // holder's, whose socket is already gone (the client that started this one waits for it).
   Fd lock(::open(lock_path(socket).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!lock || !lock_within(lock.get(), 3s)) {
+  if (!lock || !lock_within(lock.get(), socket, 3s)) {
     return 0;
   }
   ino_t inode = 0;

@@ -243,7 +243,8 @@ void serve_host_client(const std::shared_ptr<HeldHost>& host, PreparePool& pool,
       return;
     }
     if (request.value("op", "") == "launch") {
-      pool.want(host, PreparePool::Wish::standby);
+      pool.want(host, host->start_pending.exchange(false) ? PreparePool::Wish::start
+                                                          : PreparePool::Wish::standby);
     }
   }
 }
