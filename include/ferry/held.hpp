@@ -1,7 +1,7 @@
 #pragma once
-// Persistent sessions (docs/persistence.md): after a run, ferry leaves the host's authenticated
-// session to a small background process of the same user, the holder, which later invocations
-// reach over a Unix socket in a 0700 directory and use instead of connecting again.
+// Persistent sessions (docs/persistence.md): one small background process of the user, the
+// holder, connects the hosts ferry runs on and keeps their authenticated sessions open; every
+// invocation reaches it over one Unix socket in a 0700 directory and runs through it.
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -17,10 +17,10 @@ namespace ferry {
 // How long a holder stays after its last client, by default (ControlPersist's usual minute).
 inline constexpr int k_default_persist_s = 60;
 
-// Uses the connection a live holder keeps for `direct`'s effective options when there is one;
-// else connects `direct` itself and, when `persist_s` > 0, starts a holder as it ends. A holder
-// that cannot be used (dead, stale, of another version) is passed over; one whose host key
-// known_hosts no longer trusts refuses the run as a direct connection would.
+// Runs through the user's holder (started when there is none), which uses the session it keeps
+// for `direct`'s effective options or connects it now, as `direct` would connect; a holder that
+// cannot be used (not startable, dead, of another version) is passed over and `direct`
+// connects. A connect the holder made fails the run as a direct connect would have failed it.
 [[nodiscard]] std::unique_ptr<HostSession>
 make_persistent_session(std::unique_ptr<SshConnection> direct, const SshTarget& target,
                         int persist_s);
@@ -30,17 +30,17 @@ struct HeldConnection {
   long pid = 0;
   std::string since; // UTC, ISO 8601
   std::filesystem::path socket;
+  std::string key; // the holder's name for it
 };
 
-// The live holders of this user (each asked over its socket).
+// The sessions this user's holder keeps.
 [[nodiscard]] std::vector<HeldConnection> held_connections();
-// Asks a holder to end (its runs under way are stopped); false when it was gone already.
+// Asks the holder to end one (its runs under way are stopped); false when it was gone already.
 [[nodiscard]] bool end_held(const HeldConnection& connection);
 
 namespace held {
-// What `ferry __hold` is given: the target to connect, how long to stay, where to listen.
-[[nodiscard]] nlohmann::json holder_spec(const SshTarget& target, int persist_s,
-                                         const std::filesystem::path& socket);
+// The target as a hello names it to the holder (its paths absolute).
+[[nodiscard]] nlohmann::json holder_target(const SshTarget& target);
 // `ferry __hold SPEC`: the holder's whole life; its exit status.
 [[nodiscard]] int run_holder(std::string_view spec_text);
 } // namespace held

@@ -1,4 +1,4 @@
-// `ferry disconnect`: ends the connection holders that keep hosts' sessions open between runs
+// `ferry disconnect`: ends the sessions the connection holder keeps open between runs
 // (docs/persistence.md), and `ferry __hold`, the holder itself.
 #include <algorithm>
 #include <memory>

@@ -253,13 +253,14 @@ class Persistence(unittest.TestCase):
         self.assertEqual(self.srv.wait_no_processes(self.user, timeout_s=4 + 2 + 5), [],
                          self.srv.describe_processes(self.user))
         self.assertTrue(wait_until(lambda: self.srv.run_dirs(self.user) == [], 5), self.srv.run_dirs(self.user))
-        # The next run connects directly, and leaves a new holder.
+        # The next run starts a new holder, which connects the host for it.
         res = self.ferry("-v", "run", self.job, "--json")
         self.assertEqual(res.code, 0, res)
         self.assertNotIn(b"using the connection held", res.stderr)
-        again = wait_until(self.held, 15)
+        again = self.held()
         self.assertEqual(len(again), 1)
         self.assertNotEqual(again[0]["pid"], held["pid"])
+        self.assertIn(f"the connection holder (process {again[0]['pid']}) connected".encode(), res.stderr)
 
     def holder_socket(self) -> str:
         names = [n for n in os.listdir(self.holders_dir) if n.endswith(".sock")]
@@ -994,6 +995,63 @@ class Persistence(unittest.TestCase):
             self.assertEqual([r["status"] for r in res.records], ["ok"] * 3, res)
             run_ferry("disconnect", "--all", env=self.env)
             self.assertEqual(srv.run_dirs(self.user), [])
+
+    def holder_processes(self) -> list[int]:
+        """The live `ferry __hold` processes of this ferry binary serving this test's runtime
+        directory (other suites' holders have their own)."""
+        exe = os.path.realpath(ferry_bin())
+        found = []
+        for name in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    environ = f.read().split(b"\0")
+                if (len(argv) > 1 and argv[1] == b"__hold" and os.path.realpath(f"/proc/{name}/exe") == exe
+                        and f"XDG_RUNTIME_DIR={self.runtime}".encode() in environ and alive(int(name))):
+                    found.append(int(name))
+            except OSError:
+                pass
+        return found
+
+    def test_one_holder_serves_every_host_and_a_first_run_connects_once(self):
+        # Issue 43 item 1: one holder process for all hosts (three users of the fixture are three
+        # connections), and the first run goes through it: one SSH connection per host, not a
+        # direct one and then the holder's.
+        shells = ("bash", "dash", "zsh")
+        aliases = {s: self.srv.alias(s) for s in shells}
+        users = {s: self.srv.user(s) for s in shells}
+        self.addCleanup(lambda: [self.srv.wait_no_processes(u, timeout_s=5) for u in users.values()])
+        before = {s: self.srv.count_accepted(u) for s, u in users.items()}
+        hosts = [arg for s in shells for arg in ("--host", aliases[s])]
+        argv = ("-v", "run", self.job, *hosts, "--ssh-config", self.srv.ssh_config, "--json")
+        first = run_ferry(*argv, env=self.env)
+        self.assertEqual(first.code, 0, first)
+        self.assertEqual([r["status"] for r in first.records], ["ok"] * 3, first.records)
+        self.assertEqual({s: self.srv.count_accepted(u) - before[s] for s, u in users.items()},
+                         {s: 1 for s in shells}, "the first run with persistence on connected twice")
+        held = self.held()
+        self.assertEqual(sorted(h["host"] for h in held), sorted(aliases.values()))
+        pid = held[0]["pid"]
+        self.assertEqual({h["pid"] for h in held}, {pid})
+        self.assertEqual(self.holder_processes(), [pid], "one holder process for every host")
+        # `disconnect HOST` ends that host's session only; the holder stays for the others.
+        gone = run_ferry("disconnect", aliases["dash"], env=self.env)
+        self.assertEqual(gone.code, 0, gone)
+        self.assertIn(f"disconnected {aliases['dash']}".encode(), gone.stdout)
+        self.assertEqual(sorted(h["host"] for h in self.held()), sorted([aliases["bash"], aliases["zsh"]]))
+        self.assertEqual(self.srv.wait_no_processes(users["dash"], timeout_s=5), [],
+                         self.srv.describe_processes(users["dash"]))
+        again = run_ferry(*argv, env=self.env)
+        self.assertEqual(again.code, 0, again)
+        self.assertEqual([r["status"] for r in again.records], ["ok"] * 3, again.records)
+        for s in ("bash", "zsh"):
+            self.assertIn(f"ferry: {aliases[s]}: using the connection held by process {pid}".encode(), again.stderr)
+        self.assertIn(f"ferry: {aliases['dash']}: the connection holder (process {pid}) connected".encode(),
+                      again.stderr)
+        self.assertEqual({s: self.srv.count_accepted(u) - before[s] for s, u in users.items()},
+                         {"bash": 1, "dash": 2, "zsh": 1})
+        self.assertEqual(self.holder_processes(), [pid])
 
     def test_socket_directory_and_other_users_are_refused(self):
         held = self.holder()

@@ -1,6 +1,6 @@
-// The client side of persistent sessions: a HostSession whose every step is a request to a
-// holder (HeldSession), and the session the CLI makes (PersistentSession), which uses a live
-// holder when there is one, else connects directly and starts a holder as it ends.
+// The client side of persistent sessions: a HostSession whose every step is a request to the
+// holder (HeldSession), and the session the CLI makes (PersistentSession), which runs through
+// the user's holder (starting it when there is none), else connects directly.
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -36,33 +36,47 @@ struct Greeting {
   std::string why; // none: why the holder cannot be used
   Error refusal;   // refused: the error a direct connection would have given
   Message reply;
+  Message story = Message::array(); // `-v`: the lines of the holder's connect for it
 };
 
-Greeting greet(int fd)
+Greeting greet(int fd, const Message& hello)
 {
-  if (!held::send_message(fd, {{"op", "hello"}, {"protocol", held::k_protocol}})) {
-    return {Greeting::Kind::none, "it closed the connection", {}, {}};
+  if (!held::send_message(fd, hello)) {
+    return {Greeting::Kind::none, "it closed the connection", {}, {}, {}};
   }
   Message reply;
-  if (held::receive_message(fd, reply, 10s) != Received::message || !reply.is_object()) {
-    return {Greeting::Kind::none, "it did not answer", {}, {}};
+  // The holder may be connecting the host for this hello: as long as a direct connect takes.
+  const auto limit = std::chrono::seconds(10 + hello.value("wait_s", 0));
+  if (held::receive_message(fd, reply, limit) != Received::message || !reply.is_object()) {
+    return {Greeting::Kind::none, "it did not answer", {}, {}, {}};
+  }
+  Message story = reply.value("story", Message::array());
+  if (!story.is_array()) {
+    story = Message::array();
   }
   if (reply.value("gone", false)) {
-    return {Greeting::Kind::none, reply.value("why", std::string("it is ending")), {}, {}};
+    return {Greeting::Kind::none,
+            reply.value("why", std::string("it is ending")),
+            {},
+            {},
+            std::move(story)};
   }
   if (auto error = held::error_in(reply)) {
-    return {Greeting::Kind::refused, {}, *error, {}};
+    return {Greeting::Kind::refused, {}, *error, {}, std::move(story)};
   }
-  return {Greeting::Kind::ok, {}, {}, std::move(reply)};
+  return {Greeting::Kind::ok, {}, {}, std::move(reply), std::move(story)};
 }
 
 class HeldSession final : public HostSession {
 public:
-  HeldSession(fs::path socket, std::string label, Fd first, Message greeting)
-      : m_socket(std::move(socket)), m_label(std::move(label)),
+  HeldSession(fs::path socket, std::string label, Message hello, Fd first, Message greeting)
+      : m_socket(std::move(socket)), m_label(std::move(label)), m_hello(std::move(hello)),
         m_target(greeting.value("target", Message::object()))
   {
     m_idle.push_back(std::move(first));
+    // Later connections find the session there: a holder that does not answer at once is
+    // stopped (the run's finish must not wait for it as for a connect).
+    m_hello.erase("wait_s");
   }
 
   nlohmann::json target() const override { return m_target; }
@@ -134,7 +148,7 @@ private:
     if (!fd) {
       return lost("is gone");
     }
-    if (greet(fd->get()).kind != Greeting::Kind::ok) {
+    if (greet(fd->get(), m_hello).kind != Greeting::Kind::ok) {
       return lost("no longer serves");
     }
     return std::move(*fd);
@@ -178,6 +192,7 @@ private:
 
   fs::path m_socket;
   std::string m_label;
+  Message m_hello; // names the connection to the holder
   nlohmann::json m_target;
   std::mutex m_mutex;
   std::vector<Fd> m_idle;
@@ -313,13 +328,13 @@ Expected<ExecOutcome> HeldSession::launch(StagedRun& run, const LaunchRequest& r
 // Starts `ferry __hold SPEC` detached (its own session, stdio on /dev/null, errors into a log
 // beside the socket), reaped at once so that a long-lived ferry (the MCP server) keeps no
 // zombie.
-void start_holder(const SshTarget& target, int persist_s, const fs::path& socket)
+void start_holder(const fs::path& socket)
 {
-  const std::string spec = held::holder_spec(target, persist_s, socket).dump();
+  const std::string spec = Message{{"socket", socket.string()}}.dump();
   fs::path log = socket;
   log.replace_extension(".log");
   const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  const int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  const int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   char exe[] = "/proc/self/exe";
   char name[] = "ferry";
   char hold[] = "__hold";
@@ -341,8 +356,7 @@ void start_holder(const SshTarget& target, int persist_s, const fs::path& socket
     ::dup2(null, 0);
     ::dup2(null, 1);
     ::dup2(err >= 0 ? err : null, 2);
-    // Nothing of this process's goes along: not its SSH socket (the session would live on in
-    // the holder), not the archive.
+    // Nothing of this process's goes along: not its sockets, not the archive.
     ::close_range(3, ~0U, 0);
     ::execv(exe, argv);
     ::_exit(127);
@@ -358,20 +372,26 @@ void start_holder(const SshTarget& target, int persist_s, const fs::path& socket
   }
 }
 
+// The holder's socket once it answers: a holder started now listens within milliseconds (it
+// connects nothing before it listens).
+Expected<Fd> dial_started(const fs::path& socket)
+{
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (true) {
+    auto fd = held::dial(socket);
+    if (fd || std::chrono::steady_clock::now() >= until) {
+      return fd;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
 class PersistentSession final : public HostSession {
 public:
   PersistentSession(std::unique_ptr<SshConnection> direct, SshTarget target, int persist_s)
       : m_direct(std::move(direct)), m_target(std::move(target)), m_persist_s(persist_s)
   {
   }
-  ~PersistentSession() override
-  {
-    if (m_hand_over) {
-      start_holder(m_target, m_persist_s, m_socket);
-    }
-  }
-  PersistentSession(const PersistentSession&) = delete;
-  PersistentSession& operator=(const PersistentSession&) = delete;
 
   nlohmann::json target() const override { return active().target(); }
   std::string label() const override { return m_target.spec; }
@@ -410,7 +430,21 @@ private:
       m_target.debug(line);
     }
   }
-  // The holder's session when a live one serves these options; nullopt: connect directly.
+  Message hello() const
+  {
+    // What a direct connect may take (retries included), for the holder's connect.
+    const double connect_s = m_target.connect_timeout_s > 0 ? m_target.connect_timeout_s : 10;
+    return {{"op", "hello"},
+            {"protocol", held::k_protocol},
+            {"target", held::holder_target(m_target)},
+            {"identity", m_direct->options_identity()},
+            {"persist_s", m_persist_s},
+            {"verbose", static_cast<bool>(m_target.debug)},
+            {"wait_s", static_cast<int>(connect_s * (1 + std::max(0, m_target.retries))) + 20}};
+  }
+  Expected<Fd> dial_holder();
+  // Whether the holder serves this run; an error: the holder's connect failed as a direct one
+  // would have.
   Expected<bool> use_holder();
 
   std::unique_ptr<SshConnection> m_direct;
@@ -418,44 +452,69 @@ private:
   SshTarget m_target;
   int m_persist_s;
   fs::path m_socket;
-  bool m_hand_over = false;
 };
 
-Expected<bool> PersistentSession::use_holder()
+Expected<Fd> PersistentSession::dial_holder()
 {
-  auto fd = held::dial(m_socket);
-  if (!fd) {
-    std::error_code ec;
-    const auto status = fs::symlink_status(m_socket, ec);
-    if (!ec && status.type() != fs::file_type::socket &&
-        status.type() != fs::file_type::not_found && m_target.warn) {
-      // No holder can ever listen there: without this line persistence would be off unseen.
+  if (auto fd = held::dial(m_socket)) {
+    return fd;
+  }
+  std::error_code ec;
+  const auto status = fs::symlink_status(m_socket, ec);
+  if (!ec && status.type() != fs::file_type::socket && status.type() != fs::file_type::not_found) {
+    // No holder can ever listen there: without this line persistence would be off unseen.
+    if (m_target.warn) {
       m_target.warn(fmt::format("{} is not a socket, so no connection holder can start there "
                                 "and every run connects anew; remove it (or use --persist 0)",
                                 m_socket.string()));
-    } else if (!ec && status.type() == fs::file_type::socket) {
-      // A dead holder's, or not this user's: replaced after the run.
-      debug(fmt::format("the connection holder is not used: {}", fd.error().message));
     }
-    return false;
+    return fail(ErrorKind::failed, "{} is not a socket", m_socket.string());
   }
-  auto greeting = greet(fd->get());
-  switch (greeting.kind) {
-  case Greeting::Kind::refused:
-    return Unexpected{greeting.refusal};
-  case Greeting::Kind::none:
-    debug(fmt::format("the connection holder at {} is not used: {}", m_socket.string(),
-                      greeting.why));
-    return false;
-  case Greeting::Kind::ok:
-    break;
+  // None, or a dead one's socket (replaced as the new one listens).
+  start_holder(m_socket);
+  return dial_started(m_socket);
+}
+
+Expected<bool> PersistentSession::use_holder()
+{
+  const Message request = hello();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto fd = dial_holder();
+    if (!fd) {
+      debug(fmt::format("the connection holder is not used: {}", fd.error().message));
+      return false;
+    }
+    auto greeting = greet(fd->get(), request);
+    // The holder's connect for this run, told as a direct connect tells it.
+    for (const auto& line : greeting.story) {
+      debug(line.get<std::string>());
+    }
+    switch (greeting.kind) {
+    case Greeting::Kind::refused:
+      return Unexpected{greeting.refusal};
+    case Greeting::Kind::none:
+      debug(fmt::format("the connection holder at {} is not used: {}", m_socket.string(),
+                        greeting.why));
+      if (greeting.why == "it closed the connection" || greeting.why == "it is ending") {
+        continue; // it was leaving as this run came: a new one starts
+      }
+      return false;
+    case Greeting::Kind::ok:
+      break;
+    }
+    const auto& reply = greeting.reply;
+    if (reply.value("connected", false)) {
+      debug(fmt::format("the connection holder (process {}) connected {} for this run ({})",
+                        reply.value("pid", 0L), m_target.spec, m_socket.string()));
+    } else {
+      debug(fmt::format("using the connection held by process {} since {} ({})",
+                        reply.value("pid", 0L), reply.value("since", ""), m_socket.string()));
+    }
+    m_held = std::make_unique<HeldSession>(m_socket, m_target.spec, request, std::move(*fd),
+                                           std::move(greeting.reply));
+    return true;
   }
-  debug(fmt::format("using the connection held by process {} since {} ({})",
-                    greeting.reply.value("pid", 0L), greeting.reply.value("since", ""),
-                    m_socket.string()));
-  m_held = std::make_unique<HeldSession>(m_socket, m_target.spec, std::move(*fd),
-                                         std::move(greeting.reply));
-  return true;
+  return false;
 }
 
 Expected<void> PersistentSession::connect()
@@ -467,14 +526,12 @@ Expected<void> PersistentSession::connect()
     }
     return m_direct->connect();
   }
-  m_socket = held::socket_path(*dir, m_direct->options_identity());
+  m_socket = held::holder_socket(*dir);
   FERRY_TRY_ASSIGN(const bool held, use_holder());
   if (held) {
     return {};
   }
-  FERRY_TRY(m_direct->connect());
-  m_hand_over = m_persist_s > 0;
-  return {};
+  return m_direct->connect();
 }
 
 } // namespace
@@ -509,22 +566,22 @@ std::vector<HeldConnection> held_connections()
   if (!dir) {
     return found;
   }
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(*dir, ec)) {
-    if (entry.path().extension() != ".sock") {
-      continue;
-    }
-    if (auto info = ask(entry.path(), {{"op", "info"}})) {
-      found.push_back({info->value("label", ""), info->value("pid", 0L), info->value("since", ""),
-                       entry.path()});
-    }
+  const fs::path socket = held::holder_socket(*dir);
+  const auto info = ask(socket, {{"op", "info"}});
+  if (!info) {
+    return found;
+  }
+  for (const auto& session : info->value("sessions", Message::array())) {
+    found.push_back({session.value("label", ""), info->value("pid", 0L), session.value("since", ""),
+                     socket, session.value("key", "")});
   }
   return found;
 }
 
 bool end_held(const HeldConnection& connection)
 {
-  return ask(connection.socket, {{"op", "exit"}}).has_value();
+  const auto reply = ask(connection.socket, {{"op", "end"}, {"key", connection.key}});
+  return reply && reply->value("ended", false);
 }
 
 } // namespace ferry

@@ -76,11 +76,10 @@ Expected<fs::path> holder_dir(bool create)
   return dir;
 }
 
-fs::path socket_path(const fs::path& dir, const std::string& options_identity)
+fs::path holder_socket(const fs::path& dir)
 {
-  const std::string key =
-      fmt::format("{}\n{}\n{}\n{}", ::getuid(), version(), k_protocol, options_identity);
-  return dir / (sha256_hex(key).substr(0, 24) + ".sock");
+  const std::string key = fmt::format("{}\n{}\n{}", ::getuid(), version(), k_protocol);
+  return dir / ("holder-" + sha256_hex(key).substr(0, 16) + ".sock");
 }
 
 fs::path lock_path(const fs::path& socket)

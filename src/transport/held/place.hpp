@@ -1,8 +1,8 @@
 #pragma once
-// Where this user's connection holders listen: one Unix socket per connection in a 0700
-// directory of the user's own ($XDG_RUNTIME_DIR/ferry, else the cache directory's
-// ferry/holders), named by a hash of the user, the ferry version and the connection's effective
-// options. Nothing here is reachable from the network or by another user.
+// Where this user's connection holder listens: one Unix socket in a 0700 directory of the
+// user's own ($XDG_RUNTIME_DIR/ferry, else the cache directory's ferry/holders), named by a hash
+// of the user, the ferry version and the protocol version. Nothing here is reachable from the
+// network or by another user.
 #include <filesystem>
 #include <string>
 
@@ -17,10 +17,9 @@ namespace ferry::held {
 // to others is refused with what is wrong and what to do.
 [[nodiscard]] Expected<std::filesystem::path> holder_dir(bool create);
 
-// The socket of the holder for a connection with these effective options.
-[[nodiscard]] std::filesystem::path socket_path(const std::filesystem::path& dir,
-                                                const std::string& options_identity);
-// The lock its holder keeps while it lives (two holders of one connection never run at once).
+// The socket of this user's holder (of this ferry version and protocol).
+[[nodiscard]] std::filesystem::path holder_socket(const std::filesystem::path& dir);
+// The lock the holder keeps while it lives (two holders never run at once).
 [[nodiscard]] std::filesystem::path lock_path(const std::filesystem::path& socket);
 
 // The uid and pid of the process at the other end of a connected Unix socket.

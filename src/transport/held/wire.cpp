@@ -175,6 +175,12 @@ std::string text_of(const nlohmann::json& bytes)
   return bytes.is_string() ? bytes.get<std::string>() : std::string{};
 }
 
+Message ok_message(Message fields)
+{
+  fields["ok"] = true;
+  return fields;
+}
+
 Message error_message(const Error& error)
 {
   return {{"error", {{"kind", static_cast<int>(error.kind)}, {"message", error.message}}}};

@@ -14,7 +14,7 @@
 namespace ferry::held {
 
 // Bumped whenever a message changes: a holder of another version is not used.
-inline constexpr int k_protocol = 4;
+inline constexpr int k_protocol = 5;
 // While a job runs the holder says it is alive at least this often (an `ev: beat`); ferry takes
 // a holder silent for k_holder_silence as stopped.
 inline constexpr std::chrono::seconds k_beat_every{2};
@@ -35,6 +35,8 @@ enum class Received { message, closed, timeout, broken };
 [[nodiscard]] std::string text_of(const nlohmann::json& bytes);
 
 [[nodiscard]] Message error_message(const Error& error);
+// A reply that went well, with these fields.
+[[nodiscard]] Message ok_message(Message fields = Message::object());
 // The error a reply carries, if it carries one.
 [[nodiscard]] std::optional<Error> error_in(const Message& reply);
 
