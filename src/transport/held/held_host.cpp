@@ -58,8 +58,8 @@ void PreparePool::want(const std::shared_ptr<HeldHost>& host, Wish wish)
       host->idle_wanted = true;
       break;
     }
-    if (host->queued) {
-      return;
+    if (host->queued || host->working) {
+      return; // the thread preparing it queues it again for this wish when it is done
     }
     host->queued = true;
     m_queue.push_back(host);
@@ -95,7 +95,8 @@ void PreparePool::stop()
   }
 }
 
-// One host at a time: a sh standby first as it starts (for a run that comes meanwhile), then
+// One host at a time, by one thread at a time (two preparing one session would open two
+// standbys): a sh standby first as it starts (for a run that comes meanwhile), then
 // the python one; after a run, the next run's channel; when idle, the idle work. A host queued
 // again meanwhile comes back at the queue's end, so no host waits for another's every wish.
 void PreparePool::work()
@@ -112,6 +113,7 @@ void PreparePool::work()
     const bool idle = std::exchange(host->idle_wanted, false);
     const bool standby = std::exchange(host->standby_wanted, false);
     const bool prepare = std::exchange(host->queued, false) && (start || idle || standby);
+    host->working = prepare;
     lock.unlock();
     if (prepare && !host->ending && host->session) {
       SshConnection& session = *host->session;
@@ -123,6 +125,14 @@ void PreparePool::work()
       }
       session.prepare_ahead(); // nothing to do when a standby is there
     }
+    lock.lock();
+    if (std::exchange(host->working, false) && !host->queued &&
+        (host->start_wanted || host->idle_wanted || host->standby_wanted)) {
+      host->queued = true; // wished for while it was prepared
+      m_queue.push_back(host);
+      m_wake.notify_one();
+    }
+    lock.unlock();
     host.reset(); // a retired host's session is torn down here
     lock.lock();
   }

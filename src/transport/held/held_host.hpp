@@ -76,6 +76,7 @@ struct HeldHost : std::enable_shared_from_this<HeldHost> {
   bool standby_wanted = false; // prepare_ahead
   bool idle_wanted = false;    // prepare_idle
   bool queued = false;
+  bool working = false; // a pool thread prepares it now: no second one may (one session each)
 
 private:
   std::map<std::uint64_t, StopToken> m_launches;
