@@ -108,6 +108,20 @@ RunRecord probe_finished(std::string host, nlohmann::json result)
   return record;
 }
 
+// What the reporter wrote to `out`, both files closed.
+std::string read_and_close(std::FILE* out, std::FILE* err)
+{
+  std::rewind(out);
+  std::string text;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, out)) > 0;) {
+    text.append(buffer, n);
+  }
+  std::fclose(out);
+  std::fclose(err);
+  return text;
+}
+
 // The summary after `hosts` runs, one of them with another result.
 std::string summary_after(std::size_t hosts, TerminalOptions options = {})
 {
@@ -120,14 +134,7 @@ std::string summary_after(std::size_t hosts, TerminalOptions options = {})
     reporter->run_finished(record);
   }
   reporter->batch_finished();
-  std::rewind(out);
-  std::string text;
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, out)) > 0;) {
-    text.append(buffer, n);
-  }
-  std::fclose(out);
-  std::fclose(err);
+  std::string text = read_and_close(out, err);
   return text.substr(text.rfind("\n\n") + 2);
 }
 
@@ -176,14 +183,7 @@ TEST_CASE("the summary ends with the runs that were not ok, by class, their host
   finish("gpu3", RunStatus::error, Unreached::unreachable);
   finish("gpu6", RunStatus::error, Unreached::timeout);
   reporter->batch_finished();
-  std::rewind(out);
-  std::string text;
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, out)) > 0;) {
-    text.append(buffer, n);
-  }
-  std::fclose(out);
-  std::fclose(err);
+  std::string text = read_and_close(out, err);
   // Hosts not reached first (by class: a connect timeout is not the job's), then the runs that
   // failed otherwise, by status.
   CHECK(text.substr(text.rfind('\n', text.size() - 2) + 1) ==
