@@ -743,6 +743,19 @@ class Persistence(unittest.TestCase):
         except OSError:
             return False
 
+    def _booted(self, user: str, standby: int) -> bool:
+        """The python standby has started its interpreter ahead, which it does after its ready
+        line (a run that comes while it boots opens a channel of its own)."""
+        for pid in self.srv.processes_of(user):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read()
+            except OSError:
+                continue
+            if parent_of(pid) == standby and b"exec(__import__" in argv:
+                return True
+        return False
+
     def test_the_next_run_starts_on_a_channel_opened_ahead(self):
         # Under every login shell: the holder opens the next run's channel while nobody waits
         # (a python standby once it has been idle a moment), and the run's launcher is that
@@ -763,6 +776,8 @@ class Persistence(unittest.TestCase):
                     if seen:
                         self.assertEqual(ready, seen, "the python standby did not stay for the next run")
                     seen.append(ready[0])
+                    # Booted (under load its boot takes a moment): it is the one the run takes.
+                    wait_until(lambda: self._booted(user, ready[0]), 10)
                     res = run_ferry("-v", "run", job, *opts, env=self.env)
                     self.assertEqual(res.code, 0, res)
                     self.assertIn(b"using the connection held", res.stderr)
