@@ -352,6 +352,9 @@ class Persistence(unittest.TestCase):
         self.assertEqual(via_holder.record["status"], "error")
         self.assertIn("changed", direct.record["error"])
         self.assertEqual(via_holder.record["error"], direct.record["error"])
+        # The class of the failure comes through the holder too (it said "unreachable").
+        self.assertEqual(direct.record.get("failure"), "host-key", direct.record)
+        self.assertEqual(via_holder.record.get("failure"), "host-key", via_holder.record)
         # A holder whose key known_hosts no longer trusts ends.
         self.assertTrue(wait_until(lambda: not alive(held["pid"]), 5), "the holder outlived its refused key")
 

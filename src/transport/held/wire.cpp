@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ferry/bundle.hpp"
+#include "ferry/run_record.hpp"
 
 namespace ferry::held {
 
@@ -183,7 +184,11 @@ Message ok_message(Message fields)
 
 Message error_message(const Error& error)
 {
-  return {{"error", {{"kind", static_cast<int>(error.kind)}, {"message", error.message}}}};
+  Message e = {{"kind", static_cast<int>(error.kind)}, {"message", error.message}};
+  if (error.unreached != Unreached::none) {
+    e["failure"] = to_string(error.unreached); // the class of a host not reached (unreachable, auth…)
+  }
+  return {{"error", std::move(e)}};
 }
 
 std::optional<Error> error_in(const Message& reply)
@@ -193,7 +198,8 @@ std::optional<Error> error_in(const Message& reply)
   }
   const auto& e = reply.at("error");
   return Error{static_cast<ErrorKind>(e.value("kind", static_cast<int>(ErrorKind::failed))),
-               e.value("message", std::string("the connection holder failed"))};
+               e.value("message", std::string("the connection holder failed")),
+               unreached_from(e.value("failure", "")).value_or(Unreached::none)};
 }
 
 Message encode(const ExecOutcome& outcome)

@@ -145,7 +145,7 @@ public:
     if (!m_offered_key) {
       return fail(ErrorKind::unreachable, "{}: not connected", m_target.spec);
     }
-    return verify_offered_key();
+    return ssh::classed(Unreached::host_key, verify_offered_key());
   }
   void prepare_ahead() override;
   void prepare_idle() override;
