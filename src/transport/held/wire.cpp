@@ -186,7 +186,8 @@ Message error_message(const Error& error)
 {
   Message e = {{"kind", static_cast<int>(error.kind)}, {"message", error.message}};
   if (error.unreached != Unreached::none) {
-    e["failure"] = to_string(error.unreached); // the class of a host not reached (unreachable, auth…)
+    // The class of a host not reached (unreachable, auth, host-key...), as the record says it.
+    e["failure"] = to_string(error.unreached);
   }
   return {{"error", std::move(e)}};
 }
