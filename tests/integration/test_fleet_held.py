@@ -13,7 +13,7 @@ import unittest
 
 from ferry_harness import ferry_bin, run_ferry, write_job
 from sshd_fixture import SshServer, require_root_and_tools
-from test_persist import JOB, alive, wait_until
+from test_persist import JOB, alive, persistence_env, wait_until
 
 SHELLS = ("zsh", "fish", "tcsh", "bash", "dash")
 
@@ -26,11 +26,7 @@ class HeldFleet(unittest.TestCase):
         cls.addClassCleanup(cls.srv.stop)
         cls.tmp = tempfile.mkdtemp(prefix="ferry-held-fleet-")
         cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)
-        runtime = os.path.join(cls.tmp, "runtime")
-        os.mkdir(runtime, 0o700)
-        # Persistence as a user gets it: on by default (ctest turns it off for other tests).
-        cls.env = {"FERRY_ARCHIVE": os.path.join(cls.tmp, "archive.db"),
-                   "XDG_RUNTIME_DIR": runtime, "FERRY_PERSIST": ""}
+        cls.env = persistence_env(cls.tmp)
         cls.job = write_job(cls.tmp, "hello", JOB)
 
     def tearDown(self):

@@ -481,10 +481,7 @@ class RunsKeptApart(unittest.TestCase):
         cls.addClassCleanup(cls.srv.stop)
         cls.tmp = tempfile.mkdtemp(prefix="ferry-apart-")
         cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)
-        runtime = os.path.join(cls.tmp, "runtime")
-        os.mkdir(runtime, 0o700)
-        cls.env = {"FERRY_ARCHIVE": os.path.join(cls.tmp, "archive.db"),
-                   "XDG_RUNTIME_DIR": runtime, "FERRY_PERSIST": ""}
+        cls.env = test_persist.persistence_env(cls.tmp)
         cls.job = write_job(cls.tmp, "hello", "import json, os\nprint('hi')\n"
                             "json.dump({'pid': os.getpid()}, open(os.environ['FERRY_RESULT'], 'w'))\n")
         cls.user = cls.srv.user("bash")

@@ -92,6 +92,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+def persistence_env(tmp: str) -> dict:
+    """The environment of a suite that tests persistence as a user gets it: on by default (ctest
+    turns it off for other tests), its holders in a runtime directory of the suite's own."""
+    runtime = os.path.join(tmp, "runtime")
+    os.mkdir(runtime, 0o700)
+    return {"FERRY_ARCHIVE": os.path.join(tmp, "archive.db"), "XDG_RUNTIME_DIR": runtime,
+            "FERRY_PERSIST": ""}
+
+
 class Persistence(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -100,11 +109,8 @@ class Persistence(unittest.TestCase):
         cls.addClassCleanup(cls.srv.stop)
         cls.tmp = tempfile.mkdtemp(prefix="ferry-persist-")
         cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)
-        cls.runtime = os.path.join(cls.tmp, "runtime")
-        os.mkdir(cls.runtime, 0o700)
-        # Persistence as a user gets it: on by default (ctest turns it off for other tests).
-        cls.env = {"FERRY_ARCHIVE": os.path.join(cls.tmp, "archive.db"),
-                   "XDG_RUNTIME_DIR": cls.runtime, "FERRY_PERSIST": ""}
+        cls.env = persistence_env(cls.tmp)
+        cls.runtime = cls.env["XDG_RUNTIME_DIR"]
         cls.job = write_job(cls.tmp, "hello", JOB)
         # Prints its launcher's pid, from the state file the launcher writes in the run directory.
         cls.launcher_pid_job = write_job(cls.tmp, "launcher_pid",
