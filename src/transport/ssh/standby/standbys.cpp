@@ -145,18 +145,7 @@ Expected<void> Standbys::settle(const std::string& path, bool after_standby)
   const Deferred deferred = std::move(it->second);
   m_deferred.erase(it);
   SftpFiles& files = m_files();
-  if (!deferred.standby_entry.empty()) {
-    // The session's first SFTP step: the base judged (a refused one named as ever) and swept.
-    // A once standby makes nothing before it has judged the base, and removes what it made
-    // when it cannot go on: nothing of it to remove here.
-    FERRY_TRY(files.create_named_run_dir(dir));
-    run_dir_made();
-  } else {
-    if (after_standby) {
-      (void)files.remove_run_dir(dir); // what the standby made before it went, if anything
-    }
-    FERRY_TRY(files.make_run_dir(dir));
-  }
+  FERRY_TRY(make_held_dir(files, dir, deferred, after_standby));
   if (deferred.job) {
     FERRY_TRY(files.put_job_file(deferred.job->path, deferred.job->bytes, deferred.job->sha256));
   }
@@ -164,6 +153,23 @@ Expected<void> Standbys::settle(const std::string& path, bool after_standby)
     FERRY_TRY(files.put_file(dir + "/" + k_launcher_file, *deferred.launch));
   }
   return {};
+}
+
+Expected<void> Standbys::make_held_dir(SftpFiles& files, const std::string& dir,
+                                       const Deferred& deferred, bool after_standby)
+{
+  if (!deferred.standby_entry.empty()) {
+    // The session's first SFTP step: the base judged (a refused one named as ever) and swept.
+    // A once standby makes nothing before it has judged the base, and removes what it made
+    // when it cannot go on: nothing of it to remove here.
+    FERRY_TRY(files.create_named_run_dir(dir));
+    run_dir_made();
+    return {};
+  }
+  if (after_standby) {
+    (void)files.remove_run_dir(dir); // what the standby made before it went, if anything
+  }
+  return files.make_run_dir(dir);
 }
 
 std::string Standbys::stage_line(const std::string& run_dir, bool last) const

@@ -129,6 +129,9 @@ private:
   // The once run's held job: its bytes, the entry the standby makes or checks.
   [[nodiscard]] bool hold_job_once(Deferred& deferred, const std::string& path,
                                    std::string_view bytes, const std::string& sha256) const;
+  // settle's run directory: a once run's is the session's first (the base judged and swept).
+  [[nodiscard]] Expected<void> make_held_dir(SftpFiles& files, const std::string& dir,
+                                             const Deferred& deferred, bool after_standby);
   // What a once run (`standby_entry`) may use: its own python standby, for any job.
   void once_use(StandbyUse& use, const std::string& standby_entry);
   // After a once run's exec: noted as made by its standby, or (not staged by it, not stopped)
