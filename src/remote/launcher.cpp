@@ -491,7 +491,7 @@ std::string_view standby_script()
   return text;
 }
 
-std::string standby_boot_line(const std::string& entry, const std::string& tag_sha256)
+std::string standby_boot_line(const std::string& entry, const std::string& tag_sha256, bool once)
 {
   // One line (`exec("...")`), so that the standby's command line reads as one in ps and /proc.
   static const std::string verifier = [] {
@@ -508,8 +508,9 @@ std::string standby_boot_line(const std::string& entry, const std::string& tag_s
     return text + "\")";
   }();
   static const std::string script_sha256 = sha256_hex(standby_script());
-  return fmt::format("exec python3 -I -S -c '{}' {} {} {}{}\n", verifier, entry, script_sha256,
-                     tag_sha256.empty() ? "-" : tag_sha256, k_ahead_process_tail);
+  return fmt::format("exec python3 -I -S -c '{}' {} {} {}{}{}\n", verifier, entry, script_sha256,
+                     tag_sha256.empty() ? "-" : tag_sha256, once ? " once" : "",
+                     k_ahead_process_tail);
 }
 
 } // namespace ferry

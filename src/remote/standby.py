@@ -12,6 +12,14 @@
 # LAUNCH JOB ENTRY SIZE` and launch.sh's SIZE bytes: it makes the run directory, the job's link to
 # its job cache ENTRY and launch.sh itself, then goes on as for that line.
 #
+# A direct connection's only run, when this machine's note says the job cache held this file at
+# its last sweep, makes no SFTP step at all (docs/run-protocol.md, "A first run without SFTP"):
+# its channel's sh execs this file through ferry's verifier with `once ferry-standby` (nothing
+# started ahead), and its line is `stage-first RUN_DIR LAUNCH JOB ENTRY SIZE JOB_SIZE`, then
+# launch.sh's and the job's bytes: the run base is judged as ferry's SFTP steps judge it (exit 3
+# when refused, before anything is made), the job cache's entry made when missing or used when
+# its bytes match the job's sha256, and the run staged as above.
+#
 # launch.sh carries a `# ferry-standby 2 ...` line when its job may run here: no declared
 # environment; its last field is the job's interpreter. Then this process does what launch.sh
 # does, in the same order and with the same report (docs/run-protocol.md), starting no process
@@ -464,18 +472,22 @@ def stage(words, interpreter):
     if payload is None:
         interpreter.dismiss()
         os._exit(0)
-    return make_run_files(run_dir, launch_name, job_file, entry, payload, interpreter)
+    return make_run_files(run_dir, launch_name, job_file, entry, None, payload, interpreter)
 
 
-def make_run_files(run_dir, launch_name, job_file, entry, payload, interpreter):
-    # The run directory, the job (a link to ENTRY) and launch.sh (PAYLOAD); launch.sh's path.
+def make_run_files(run_dir, launch_name, job_file, entry, job, payload, interpreter):
+    # The run directory, the job (a link to ENTRY, or JOB's bytes when there is no entry) and
+    # launch.sh (PAYLOAD); launch.sh's path.
     launch = run_dir + b"/" + launch_name
     made = False
     try:
         os.mkdir(run_dir, 0o700)
         made = True
         os.chmod(run_dir, 0o700)
-        os.symlink(entry, run_dir + b"/" + job_file)
+        if entry is not None:
+            os.symlink(entry, run_dir + b"/" + job_file)
+        else:
+            write_new(run_dir + b"/" + job_file, job)
         write_new(launch, payload)
     except OSError as e:
         interpreter.dismiss()
@@ -489,6 +501,105 @@ def make_run_files(run_dir, launch_name, job_file, entry, payload, interpreter):
                 % (fsdecode(run_dir), e.strerror)).encode())
         os._exit(125)
     return fsdecode(launch)
+
+
+def stage_first(words, interpreter):
+    # `stage-first RUN_DIR LAUNCH JOB ENTRY SIZE JOB_SIZE`, then SIZE bytes (launch.sh) and
+    # JOB_SIZE bytes (the job): a direct connection's run that made no SFTP step at all. The run
+    # base (RUN_DIR's parent) is judged before anything is made; one refused ends this process
+    # with 3 before any line of the run, as a standby that cannot start here: ferry then stages
+    # the run over SFTP, which says what is wrong.
+    run_dir, launch_name, job_file, entry, size, job_size = words
+    base = dirname(run_dir)
+    if (not size.isdigit() or not job_size.isdigit() or not run_dir.startswith(b"/")
+            or not plain_name(basename(run_dir)) or not plain_name(launch_name)
+            or not plain_name(job_file) or dirname(entry) != base
+            or not basename(entry).startswith(b"ferry-job-")):
+        interpreter.dismiss()
+        say(2, b"ferry-standby: not a stage line\n")
+        os._exit(125)
+    if not base_trusted(base):
+        os._exit(3)
+    payload = read_exact(int(size))
+    job = read_exact(int(job_size)) if payload is not None else None
+    if job is None:
+        interpreter.dismiss()
+        os._exit(0)
+    if not cache_entry(entry, job):
+        entry = None  # the job goes into the run directory as a file of its own
+    return make_run_files(run_dir, launch_name, job_file, entry, job, payload, interpreter)
+
+
+def base_trusted(base):
+    # ferry's rule for the run base (src/transport/ssh/base_trust.cpp), with this process's uid as
+    # the user's: the base and every directory above it up to the first of root's are real
+    # directories (lstat: not links), the base this user's, those above it this user's or root's,
+    # and none writable by group or others but root's sticky ones (/tmp); the base itself not
+    # such a shared one.
+    parts = base.split(b"/")
+    if base == b"/" or parts[0] != b"" or any(p in (b"", b".", b"..") for p in parts[1:]):
+        return False
+    uid = os.getuid()
+    path = base
+    while True:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        mode = S_IMODE(st.st_mode)
+        if not S_ISDIR(st.st_mode):
+            return False
+        shared = st.st_uid == 0 and mode & 0o1000 and mode & 0o002
+        if path == base:
+            if shared or st.st_uid != uid or mode & 0o022:
+                return False
+        elif st.st_uid not in (uid, 0) or (mode & 0o022 and not shared):
+            return False
+        if st.st_uid == 0 or path == b"/":
+            return True
+        path = dirname(path)
+
+
+def cache_entry(entry, job):
+    # Whether the job cache's ENTRY holds the job: used only as ferry leaves one (a regular file
+    # of this user's, mode 0400) whose bytes match the job's sha256, touched once a day so that
+    # the cleanup sees it in use; anything else at its name is removed and the entry made anew
+    # (a temporary name, mode 0400, O_EXCL, then renamed into place, as an upload makes it).
+    try:
+        st = os.lstat(entry)
+    except OSError:
+        st = None
+    if st is not None:
+        if (S_ISREG(st.st_mode) and st.st_uid == os.getuid() and S_IMODE(st.st_mode) == 0o400
+                and st.st_size == len(job) and sha256_hex(entry) == bytes_sha256(job)):
+            if time.time() - st.st_mtime > 86400:
+                try:
+                    os.utime(entry)
+                except OSError:
+                    pass
+            return True
+        try:
+            os.unlink(entry)  # a directory stays: the rename onto it fails
+        except OSError:
+            pass
+    upload = dirname(entry) + b"/.ferry-job-" + os.urandom(16).hex().encode()
+    try:
+        fd = os.open(upload, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400)
+    except OSError:
+        return False
+    try:
+        try:
+            write_all(fd, job)
+        finally:
+            os.close(fd)
+        os.rename(upload, entry)
+        return True
+    except OSError:
+        try:
+            os.unlink(upload)
+        except OSError:
+            pass
+        return False
 
 
 def write_new(path, data):
@@ -710,9 +821,8 @@ class Run:
         return True
 
 
-def sha256_hex(path):
-    # `path`'s sha256 (hex); None when it cannot be read. _sha2 (3.12 on) or _sha256: a fraction
-    # of hashlib's import, which loads OpenSSL.
+def sha256_module():
+    # _sha2 (3.12 on) or _sha256: a fraction of hashlib's import, which loads OpenSSL.
     try:
         import _sha2 as module
     except ImportError:
@@ -720,7 +830,16 @@ def sha256_hex(path):
             import _sha256 as module
         except ImportError:
             import hashlib as module
-    digest = module.sha256()
+    return module
+
+
+def bytes_sha256(data):
+    return sha256_module().sha256(data).hexdigest()
+
+
+def sha256_hex(path):
+    # `path`'s sha256 (hex); None when it cannot be read.
+    digest = sha256_module().sha256()
     try:
         with open(path, "rb") as f:
             while True:
@@ -808,7 +927,9 @@ def main():
         os._exit(3)
     if not keep_to_itself():
         os._exit(3)
-    ahead = True
+    # `once ferry-standby`: a direct connection's channel for its only run (docs/run-protocol.md,
+    # "A first run without SFTP"): no interpreter is started ahead for it.
+    ahead = sys.argv[-2:] != ["once", "ferry-standby"]
     while True:
         end_marker, ahead = serve(environment, ahead)
         # The run's stderr ends here too: ferry takes the channel back for its next run. A stop
@@ -838,11 +959,13 @@ def serve(environment, ahead):
     # run); this process ends with the job's code rather than starting an interpreter for
     # nothing.
     last = words[-1] == b"last" and (len(words), words[0]) in (
-        (4, b"exec"), (7, b"stage"))
+        (4, b"exec"), (7, b"stage"), (8, b"stage-first"))
     if last:
         words = words[:-1]
     if len(words) == 6 and words[0] == b"stage":
         launch = stage(words[1:], interpreter)
+    elif len(words) == 7 and words[0] == b"stage-first":
+        launch = stage_first(words[1:], interpreter)
     elif len(words) == 3 and words[:2] == [b"exec", b"/bin/sh"]:
         launch = fsdecode(words[2])
     else:

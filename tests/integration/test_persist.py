@@ -468,7 +468,9 @@ class Persistence(unittest.TestCase):
         # its channel with the standby's command;
         # a later run of the same invocation runs on the standby that stayed, and the last run's
         # standby ends with it (` last`), starting no interpreter for nothing. A session's only
-        # run goes through launch.sh, as does any run while the cache lacks the script.
+        # run, a sh job's too, goes to a standby of its own (booted through the verifier) that
+        # starts no interpreter ahead (`once`: docs/run-protocol.md, "A first run without SFTP");
+        # any run while the cache lacks the script goes through launch.sh as before.
         job = write_job(self.tmp, "parent", """
             import json, os
             parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
@@ -494,25 +496,27 @@ class Persistence(unittest.TestCase):
             self.assert_python3_starts(starts(), standbys=1, ahead=2,
                                        why="one interpreter ahead per run, none after the last")
             self.assertEqual(self.srv.run_dirs(self.user), [])
-            # A session's only run, a sh job's or a python job's, goes through launch.sh: nothing
-            # in the job cache is run before the session has checked the base over SFTP.
+            # A session's only run, a sh job's: its own standby, which starts only the job.
             res = self.ferry("run", sh_job, "--persist", "0", "--json")
             self.assertEqual(res.code, 0, res)
-            self.assertTrue(res.record["stdout"].split()[-1].endswith("/launch.sh"), res.record)
+            self.assertEqual(res.record["stdout"].split()[-2:], ["once", "ferry-standby"], res.record)
+            self.assertEqual(len(starts()), 4, starts())
+            self.assertTrue(starts()[3].endswith(" once ferry-standby"), starts())
+            # A python job's only run: the same, and the job's python started when its run came.
             res = self.ferry("run", job, "--persist", "0", "--json")
             self.assertEqual(res.code, 0, res)
-            self.assertTrue(json.loads(res.record["stdout"])["parent"][-1].endswith("/launch.sh"),
-                            res.record)
-            # (no python3 start but the python job's own, through launch.sh)
-            self.assertEqual(len(starts()), 4, starts())
-            self.assertTrue(starts()[3].endswith("/parent.py"), starts())
+            self.assertEqual(json.loads(res.record["stdout"])["parent"][-2:], ["once", "ferry-standby"],
+                             res.record)
+            self.assertEqual(len(starts()), 6, starts())
+            self.assertTrue(starts()[4].endswith(" once ferry-standby"), starts())
+            self.assertFalse(starts()[5].startswith("-c "), starts())
             # The cache without the script: launch.sh runs the jobs.
             with self.without_standby_script():
                 res = self.ferry("run", job, job, "-j", "1", "--persist", "0", "--json")
             self.assertEqual(res.code, 0, res)
             for r in res.records:
                 self.assertEqual(json.loads(r["stdout"])["parent"][0], "/bin/sh", r)
-            self.assertFalse([l for l in starts()[4:] if "ferry-standby" in l or l.startswith("-c ")],
+            self.assertFalse([l for l in starts()[6:] if "ferry-standby" in l or l.startswith("-c ")],
                              starts())
         self.assertEqual(self.srv.run_dirs(self.user), [])
 

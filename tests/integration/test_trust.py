@@ -5,8 +5,10 @@ entries, the python standby's script and its compiled code).
 
 A table: each row makes one thing on the host untrustworthy, as another user of the host could
 (a directory open to others, a directory or a file of another user's), and runs ferry on every
-path that stages and launches a run there: a direct connection's only run, a direct fan-out (whose
-later runs go to python standbys), and runs through a holder. A directory row must refuse the run
+path that stages and launches a run there: a direct connection's only run (over SFTP, or, once
+this machine has noted the python standby's script in the job cache, staged by that standby
+without SFTP), a direct fan-out (whose later runs go to python standbys), and runs through a
+holder. A directory row must refuse the run
 with a message naming the directory and the fix; a file row must run the user's own bytes, never
 the planted ones. The planted bytes, run, would leave a marker file: it must never appear."""
 import glob
@@ -24,6 +26,9 @@ from sshd_fixture import SshServer, require_root_and_tools
 
 VICTIM = "bash"
 OTHER = "dash"  # another user of the host
+
+STAGED = b"the run is staged by a python standby, without SFTP"
+NOT_STAGED = b"the python standby did not stage the run"
 
 JOB = """
 import json, os
@@ -66,6 +71,9 @@ class TrustOnTheHost(unittest.TestCase):
 
     def setUp(self):
         shutil.rmtree(os.path.join(self.home, ".cache"), ignore_errors=True)
+        # No note of the standby's script from an earlier test: warm's holder writes one.
+        for note in glob.glob(os.path.join(self.runtime, "ferry", "*.standby")):
+            os.unlink(note)
         self.env = {"FERRY_ARCHIVE": os.path.join(self.tmp, "archive.db"),
                     "XDG_RUNTIME_DIR": self.runtime}
         self.marker = os.path.join(self.markers, self.id().rsplit(".", 1)[-1])
@@ -118,10 +126,26 @@ class TrustOnTheHost(unittest.TestCase):
             return None
         script = wait_for(standby_script)
         self.assertTrue(script, "the holder did not put the python standby's script in the cache")
+        # ... and noted it for a later direct connection's only run (its path without SFTP).
+        def noted():
+            for note in glob.glob(os.path.join(self.runtime, "ferry", "*.standby")):
+                with open(note) as f:
+                    if f.read().strip() == script:
+                        return note
+            return None
+        self.assertTrue(wait_for(noted), "the holder left no note of the standby's script")
         run_ferry("disconnect", "--all", env=self.env)
         self.assertEqual(SshServer.wait_no_processes(self.user, timeout_s=10), [],
                          SshServer.describe_processes(self.user))
         return script
+
+    def only_run_without_sftp(self, *args, host_args=()):
+        """A direct connection's only run on the path without SFTP (warm left the note): that
+        path is tried, and it does not stage the run."""
+        res = self.ferry(self.job, *args, host_args=host_args)
+        self.assertIn(STAGED, res.stderr, res)
+        self.assertIn(NOT_STAGED, res.stderr, res)
+        return res
 
     def job_entry(self) -> str:
         return os.path.join(self.base, "ferry-job-" + hashlib.sha256(self.job_bytes).hexdigest() + ".py")
@@ -189,6 +213,24 @@ class TrustOnTheHost(unittest.TestCase):
         st = os.lstat(private)
         self.assertEqual((st.st_uid, st.st_mode & 0o7777), (self.pw.pw_uid, 0o700))
 
+    def test_a_base_open_to_others_is_refused_on_the_only_run_without_sftp(self):
+        self.warm()
+        os.chmod(self.base, 0o770)
+        try:
+            res = self.only_run_without_sftp()
+        finally:
+            os.chmod(self.base, 0o700)
+        self.assert_refused(res, f"the run base {self.base} is writable by group or others",
+                            f"chmod 700 {self.base}")
+
+    def test_a_directory_of_another_users_above_the_base_is_refused_on_the_only_run_without_sftp(self):
+        self.warm()
+        ferry_dir = os.path.join(self.home, ".cache", "ferry")
+        os.chown(ferry_dir, self.other.pw_uid, self.other.pw_gid)
+        os.chmod(ferry_dir, 0o755)
+        res = self.only_run_without_sftp()
+        self.assert_refused(res, f"{ferry_dir}, above the run base, belongs to uid {self.other.pw_uid}")
+
     # --- files: another user's bytes, or bytes others could write, are never run -------------
 
     def test_a_job_cache_entry_of_another_users_is_not_run(self):
@@ -219,6 +261,32 @@ class TrustOnTheHost(unittest.TestCase):
         self.plant(script, self.hostile(size))
         for _ in range(3):
             self.assert_honest(self.ferry(self.job, persist=True))
+
+    def test_a_rewritten_standby_script_is_not_run_on_the_only_run_without_sftp(self):
+        script = self.warm()
+        # The user's own file, mode 0400, its size kept: only its sha256 tells it apart.
+        self.plant(script, self.hostile(os.path.getsize(script)), owner=self.pw)
+        res = self.only_run_without_sftp()
+        self.assert_honest(res)
+        self.assertIn(b"(it ended with 4)", res.stderr)  # the verifier refused it
+
+    def test_job_cache_entries_not_the_jobs_are_not_run_on_the_only_run_without_sftp(self):
+        script = self.warm()
+        entry = self.job_entry()
+        note = glob.glob(os.path.join(self.runtime, "ferry", "*.standby"))
+        self.assertEqual(len(note), 1, note)
+        for owner in (self.other, self.pw):  # another user's; the user's own, 0400, other bytes
+            with open(note[0], "w") as f:
+                f.write(script + "\n")
+            self.plant(entry, self.hostile(len(self.job_bytes)), owner=owner)
+            res = self.ferry(self.job)
+            self.assertIn(STAGED, res.stderr, res)
+            self.assertNotIn(NOT_STAGED, res.stderr, res)
+            self.assert_honest(res)
+            st = os.lstat(entry)
+            self.assertEqual((st.st_uid, st.st_mode & 0o777), (self.pw.pw_uid, 0o400))
+            with open(entry, "rb") as f:
+                self.assertEqual(f.read(), self.job_bytes)
 
     def test_compiled_standby_code_of_another_users_is_not_run(self):
         script = self.warm()

@@ -10,9 +10,10 @@ namespace ferry {
 // SHA256 TAG ferry-standby`. VERIFIER, ferry's own text, runs ENTRY (the script in the job cache,
 // a shell-neutral path ferry built) only when its bytes match standby_script()'s sha256, and the
 // compiled code kept beside it only when that matches `tag_sha256` (empty: not known; the script
-// compiles afresh).
-[[nodiscard]] std::string standby_boot_line(const std::string& entry,
-                                            const std::string& tag_sha256);
+// compiles afresh). `once`: a direct connection's only run (`... TAG once ferry-standby`), for
+// which the standby starts no interpreter ahead and takes a `stage-first` line.
+[[nodiscard]] std::string standby_boot_line(const std::string& entry, const std::string& tag_sha256,
+                                            bool once = false);
 // The python standby's first line on stdout once it runs verified bytes: `PREFIX TAG_SHA256`, the
 // sha256 of the compiled code it keeps in the job cache ("-": none), for the next standby's line.
 inline constexpr std::string_view k_standby_ready = "ferry-standby-ready";

@@ -105,9 +105,12 @@ public:
                                         std::chrono::steady_clock::time_point started) const = 0;
 };
 
-// `files`: the session's SFTP files (made on first use); `debug`: -v lines.
+// `files`: the session's SFTP files (made on first use); `debug`: -v lines; `memo_key`: what
+// this machine's note of the host's standby script is kept under (the connection's options,
+// the run base among them).
 [[nodiscard]] std::unique_ptr<Ahead> make_ahead(Channels& channels,
                                                 std::function<SftpFiles&()> files,
-                                                std::function<void(std::string_view)> debug);
+                                                std::function<void(std::string_view)> debug,
+                                                std::function<std::string()> memo_key);
 
 } // namespace ferry::ssh

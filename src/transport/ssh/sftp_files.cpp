@@ -317,6 +317,19 @@ Expected<std::string> SftpFiles::create_run_dir()
   return dir;
 }
 
+Expected<void> SftpFiles::create_named_run_dir(const std::string& dir)
+{
+  FERRY_TRY(prepare_base());
+  if (dir.substr(0, dir.rfind('/')) != m_base) {
+    return fail(ErrorKind::failed,
+                "{}: the run base is {} now, not {} as an earlier run of this machine found it; "
+                "run again",
+                m_label, m_base, dir.substr(0, dir.rfind('/')));
+  }
+  FERRY_TRY(start());
+  return make_new_run_dir(dir);
+}
+
 Expected<void> SftpFiles::make_new_run_dir(const std::string& dir)
 {
   const auto armed = arm("create the run directory");

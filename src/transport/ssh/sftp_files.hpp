@@ -53,6 +53,10 @@ public:
   [[nodiscard]] std::string new_run_dir_name() const { return run_dir_name(m_base); }
   // A new run directory's name under `base`: `BASE/ferry-YYYYMMDDTHHMMSSZ-HEX`.
   [[nodiscard]] static std::string run_dir_name(const std::string& base);
+  // The session's first run directory, named ahead (a direct connection's only run, left to the
+  // python standby, that it could not stage): made as create_run_dir makes one, the base judged
+  // and swept; refused when the base is not the one the name is under.
+  [[nodiscard]] Expected<void> create_named_run_dir(const std::string& dir);
   // Makes a run directory named by new_run_dir_name (0700, as create_run_dir makes one).
   [[nodiscard]] Expected<void> make_run_dir(const std::string& dir);
   // The job cache's entry that put_job_file would link `path` to, when the cache holds it;

@@ -295,7 +295,7 @@ private:
   // still up.
   std::unique_ptr<ssh::Ahead> m_ahead = ssh::make_ahead(
       m_channels, [this]() -> ssh::SftpFiles& { return files(); },
-      [this](std::string_view line) { debug(line); });
+      [this](std::string_view line) { debug(line); }, [this] { return options_identity(); });
 };
 
 void SshSession::prepare_ahead()

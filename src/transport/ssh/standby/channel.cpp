@@ -298,7 +298,7 @@ run_on_a_standby(ssh_session session, std::string_view label, const std::string&
     return run_and_keep(session, std::move(taken), command, request, watchdog, lock, standby,
                         settle);
   }
-  if (!may_use || !request.python_ahead || standby.python_command.empty() ||
+  if (!may_use || !(request.python_ahead || standby.any_job) || standby.python_command.empty() ||
       (standby.python_failed != nullptr && *standby.python_failed)) {
     return std::optional<ExecOutcome>();
   }

@@ -69,6 +69,9 @@ struct StandbyUse {
   // ready line's compiled code's sha256 when it got there.
   std::function<void(int)> boot_failed;
   std::function<void(const std::string&)> booted;
+  // A run that finds no standby free opens a python standby of its own (python_command) for any
+  // job, not only a python3 job's: a direct connection's only run, staged by it without SFTP.
+  bool any_job = false;
 };
 // The launcher run `request` on a standby as `standby` allows, else on a new channel (exec.hpp).
 [[nodiscard]] Expected<ExecOutcome> exec_launcher(ssh_session session, std::string_view label,

@@ -3,6 +3,9 @@
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
 #include "ferry/remote/standby_boot.hpp"
+#include "ferry/util.hpp"
+#include "transport/ssh/job_cache.hpp"
+#include "transport/ssh/standby/memo.hpp"
 
 namespace ferry::ssh {
 namespace {
@@ -10,6 +13,16 @@ namespace {
 std::string parent_of(const std::string& path)
 {
   return path.substr(0, path.rfind('/'));
+}
+
+// The largest job whose bytes go to a once standby on its channel; a larger one goes over SFTP.
+constexpr std::size_t k_max_staged_job = 4U << 20;
+
+// The name of this build's standby script in a job cache.
+const std::string& standby_entry_name()
+{
+  static const std::string name = job_cache_name(sha256_hex(standby_script()), k_standby_script);
+  return name;
 }
 
 } // namespace
@@ -28,13 +41,30 @@ standby::Facts Standbys::facts() const
 
 void Standbys::first_run(const LauncherSpec& launcher)
 {
-  if (!std::exchange(m_first_asked, true)) {
-    m_fan_out_python = standby::fans_out_python(runs_on_python_ahead(launcher), m_plan);
+  if (std::exchange(m_first_asked, true)) {
+    return;
+  }
+  m_fan_out_python = standby::fans_out_python(runs_on_python_ahead(launcher), m_plan);
+  // A direct connection's only run, and this machine's note says the host's job cache held the
+  // standby's script at its last sweep, lately: no SFTP at all.
+  if (m_plan.expected == 1) {
+    if (auto memo = recall_standby(m_memo_key(), standby_entry_name());
+        memo && !memo->entry.empty()) {
+      m_once_entry = std::move(memo->entry);
+      m_debug(fmt::format("the run is staged by a python standby, without SFTP (its script {} "
+                          "was in the job cache at this machine's last sweep)",
+                          m_once_entry));
+    }
   }
 }
 
 std::optional<std::string> Standbys::defer_run_dir(bool names_run_dirs)
 {
+  if (!m_once_entry.empty()) {
+    std::string dir = SftpFiles::run_dir_name(parent_of(m_once_entry));
+    m_deferred[dir].standby_entry = std::exchange(m_once_entry, {});
+    return dir;
+  }
   standby::Facts now = facts();
   now.names_run_dirs = names_run_dirs;
   if (!standby::defers_staging(now)) {
@@ -49,6 +79,7 @@ std::optional<std::string> Standbys::defer_run_dir(bool names_run_dirs)
 // standby's script (docs/run-protocol.md, "Exec"); it is not uploaded for that.
 void Standbys::run_dir_made()
 {
+  note_script(m_files().cached_script(k_standby_script, standby_script()));
   if (!m_fan_out_python || m_no_python_standby || !m_python_command.empty()) {
     return;
   }
@@ -77,11 +108,27 @@ bool Standbys::hold_job(const std::string& path, std::string_view bytes, const s
   if (it == m_deferred.end() || it->second.job || it->second.launch) {
     return false;
   }
+  if (!it->second.standby_entry.empty()) {
+    return hold_job_once(it->second, path, bytes, sha256);
+  }
   auto entry = m_files().cached_job_entry(path, bytes, sha256);
   if (!entry) {
     return false;
   }
   it->second.job = DeferredJob{path, std::string(bytes), sha256, std::move(*entry)};
+  return true;
+}
+
+bool Standbys::hold_job_once(Deferred& deferred, const std::string& path, std::string_view bytes,
+                             const std::string& sha256) const
+{
+  // Its bytes go with the run; the standby makes the cache's entry when it lacks it.
+  const std::string name = job_cache_name(sha256, path.substr(path.rfind('/') + 1));
+  if (name.empty() || bytes.size() > k_max_staged_job || sha256_hex(bytes) != sha256) {
+    return false;
+  }
+  deferred.job =
+      DeferredJob{path, std::string(bytes), sha256, parent_of(deferred.standby_entry) + "/" + name};
   return true;
 }
 
@@ -98,10 +145,7 @@ Expected<void> Standbys::settle(const std::string& path, bool after_standby)
   const Deferred deferred = std::move(it->second);
   m_deferred.erase(it);
   SftpFiles& files = m_files();
-  if (after_standby) {
-    (void)files.remove_run_dir(dir); // what the standby made before it went, if anything
-  }
-  FERRY_TRY(files.make_run_dir(dir));
+  FERRY_TRY(make_held_dir(files, dir, deferred, after_standby));
   if (deferred.job) {
     FERRY_TRY(files.put_job_file(deferred.job->path, deferred.job->bytes, deferred.job->sha256));
   }
@@ -111,6 +155,23 @@ Expected<void> Standbys::settle(const std::string& path, bool after_standby)
   return {};
 }
 
+Expected<void> Standbys::make_held_dir(SftpFiles& files, const std::string& dir,
+                                       const Deferred& deferred, bool after_standby)
+{
+  if (!deferred.standby_entry.empty()) {
+    // The session's first SFTP step: the base judged (a refused one named as ever) and swept.
+    // A once standby makes nothing before it has judged the base, and removes what it made
+    // when it cannot go on: nothing of it to remove here.
+    FERRY_TRY(files.create_named_run_dir(dir));
+    run_dir_made();
+    return {};
+  }
+  if (after_standby) {
+    (void)files.remove_run_dir(dir); // what the standby made before it went, if anything
+  }
+  return files.make_run_dir(dir);
+}
+
 std::string Standbys::stage_line(const std::string& run_dir, bool last) const
 {
   const auto it = m_deferred.find(run_dir);
@@ -118,6 +179,12 @@ std::string Standbys::stage_line(const std::string& run_dir, bool last) const
     return {};
   }
   const Deferred& deferred = it->second;
+  if (!deferred.standby_entry.empty()) {
+    return fmt::format("stage-first {} {} {} {} {} {}{}\n", run_dir, k_launcher_file,
+                       deferred.job->path.substr(run_dir.size() + 1), deferred.job->entry,
+                       deferred.launch->size(), deferred.job->bytes.size(), last ? " last" : "") +
+           *deferred.launch + deferred.job->bytes;
+  }
   return fmt::format("stage {} {} {} {} {}{}\n", run_dir, k_launcher_file,
                      deferred.job->path.substr(run_dir.size() + 1), deferred.job->entry,
                      deferred.launch->size(), last ? " last" : "") +
@@ -154,13 +221,56 @@ StandbyUse Standbys::use_for(const std::string& dir, const std::string& stage,
                  [this] { return m_channels.limit > 1; },
                  [this](int code) { boot_failed(code); },
                  [this](const std::string& tag_sha256) { m_tag_sha256 = tag_sha256; }};
-  if (dir.empty() || m_deferred.count(dir) == 0) {
+  const auto it = dir.empty() ? m_deferred.end() : m_deferred.find(dir);
+  if (it == m_deferred.end()) {
     return use;
+  }
+  if (!it->second.standby_entry.empty()) {
+    once_use(use, it->second.standby_entry);
   }
   use.stage = stage;
   use.settle = [this, dir](bool after_standby) { return settle(dir, after_standby); };
   use.staged_by_standby = &staged_by_standby;
   return use;
+}
+
+void Standbys::once_use(StandbyUse& use, const std::string& standby_entry)
+{
+  // Booted through the verifier, as every python standby; its refusal (or any other end before
+  // its ready line) is noted for after the exec, not taken as the session's standbys' (there
+  // are none: nothing of the script is discarded over SFTP while the run waits).
+  use.python_command = standby_boot_line(standby_entry, {}, true);
+  use.any_job = true;
+  m_once_code = -1;
+  use.boot_failed = [this](int code) { m_once_code = code; };
+  use.booted = nullptr;
+}
+
+void Standbys::after_once(const std::string& dir, bool staged_by_standby, bool stopped)
+{
+  if (staged_by_standby) {
+    made_by_standby(dir);
+    return;
+  }
+  if (stopped) {
+    return;
+  }
+  // It could not start there (no python3, its script gone or not matching, a base it refused):
+  // the run went over SFTP, and so do the next ones while the note says so.
+  standby_failed(m_memo_key());
+  // The exit status is known when it ended before its ready line (4: its script refused).
+  m_debug(fmt::format("the python standby did not stage the run{}; the run was staged over SFTP",
+                      m_once_code == -1 ? std::string()
+                                        : fmt::format(" (it ended with {})", m_once_code)));
+}
+
+void Standbys::note_script(const std::optional<std::string>& entry)
+{
+  if (entry && is_shell_neutral_token(*entry)) {
+    remember_standby(m_memo_key(), *entry);
+  } else {
+    forget_standby(m_memo_key());
+  }
 }
 
 bool Standbys::close_one()
@@ -230,6 +340,7 @@ bool Standbys::look_at_script()
     return false;
   }
   m_python_command = *entry;
+  note_script(std::optional<std::string>(*entry));
   return true;
 }
 
@@ -268,23 +379,29 @@ Expected<ExecOutcome> Standbys::run(ssh_session session, std::string_view label,
                                     const std::string& run_dir, const std::string& stage)
 {
   bool staged_by_standby = false;
+  bool once = false;
   StandbyUse use;
   {
     const std::lock_guard lock(mutex);
     use = use_for(stage.empty() ? std::string() : run_dir, stage, staged_by_standby);
+    once = use.any_job;
   }
   auto outcome = exec_launcher(session, label, request, watchdog, mutex, free_a_channel, use);
-  if (staged_by_standby) {
-    const std::lock_guard lock(mutex);
+  const std::lock_guard lock(mutex);
+  if (once) {
+    after_once(run_dir, staged_by_standby, request.stop.stop_requested());
+  } else if (staged_by_standby) {
     made_by_standby(run_dir);
   }
   return outcome;
 }
 
 std::unique_ptr<Ahead> make_ahead(Channels& channels, std::function<SftpFiles&()> files,
-                                  std::function<void(std::string_view)> debug)
+                                  std::function<void(std::string_view)> debug,
+                                  std::function<std::string()> memo_key)
 {
-  return std::make_unique<Standbys>(channels, std::move(files), std::move(debug));
+  return std::make_unique<Standbys>(channels, std::move(files), std::move(debug),
+                                    std::move(memo_key));
 }
 
 } // namespace ferry::ssh

@@ -23,10 +23,12 @@ namespace ferry::ssh {
 
 class Standbys final : public Ahead {
 public:
-  // `files`: the session's SFTP files (made on first use); `debug`: -v lines.
+  // `files`: the session's SFTP files (made on first use); `debug`: -v lines; `memo_key`: the
+  // key of this machine's note of the standby's script on the host (standby/memo.hpp).
   Standbys(Channels& channels, std::function<SftpFiles&()> files,
-           std::function<void(std::string_view)> debug)
-      : m_channels(channels), m_files(std::move(files)), m_debug(std::move(debug))
+           std::function<void(std::string_view)> debug, std::function<std::string()> memo_key)
+      : m_channels(channels), m_files(std::move(files)), m_debug(std::move(debug)),
+        m_memo_key(std::move(memo_key))
   {
   }
 
@@ -118,7 +120,26 @@ private:
   struct Deferred {
     std::optional<DeferredJob> job;
     std::optional<std::string> launch; // launch.sh's bytes
+    // A direct connection's only run (first_run): the standby script's entry, from this
+    // machine's note, which its `once` standby runs through the verifier. Nothing of the
+    // session's is on the host yet: the job's bytes go with the run (docs/run-protocol.md, "A
+    // first run without SFTP").
+    std::string standby_entry;
   };
+  // The once run's held job: its bytes, the entry the standby makes or checks.
+  [[nodiscard]] bool hold_job_once(Deferred& deferred, const std::string& path,
+                                   std::string_view bytes, const std::string& sha256) const;
+  // settle's run directory: a once run's is the session's first (the base judged and swept).
+  [[nodiscard]] Expected<void> make_held_dir(SftpFiles& files, const std::string& dir,
+                                             const Deferred& deferred, bool after_standby);
+  // What a once run (`standby_entry`) may use: its own python standby, for any job.
+  void once_use(StandbyUse& use, const std::string& standby_entry);
+  // After a once run's exec: noted as made by its standby, or (not staged by it, not stopped)
+  // the note says for an hour that no standby starts there.
+  void after_once(const std::string& dir, bool staged_by_standby, bool stopped);
+  // Once the session has swept the base (or put the script in the job cache): this machine's
+  // note of whether the job cache holds the standby's script, for a later only run.
+  void note_script(const std::optional<std::string>& entry);
   [[nodiscard]] standby::Facts facts() const;
   // The line that makes a standby channel's sh the python standby (standby_boot_line); empty
   // while the script is not known to be in the job cache.
@@ -132,6 +153,10 @@ private:
   Channels& m_channels;
   std::function<SftpFiles&()> m_files;
   std::function<void(std::string_view)> m_debug;
+  std::function<std::string()> m_memo_key;
+  // From this machine's note (first_run): the session's only run is left to a `once` standby.
+  std::string m_once_entry;
+  int m_once_code = -1; // how its standby ended before its ready line, if it did
   // The next run's channel, opened ahead (open_next); not counted in Channels::execs.
   StandbyChannel m_standby;
   bool m_opening = false;

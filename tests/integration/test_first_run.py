@@ -1,0 +1,225 @@
+"""A direct connection's only run without SFTP (docs/run-protocol.md, "A first run without
+SFTP"), against a real sshd: once a session has noted that the host's job cache holds the python
+standby's script, the next direct run's standby (booted through ferry's verifier, which runs the
+script only when its bytes match their sha256) judges the run base and makes the run's files
+itself, the job's cache entry included; a note that is stale, a script rewritten on the host, a
+base it refuses or a standby that cannot start send the run over SFTP and launch.sh as before."""
+import glob
+import hashlib
+import json
+import os
+import tempfile
+import time
+import unittest
+
+from ferry_harness import SshTestCase, run_ferry, write_job
+from sshd_fixture import SshServer, require_root_and_tools
+
+STAGED = b"the run is staged by a python standby, without SFTP"
+NOT_STARTED = b"the python standby did not stage the run"
+HOUR = 3600
+
+PARENT_JOB = """
+import json, os
+with open("/proc/%d/cmdline" % os.getppid(), "rb") as f:
+    parent = f.read().split(b"\\0")[:-1]
+print(json.dumps({"parent": [a.decode() for a in parent], "mark": MARK,
+                  "cwd": os.getcwd(), "params": open(os.environ["FERRY_PARAMS"]).read()}))
+"""
+
+
+class FirstRunWithoutSftp(SshTestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_root_and_tools()
+        super().setUpClass()
+        cls.take_user()
+        cls.runtime = os.path.join(cls.tmp, "runtime")
+        os.mkdir(cls.runtime, 0o700)
+        cls.env = {**cls.env, "XDG_RUNTIME_DIR": cls.runtime, "FERRY_PERSIST": "0"}
+        # A holder puts the standby's script in the job cache as it starts, and notes it.
+        first = cls.run_job("gpu_probe", "--persist", "60")
+        if first.code != 0:
+            raise AssertionError(f"the first run failed: {first}")
+        deadline = time.monotonic() + 30
+        while not cls.note_text().endswith(".py") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        run_ferry("disconnect", "--all", env=cls.env)
+        if not cls.note_text().endswith(".py"):
+            raise AssertionError(f"no note of the standby's script in {cls.runtime}/ferry: "
+                                 f"{os.listdir(os.path.join(cls.runtime, 'ferry'))}")
+        cls.note_file, cls.script = cls.note_path(), cls.note_text()
+
+    @classmethod
+    def run_job(cls, *args):
+        return run_ferry("run", *args, "--host", cls.srv.alias("bash"), "--ssh-config",
+                         cls.srv.ssh_config, "--json", "-v", env=cls.env)
+
+    @classmethod
+    def note_path(cls) -> str:
+        notes = glob.glob(os.path.join(cls.runtime, "ferry", "*.standby"))
+        if len(notes) > 1:
+            raise AssertionError(f"more than one note: {notes}")
+        return notes[0] if notes else ""
+
+    @classmethod
+    def note_text(cls) -> str:
+        path = cls.note_path()
+        if not path:
+            return ""
+        with open(path) as f:
+            return f.read().strip()
+
+    def setUp(self):
+        # Each test starts from a fresh note of the script, as the class's holder left it.
+        with open(self.note_file + ".tmp", "w") as f:
+            f.write(self.script + "\n")
+        os.chmod(f.name, 0o600)
+        os.rename(f.name, self.note_file)
+        with open(self.script, "rb") as f:
+            self.assertTrue(f.read(64).startswith(b"# ferry's python standby"), self.script)
+
+    def sftp_sessions(self) -> int:
+        return self.srv.log_text().count(f"Starting session: subsystem 'sftp' for {self.user} ")
+
+    def job(self, mark: str, name: str = "parent") -> str:
+        directory = tempfile.mkdtemp(dir=self.tmp)
+        return write_job(directory, name, f"MARK = {mark!r}\n" + PARENT_JOB,
+                         params='[params.k]\ntype = "string"\n')
+
+    def entry(self, job: str) -> str:
+        with open(job, "rb") as f:
+            return os.path.join(self.base, "ferry-job-" + hashlib.sha256(f.read()).hexdigest() + ".py")
+
+    def assert_ok(self, res, mark: str) -> dict:
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(res.record["status"], "ok", res)
+        seen = json.loads(res.record["stdout"])
+        self.assertEqual(seen["mark"], mark)
+        self.assertEqual(json.loads(seen["params"]), {"k": "v"})
+        self.assertEqual(self.srv.run_dirs(self.user), [])
+        self.assertEqual([n for n in os.listdir(self.base) if n.startswith(".")], [],
+                         "an upload was left under its temporary name")
+        return seen
+
+    def assert_over_sftp(self, mark: str, sessions_before: int) -> None:
+        """A run of a new job marked `mark` goes over SFTP (one more SFTP session) and launch.sh."""
+        res = self.run_job(self.job(mark), "-p", "k=v")
+        self.assertNotIn(STAGED, res.stderr)
+        seen = self.assert_ok(res, mark)
+        self.assertEqual(seen["parent"][0], "/bin/sh", seen)
+        self.assertEqual(self.sftp_sessions(), sessions_before + 1)
+
+    def test_the_standby_makes_the_files_and_the_job_cache_entry(self):
+        job = self.job("new to the host")
+        self.assertFalse(os.path.exists(self.entry(job)))
+        before = self.sftp_sessions()
+        res = self.run_job(job, "-p", "k=v")
+        self.assertIn(STAGED, res.stderr)
+        seen = self.assert_ok(res, "new to the host")
+        self.assertEqual(self.sftp_sessions(), before, "the run started an SFTP session")
+        # The job ran as the standby runs any job: its interpreter started by the standby.
+        parent = seen["parent"]
+        self.assertEqual(parent[:4], ["python3", "-I", "-S", "-c"], parent)
+        self.assertEqual(parent[5], self.script, parent)
+        self.assertEqual(parent[-2:], ["once", "ferry-standby"], parent)
+        st = os.lstat(self.entry(job))
+        self.assertEqual((st.st_mode & 0o170777, st.st_uid), (0o100400, self.uid))
+        with open(job, "rb") as a, open(self.entry(job), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        # A sh job too, and the entry made before is used as it is.
+        probe = self.run_job("gpu_probe")
+        self.assertIn(STAGED, probe.stderr)
+        self.assertEqual(probe.record["status"], "ok", probe)
+        again = self.run_job(job, "-p", "k=v")
+        self.assertIn(STAGED, again.stderr)
+        self.assert_ok(again, "new to the host")
+        self.assertEqual(os.lstat(self.entry(job)).st_ino, st.st_ino, "the entry was made again")
+        self.assertEqual(self.sftp_sessions(), before)
+
+    def test_an_entry_not_as_ferry_leaves_it_is_made_anew(self):
+        job = self.job("bad entry")
+        entry = self.entry(job)
+        with open(entry, "w") as f:
+            f.write("print('not the job')\n")
+        os.chown(entry, self.uid, self.gid)
+        os.chmod(entry, 0o600)
+        res = self.run_job(job, "-p", "k=v")
+        self.assertIn(STAGED, res.stderr)
+        self.assert_ok(res, "bad entry")
+        st = os.lstat(entry)
+        self.assertEqual(st.st_mode & 0o7777, 0o400)
+        with open(job, "rb") as a, open(entry, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+    def test_a_standby_that_cannot_start_leaves_the_run_to_sftp_and_launch_sh(self):
+        aside = os.path.join(SshServer.home(self.user), "standby-aside")
+        os.rename(self.script, aside)
+        try:
+            before = self.sftp_sessions()
+            res = self.run_job(self.job("script gone"), "-p", "k=v")
+            self.assertIn(NOT_STARTED, res.stderr)
+            seen = self.assert_ok(res, "script gone")
+            self.assertEqual(seen["parent"][0], "/bin/sh", seen)
+            self.assertEqual(self.sftp_sessions(), before + 1)
+            with open(self.note_file) as f:
+                self.assertEqual(f.read(), "no\n")
+            # The note says so for an hour: the next run goes over SFTP without trying.
+            self.assert_over_sftp("script still gone", before + 1)
+        finally:
+            os.rename(aside, self.script)
+
+    def test_a_rewritten_script_is_refused_and_the_run_goes_over_sftp(self):
+        marker = os.path.join(SshServer.home(self.user), "evil-ran")
+        with open(self.script, "rb") as f:
+            honest = f.read()
+        code = f"open({marker!r}, 'w').write('ran')\n".encode()
+        os.chmod(self.script, 0o600)
+        with open(self.script, "wb") as f:  # the user's own file, its size kept
+            f.write(code + b"#" * (len(honest) - len(code) - 1) + b"\n")
+        os.chmod(self.script, 0o400)
+        try:
+            before = self.sftp_sessions()
+            res = self.run_job(self.job("rewritten"), "-p", "k=v")
+            self.assertIn(STAGED, res.stderr)
+            self.assertIn(NOT_STARTED + b" (it ended with 4)", res.stderr)
+            seen = self.assert_ok(res, "rewritten")
+            self.assertEqual(seen["parent"][0], "/bin/sh", seen)
+            self.assertEqual(self.sftp_sessions(), before + 1)
+            self.assertFalse(os.path.exists(marker), "the rewritten script ran")
+        finally:
+            os.chmod(self.script, 0o600)
+            with open(self.script, "wb") as f:
+                f.write(honest)
+            os.chmod(self.script, 0o400)
+
+    def test_a_stale_note_is_not_used_and_the_next_sweep_writes_it_again(self):
+        then = time.time() - HOUR - 60
+        os.utime(self.note_file, (then, then))
+        before = self.sftp_sessions()
+        self.assert_over_sftp("stale", before)
+        self.assertGreater(os.stat(self.note_file).st_mtime, time.time() - 60, "the sweep wrote no note")
+        with open(self.note_file) as f:
+            self.assertEqual(f.read(), self.script + "\n")
+        res = self.run_job(self.job("fresh again"), "-p", "k=v")
+        self.assertIn(STAGED, res.stderr)
+        self.assert_ok(res, "fresh again")
+        self.assertEqual(self.sftp_sessions(), before + 1)
+
+    def test_a_base_open_to_others_is_refused_as_over_sftp(self):
+        os.chmod(self.base, 0o770)
+        try:
+            res = self.run_job(self.job("open base"), "-p", "k=v")
+        finally:
+            os.chmod(self.base, 0o700)
+        self.assertNotEqual(res.code, 0, res)
+        self.assertEqual(res.record["status"], "error", res)
+        self.assertIn(f"the run base {self.base} is writable by group or others", res.record["error"])
+        self.assertIn(f"chmod 700 {self.base}", res.record["error"])
+        self.assertIn(STAGED, res.stderr)
+        self.assertIn(NOT_STARTED + b"; the run was staged over SFTP", res.stderr)
+        self.assertEqual(self.srv.run_dirs(self.user), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
