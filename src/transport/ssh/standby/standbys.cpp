@@ -1,5 +1,7 @@
 #include "transport/ssh/standby/standbys.hpp"
 
+#include <utility>
+
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
 #include "ferry/remote/standby_boot.hpp"
@@ -245,6 +247,9 @@ std::string Standbys::python_boot_line() const
 // standbys to sh).
 void Standbys::boot_failed(int code)
 {
+  if (code == k_standby_refused_exit) {
+    m_refused = m_python_command;
+  }
   if (code == k_standby_refused_exit && m_script_refusals++ == 0) {
     m_files().discard_script(k_standby_script, standby_script());
     m_debug(fmt::format("warning: the python standby's script {} no longer matches its sha256 "
@@ -274,9 +279,12 @@ Expected<ExecOutcome> Standbys::run(ssh_session session, std::string_view label,
     use = use_for(stage.empty() ? std::string() : run_dir, stage, staged_by_standby);
   }
   auto outcome = exec_launcher(session, label, request, watchdog, mutex, free_a_channel, use);
+  const std::lock_guard lock(mutex);
   if (staged_by_standby) {
-    const std::lock_guard lock(mutex);
     made_by_standby(run_dir);
+  }
+  if (outcome && !m_refused.empty()) {
+    outcome->standby_refused = std::exchange(m_refused, {});
   }
   return outcome;
 }
