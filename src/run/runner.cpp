@@ -426,11 +426,9 @@ void fetch_outputs(const Run& run, const StagedRun& staged)
     return;
   }
   const auto start = Clock::now();
-  OutputFetch fetch{run,
-                    staged,
-                    output_dir_for(run.options.out_dir, run.record.run_id, run.session.label()),
-                    {},
-                    0};
+  OutputFetch fetch{
+      run, staged, output_dir_for(run.options.out_dir, run.record.run_id, run.session.label()),
+      {},  0,      {}};
   const DirLister lister = [&](const std::string& rel) { return run.session.list(staged, rel); };
   for (const auto& pattern : patterns) {
     auto matches = expand_glob(pattern, fmt::format("output \"{}\"", pattern), lister);
