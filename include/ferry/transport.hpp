@@ -92,6 +92,9 @@ struct ExecOutcome {
   // The launcher exited but something it left behind (a daemon that escaped the job's process
   // group) kept the output streams open; ferry stopped waiting for them.
   bool output_held_open = false;
+  // ferry's python standby refused its own script or compiled code in the host's job cache
+  // before this run (they no longer matched their sha256): what it refused, for a warning.
+  std::string standby_refused;
   // A target that knows why the job did not run to its end better than an exit status can tell
   // (a scheduler stopped it at its time limit, a node could not see the run directory) says so;
   // the run then ends with this status and message.

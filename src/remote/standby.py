@@ -69,6 +69,12 @@ STOPS = {_signal.SIGTERM: 143, _signal.SIGINT: 130, _signal.SIGHUP: 129}
 # USR1 is how launch.sh's watchdog tells it the deadline has passed; from anyone, it is the
 # deadline.
 WATCHED = {_signal.SIGCHLD, _signal.SIGUSR1, *STOPS}
+# A run's watchdog, as launch.sh's: a job that killed this process (its parent) would otherwise
+# outlive its deadline. At the deadline ($1 s) it stops the job's group ($3) as stop() would, TERM
+# then KILL after the grace ($2 s), unless this process ($4) is there to do it; once the run has
+# ended this process kills the watchdog's own session (its sleep too).
+WATCHDOG = (b'sleep "$1" || exit 0; kill -0 "$4" 2>/dev/null && exit 0; '
+            b'kill -TERM -"$3" "$3" 2>/dev/null; sleep "$2"; kill -KILL -"$3" "$3" 2>/dev/null')
 
 
 def fsdecode(name):
@@ -633,6 +639,7 @@ class Run:
         self.interpreter = interpreter
         self.environment = environment
         self.program = program
+        self.watchdog = None
         self.run_dir = fsdecode(spec["run_dir"])
         self.result = self.run_dir + "/result.json"
 
@@ -660,6 +667,7 @@ class Run:
         say(2, spec["sentinel"] + b"\n")
         if self.program is not None:
             self.start_program(ferry_env)
+            self.arm_watchdog()
             return
         message = [run_dir, run_dir + b"/" + spec["job_file"],
                    b"1" if self.interpreter.lc_ctype_given else b"0"]
@@ -670,6 +678,31 @@ class Run:
         except OSError:
             pass  # it has gone: its exit status is the job's, as a crash at start would be
         self.interpreter.dismiss()
+        self.arm_watchdog()
+
+    def arm_watchdog(self):
+        if self.job is None:
+            return
+        null = "/dev/null"
+        try:
+            self.watchdog = os.posix_spawn(
+                b"/bin/sh", [b"sh", b"-c", WATCHDOG, b"sh", b"%d" % self.spec["timeout"],
+                             b"%d" % self.spec["grace"], b"%d" % self.job, b"%d" % os.getpid()],
+                job_environment(self.environment),
+                file_actions=[(os.POSIX_SPAWN_OPEN, 0, null, os.O_RDONLY, 0),
+                              (os.POSIX_SPAWN_OPEN, 1, null, os.O_WRONLY, 0),
+                              (os.POSIX_SPAWN_OPEN, 2, null, os.O_WRONLY, 0)],
+                setsid=True, setsigmask=())
+        except OSError:
+            pass  # no watchdog: the deadline is this process's alone, as before
+
+    def disarm_watchdog(self):
+        if self.watchdog is not None:
+            try:
+                os.killpg(self.watchdog, _signal.SIGKILL)
+                os.waitpid(self.watchdog, 0)
+            except OSError:
+                pass
 
     def start_program(self, ferry_env):
         # `setsid env -i LOGIN_NAMES FERRY_* INTERPRETER RUN_DIR/JOB`, from the run directory.
@@ -995,6 +1028,7 @@ def serve(environment, ahead):
         as_sh_would(launch, environment, interpreter)
     run.start()
     code, cause = run.wait()
+    run.disarm_watchdog()  # from here this process stops the job itself
     if run.job is None:
         pass
     elif cause == "exit":

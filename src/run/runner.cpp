@@ -235,6 +235,14 @@ void record_output(const Run& run, ExecOutcome& outcome)
                 "reading 1.5 s after the job exited. ferry kills the job's process group, but a "
                 "process that starts a session of its own (setsid, a daemon) escapes it");
   }
+  if (!outcome.standby_refused.empty()) {
+    add_warning(record, "job-cache-refused",
+                fmt::format("{}: the job cache entry {}, ferry's python standby, no longer "
+                            "matched its sha256 (a process on the host that runs as you changed "
+                            "it); the standby refused it before this run, and ferry discarded it "
+                            "and sends it again",
+                            run.session.label(), terminal_safe(outcome.standby_refused)));
+  }
   const std::string noise = outcome.out.before_sentinel + outcome.err.before_sentinel;
   if (!noise.empty()) {
     add_warning(record, "login-shell-output",
@@ -314,10 +322,22 @@ std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome,
   return std::nullopt;
 }
 
-// Streams one output into the output directory, hashing it on the way; archived (read back from
-// disk) while the run's archive budget lasts.
+// The record lists this many fetched outputs at most: a job that leaves 100,000 files gets them
+// all on disk, while its record, the archive and `ferry log` stay small (issue 45).
+constexpr std::size_t listed_outputs_max = 1000;
+
+// Outputs fetched past the record's list: counted, not kept.
+struct UnlistedOutputs {
+  std::uint64_t files = 0;
+  std::uint64_t bytes = 0;
+};
+
+// Streams one output into the output directory, hashing it on the way; listed in the record
+// while its list has room, and archived (read back from disk) while the run's archive budget
+// lasts too.
 Expected<void> fetch_output(const Run& run, const StagedRun& staged, const fs::path& out,
-                            const std::string& rel, std::uint64_t& archived)
+                            const std::string& rel, std::uint64_t& archived,
+                            UnlistedOutputs& unlisted)
 {
   FERRY_TRY_ASSIGN(const int raw, create_output_file(out, rel));
   Fd fd(raw);
@@ -342,6 +362,11 @@ Expected<void> fetch_output(const Run& run, const StagedRun& staged, const fs::p
     return fail(ErrorKind::failed, "cannot write {}: {}", (out / rel).string(), std::strerror(e));
   }
   remove_partial.dismiss();
+  if (run.record.outputs.size() >= listed_outputs_max) {
+    unlisted.files += 1;
+    unlisted.bytes += size;
+    return {};
+  }
   std::string sha = std::move(hash).hex();
   const bool keep = archived + size <= run.options.archive_outputs_max;
   if (keep) {
@@ -366,6 +391,7 @@ struct OutputFetch {
   fs::path out;
   std::set<std::string> seen;
   std::uint64_t archived = 0;
+  UnlistedOutputs unlisted;
 
   void take(const std::string& pattern, const std::vector<GlobMatch>& matches)
   {
@@ -383,7 +409,7 @@ struct OutputFetch {
                                                                         : match.entry.what));
         continue;
       }
-      if (auto fetched = fetch_output(run, staged, out, match.path, archived); !fetched) {
+      if (auto fetched = fetch_output(run, staged, out, match.path, archived, unlisted); !fetched) {
         add_warning(run.record, "output-failed", fetched.error().message);
       }
     }
@@ -400,11 +426,9 @@ void fetch_outputs(const Run& run, const StagedRun& staged)
     return;
   }
   const auto start = Clock::now();
-  OutputFetch fetch{run,
-                    staged,
-                    output_dir_for(run.options.out_dir, run.record.run_id, run.session.label()),
-                    {},
-                    0};
+  OutputFetch fetch{
+      run, staged, output_dir_for(run.options.out_dir, run.record.run_id, run.session.label()),
+      {},  0,      {}};
   const DirLister lister = [&](const std::string& rel) { return run.session.list(staged, rel); };
   for (const auto& pattern : patterns) {
     auto matches = expand_glob(pattern, fmt::format("output \"{}\"", pattern), lister);
@@ -417,6 +441,14 @@ void fetch_outputs(const Run& run, const StagedRun& staged)
                   fmt::format("output \"{}\" matched no file in the run directory", pattern));
     }
     fetch.take(pattern, *matches);
+  }
+  if (fetch.unlisted.files > 0) {
+    add_warning(
+        run.record, "outputs-unlisted",
+        fmt::format("{} more files ({} bytes) were fetched into {}; the record lists the first "
+                    "{} only",
+                    fetch.unlisted.files, fetch.unlisted.bytes, fetch.out.string(),
+                    listed_outputs_max));
   }
   const double took = seconds_since(start);
   run.record.timings.fetch += took;

@@ -42,6 +42,15 @@ def wait_for(predicate, timeout_s: float, interval_s: float = 0.05):
     return predicate()
 
 
+def blocked_in_fifo(pid: int) -> bool:
+    """Whether the process waits in a FIFO's open (for a partner that never comes)."""
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            return f.read() in ("fifo_open", "wait_for_partner")
+    except OSError:
+        return False
+
+
 def read_cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline") as f:
@@ -467,6 +476,34 @@ os.wait()
 print("left a looker")
 """
 
+# Writes a result too large for the launcher's report (8 MiB frame), so that ferry fetches it over
+# SFTP, and leaves a process (a session of its own, its output closed) that swaps result.json for
+# a FIFO and back, again and again, for 6 s or until the run directory goes: the swap lands
+# before the fetch's lstat, or between it and the open.
+SWAP_RESULT_FOR_FIFO = """
+import json, os, time
+run_dir = os.environ["FERRY_RUN_DIR"]
+with open(os.environ["FERRY_RESULT"], "w") as f:
+    json.dump({"pad": "x" * (9 << 20)}, f)
+os.link(os.environ["FERRY_RESULT"], run_dir + "/keep.json")
+if os.fork() == 0:
+    os.setsid()
+    for fd in (0, 1, 2):
+        os.close(fd)
+    until = time.monotonic() + 6
+    try:
+        while time.monotonic() < until:
+            os.mkfifo(run_dir + "/f", @mode@)
+            os.rename(run_dir + "/f", run_dir + "/result.json")
+            os.link(run_dir + "/keep.json", run_dir + "/r")
+            os.rename(run_dir + "/r", run_dir + "/result.json")
+    except OSError:
+        pass
+    os._exit(0)
+print("swapping")
+"""
+
+
 class RunsKeptApart(unittest.TestCase):
     """Issue 45 item 3: a job cannot reach another run's bytes. Persistence on, as users get it."""
 
@@ -597,6 +634,7 @@ class RunsKeptApart(unittest.TestCase):
         run_ferry("disconnect", "--all", env=self.env)
         res = self.ferry("run", self.job, "--json")
         self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
+        records = [res.record]
         # The new holder's python standby refuses the script, which is then sent again (a
         # python standby's process shows before it has checked anything: the script's return
         # is waited for first).
@@ -613,9 +651,19 @@ class RunsKeptApart(unittest.TestCase):
                  or honest_script(), 20)
         res = self.ferry("run", self.job, "--json")
         self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
+        records.append(res.record)
         back = wait_for(honest_script, 20)
         self.assertFalse(os.path.exists(os.path.join(self.home, "evil-ran")), "the rewritten script ran")
         self.assertTrue(back, f"the script was not sent again: {os.listdir(self.base)}")
+        # Issue 45 item 3: the refusal is a warning in the record of the run that came after it
+        # (before, a `-v` line only), once.
+        warned = [w["message"] for r in records for w in r.get("warnings", [])
+                  if w["code"] == "job-cache-refused"]
+        self.assertEqual(len(warned), 1, records)
+        self.assertIn(self.srv.alias("bash"), warned[0])
+        self.assertIn("ferry's python standby, no longer matched its sha256", warned[0])
+        self.assertIn(self.base + "/ferry-job-", warned[0])
+        self.assertEqual([r["status"] for r in records], ["ok", "ok"], records)
 
     def test_rewritten_compiled_standby_code_is_not_run(self):
         # Issue 45 item 3: the compiled code kept beside the script was run when its owner, mode
@@ -634,6 +682,51 @@ class RunsKeptApart(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.home, "evil-ran")), "the rewritten code ran")
         self.assertTrue(all(ready), self.srv.describe_processes(self.user))
         self.assertEqual(len(self.held()), 1)
+
+    def test_a_job_that_kills_the_python_standby_still_meets_its_deadline(self):
+        # Issue 45 item 6: a job that killed its launcher escaped its timeout; launch.sh has a
+        # watchdog, and so must the python standby, the launcher of a held python job.
+        standby = self.python_standby()
+        job = write_job(self.tmp, "standby_killer", """
+            import os, signal, time
+            with open(os.path.expanduser("~/stolen"), "w") as f:
+                f.write("%d %d" % (os.getpid(), os.getppid()))
+            os.kill(os.getppid(), signal.SIGKILL)
+            print("killed", flush=True)
+            time.sleep(60)
+            """, timeout=3)
+        started = time.monotonic()
+        res = self.ferry("run", job, "--json", timeout=40)
+        with open(os.path.join(self.home, "stolen")) as f:
+            pid, parent = map(int, f.read().split())
+        self.assertEqual(parent, standby, "the job did not run on the python standby")
+        self.assertNotEqual(res.record["status"], "ok", res.record)
+        # Its deadline (3 s) and grace (2 s) past, the job is gone.
+        self.assertTrue(wait_for(lambda: not alive(pid), 12), self.srv.describe_processes(self.user))
+        self.assertLess(time.monotonic() - started, 15)
+        res = self.ferry("run", self.job, "--json")
+        self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
+
+    def test_a_result_swapped_for_a_fifo_keeps_the_held_connection(self):
+        # Issue 45 item 6: a process that swapped result.json for a FIFO dropped the held
+        # connection and left sftp-server blocked in the FIFO's open.
+        self.holder()
+        for mode in ("0o600", "0o400"):
+            with self.subTest(fifo_mode=mode):
+                swapper = write_job(self.tmp, "swapper" + mode[2:],
+                                    SWAP_RESULT_FOR_FIFO.replace("@mode@", mode))
+                for _ in range(3):
+                    started = time.monotonic()
+                    res = self.ferry("run", swapper, "--json", timeout=60)
+                    self.assertLess(time.monotonic() - started, 20, res)
+                    self.assertIn(res.record["status"], ("ok", "bad-result"), res.record)
+                    self.assertEqual(res.record["stdout"], "swapping\n", res.record)
+                    res = self.ferry("run", self.job, "--json")
+                    self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
+                    self.assertEqual(len(self.held()), 1)
+                    blocked = [pid for pid in self.srv.processes_of(self.user)
+                               if blocked_in_fifo(pid)]
+                    self.assertEqual(blocked, [], self.srv.describe_processes(self.user))
 
     def test_a_job_cannot_open_the_next_runs_interpreter_or_standby_stdin(self):
         # Issue 45 item 3: the interpreter started ahead waited on a pipe that any process of the
@@ -655,10 +748,44 @@ class RunsKeptApart(unittest.TestCase):
         self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
 
 
+MANY_OUTPUTS = """
+import os
+os.mkdir("out")
+for i in range(int(os.environ["N"])):
+    with open("out/f%06d" % i, "w") as f:
+        f.write("x")
+"""
+
+
 class HostileLocal(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="ferry-hostile-")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
         self.env = {"FERRY_ARCHIVE": os.path.join(self.tmp, "a.db")}
+
+    def test_many_fetched_outputs_cost_bounded_memory(self):
+        # Issue 45 item 6: 100,000 fetched outputs took ferry to 250 MB and `ferry log --json`
+        # to 852 MB (about 2 KiB per file, in the record's list and its copies). Past the
+        # record's 1000 listed files, more files must cost next to nothing: 1000 files against
+        # 7000, the peak RSS of `run` and of `log --json` may grow by 3 MiB at most (it grew by
+        # about 12 MiB each before).
+        job = write_job(self.tmp, "many", MANY_OUTPUTS, params='outputs = ["out/*"]')
+        peaks = {}
+        for n in (1000, 7000):
+            run = run_ferry("run", job, "--local", "--env", f"N={n}", "--out", f"out-{n}",
+                            env=self.env, cwd=self.tmp)
+            self.assertEqual(run.code, 0, run)
+            self.assertEqual(len(os.listdir(os.path.join(self.tmp, f"out-{n}", "out"))), n)
+            log = run_ferry("log", "--json", "--limit", "1", env=self.env)
+            self.assertEqual(log.code, 0, log)
+            self.assertGreater(run.max_rss_kib, 0, run)
+            peaks[n] = (run.max_rss_kib, log.max_rss_kib)
+        for what, before, after in zip(("run", "log --json"), peaks[1000], peaks[7000]):
+            self.assertLess(after - before, 3 * 1024, f"{what}: {peaks}")
+        rec = run_ferry("log", "--json", "--limit", "1", env=self.env).records[0]
+        self.assertEqual(len(rec["outputs"]), 1000, rec.get("warnings"))
+        self.assertEqual([w["code"] for w in rec["warnings"]], ["outputs-unlisted"], rec)
+        self.assertIn("6000 more files (6000 bytes) were fetched into", rec["warnings"][0]["message"])
 
     def test_fifo_result_locally_is_named_not_opened(self):
         job = write_job(self.tmp, "fifo", 'mkfifo "$FERRY_RESULT"\n', interpreter="sh")

@@ -1,5 +1,7 @@
 #include "transport/ssh/standby/standbys.hpp"
 
+#include <utility>
+
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
 #include "ferry/remote/standby_boot.hpp"
@@ -356,6 +358,9 @@ std::string Standbys::python_boot_line() const
 // standbys to sh).
 void Standbys::boot_failed(int code)
 {
+  if (code == k_standby_refused_exit) {
+    m_refused = m_python_command;
+  }
   if (code == k_standby_refused_exit && m_script_refusals++ == 0) {
     m_files().discard_script(k_standby_script, standby_script());
     m_debug(fmt::format("warning: the python standby's script {} no longer matches its sha256 "
@@ -392,6 +397,9 @@ Expected<ExecOutcome> Standbys::run(ssh_session session, std::string_view label,
     after_once(run_dir, staged_by_standby, request.stop.stop_requested());
   } else if (staged_by_standby) {
     made_by_standby(run_dir);
+  }
+  if (outcome && !m_refused.empty()) {
+    outcome->standby_refused = std::exchange(m_refused, {});
   }
   return outcome;
 }

@@ -171,6 +171,8 @@ private:
   // line): the next one runs that code only when it still matches.
   std::string m_tag_sha256;
   int m_script_refusals = 0;
+  // What the python standby last refused (its script's entry), until a run's record says so.
+  std::string m_refused;
   standby::Clock::time_point m_script_checked; // when look_at_script last looked
   std::function<void()> m_taken;               // on_taken
   bool m_first_asked = false;                  // first_run: only for the session's first run
