@@ -18,6 +18,11 @@ struct SlurmTarget {
   SlurmOptions config;           // ...which wins over the user config file's
   int nodes = 1;                 // one session (and one record per run) per node
   bool describe_cluster = false; // `check`: also read the version, partitions and GPU gres
+  // A sweep's points (one job, one node each): submitted as one job array of this many tasks
+  // once every point is staged (0: one job per run). `array_throttle`: at most this many tasks
+  // at once (sbatch's --array=...%M; 0: no bound).
+  int array_points = 0;
+  int array_throttle = 0;
 };
 
 // `nodes` sessions that share each run's allocation: one Slurm job per run, one node each.

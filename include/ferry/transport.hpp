@@ -178,6 +178,9 @@ enum class Finish {
 struct SessionTraits {
   // Several runs may use this session at once, from as many threads (each its own channel).
   bool concurrent_runs = false;
+  // Every run of the session must be under way at once (a Slurm job array is submitted when
+  // all its points are staged): each takes a lane of its own, and -j does not bound them.
+  bool runs_together = false;
 };
 
 class HostSession {

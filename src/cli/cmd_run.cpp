@@ -20,6 +20,7 @@ struct RunCommand {
   std::string params_file;
   std::optional<int> timeout_s;
   int parallel = 8;
+  bool parallel_given = false; // -j on the command line (a job array's bound)
   bool json = false;
   bool raw_output = false;
   bool stream = false;
@@ -172,6 +173,19 @@ std::vector<std::string> swept_keys(const RunCommand& cmd)
   return keys;
 }
 
+// A sweep of one job over a Slurm target is one job array (docs/slurm.md), bounded by -j when
+// it is given.
+TargetOptions target_for(const RunCommand& cmd, const std::vector<Job>& jobs,
+                         const std::vector<PlannedRun>& runs)
+{
+  TargetOptions target = cmd.target;
+  if (!target.slurm.login.empty() && jobs.size() == 1 && !cmd.sweeps.empty() && runs.size() > 1) {
+    target.slurm.array_points = static_cast<int>(runs.size());
+    target.slurm.array_throttle = cmd.parallel_given ? cmd.parallel : 0;
+  }
+  return target;
+}
+
 Expected<std::vector<Job>> find_jobs(const RunCommand& cmd, const JobPath& path)
 {
   std::vector<Job> jobs;
@@ -209,7 +223,7 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   RunOptions options;
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   FERRY_TRY(set_run_environment(options, cmd.environment, *config));
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, cmd.target, jobs));
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target_for(cmd, jobs, runs), jobs));
   options.verbose = ctx.global.verbose;
   options.timeout_s = cmd.timeout_s;
   options.keep_remote = cmd.keep_remote;
@@ -273,10 +287,11 @@ void add_run_command(CLI::App& app, Context& ctx)
   sub->add_option("--timeout", cmd->timeout_s,
                   "seconds before the job is killed (default: the job's)")
       ->check(CLI::Range(1, 7 * 24 * 3600));
-  sub->add_option("-j,--parallel", cmd->parallel,
-                  "runs at once (across hosts, and on one host's session)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
+  auto* parallel = sub->add_option("-j,--parallel", cmd->parallel,
+                                   "runs at once (across hosts, and on one host's session; a "
+                                   "Slurm sweep's array tasks at once)")
+                       ->capture_default_str()
+                       ->check(CLI::Range(1, 256));
   sub->add_flag("--json", cmd->json, "print one JSON run record per line (JSON Lines)");
   auto* stream = sub->add_flag(
       "--stream", cmd->stream,
@@ -311,7 +326,10 @@ void add_run_command(CLI::App& app, Context& ctx)
   ferry run ./jobs/my_probe.py --hosts-file hosts.txt -j 16 --json
   ferry run gpu_probe --host 'gpu[01-16]' --host @a100 -j 16
   ferry run gpu_probe --slurm login1 --partition gpu --gres gpu:8 --nodes 4)");
-  on_chosen(*sub, ctx, [cmd, &ctx] { return run(ctx, *cmd); });
+  on_chosen(*sub, ctx, [cmd, parallel, &ctx] {
+    cmd->parallel_given = parallel->count() > 0;
+    return run(ctx, *cmd);
+  });
 }
 
 } // namespace ferry::cli

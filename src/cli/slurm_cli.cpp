@@ -202,6 +202,10 @@ make_slurm_target_sessions(Context& ctx, const TargetOptions& target, std::span<
   FERRY_TRY_ASSIGN(slurm.config, config_slurm_options(user_config_path()));
   FERRY_TRY_ASSIGN(slurm.nodes, node_count(slurm.command_line, slurm.config, jobs));
   slurm.describe_cluster = target.slurm.describe_cluster;
+  if (slurm.nodes == 1) {
+    slurm.array_points = target.slurm.array_points;
+    slurm.array_throttle = target.slurm.array_throttle;
+  }
   return make_slurm_sessions(slurm);
 }
 

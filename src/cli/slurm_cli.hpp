@@ -32,6 +32,10 @@ struct SlurmCli {
   // archived run's options (below the command line's).
   bool describe_cluster = false;
   std::optional<SlurmOptions> archived;
+  // `run`: a sweep of one job, as one job array of this many points (one node each), at most
+  // `array_throttle` tasks at once (0: no bound).
+  int array_points = 0;
+  int array_throttle = 0;
 
   [[nodiscard]] bool options_given() const;
 };

@@ -1,16 +1,17 @@
 #!/bin/sh
 # ferry's Slurm batch script (runs under /bin/sh on the job's first node)
 # The source is src/remote/slurm_batch.sh; it is submitted as it is, its arguments being the run
-# directories of the allocation's node slots, which live on a filesystem the nodes share with the
-# login node. One task per node (srun when there are several) starts the usual launcher of that
-# node's run directory, its stdout and stderr going to files there that the submit script on the
+# directories of the allocation's node slots (or of a sweep's points, for a job array), which live
+# on a filesystem the nodes share with the login node. One task per node (srun when there are
+# several) starts the usual launcher of that node's run directory (an array task: of the point its
+# SLURM_ARRAY_TASK_ID names), its stdout and stderr going to files there that the submit script on the
 # login node passes on to ferry. A node that cannot enter its run directory writes nothing and
 # ends with status 97, so ferry can say that the remote base is not shared. When the launcher has
 # exited, the task sends TERM to its own process group (Slurm gives each task one): what the
 # launcher left there (its watchdog's sleep) must not outlive the step on a node without cgroups.
 task='
 umask 077
-shift "${SLURM_NODEID:-0}"
+shift "${SLURM_ARRAY_TASK_ID:-${SLURM_NODEID:-0}}"
 dir=$1
 cd "$dir" 2>/dev/null || exit 97
 printf "%s\n" "${SLURMD_NODENAME:-$(hostname)}" >"$dir/.ferry-node" || exit 97
@@ -20,7 +21,7 @@ trap "" TERM
 kill -TERM 0 2>/dev/null
 exit "$status"
 '
-if [ "$#" -gt 1 ]; then
+if [ "$#" -gt 1 ] && [ -z "${SLURM_ARRAY_TASK_ID:-}" ]; then
   exec srun --nodes="$#" --ntasks="$#" --ntasks-per-node=1 --kill-on-bad-exit=0 \
     /bin/sh -c "$task" ferry-node "$@"
 fi

@@ -1,7 +1,7 @@
 # ferry's Slurm submit script (generated; runs under /bin/sh on the login node)
 # The source is src/remote/submit.sh; ferry fills in the @name@ fields, each already quoted for
 # sh where it is text. It submits the run's batch job with sbatch, or follows the job another
-# node slot of the same allocation submitted, and reports to ferry on stdout, one frame at a
+# node slot of the same allocation (or another point of the same job array) submitted, and reports to ferry on stdout, one frame at a
 # time (docs/slurm.md):
 #   TAG job ID                  the job was submitted
 #   TAG state STATE REASON      squeue's view, about once a second (also ferry's heartbeat)
@@ -26,6 +26,7 @@ set -f
 run_dir=@run_dir@
 tag=@tag@
 job=@job_id@
+task=@task@
 job_name=@job_name@
 end_marker=@end_marker@
 printf '%s\n' @sentinel@
@@ -53,7 +54,7 @@ cancel() {
   scancel "$job" >/dev/null 2>&1
   left=$1
   while [ "$left" -gt 0 ]; do
-    case $(squeue -h -t all -j "$job" -o '%T' 2>/dev/null) in
+    case $(squeue -h -r -t all -j "$job" -o '%T' 2>/dev/null) in
     PENDING | RUNNING | COMPLETING | CONFIGURING | SUSPENDED | REQUEUED | RESIZING | SIGNALING | STAGE_OUT | STOPPED) ;;
     *) return ;;
     esac
@@ -169,7 +170,7 @@ ask_queue() {
   *",$job,"*) ;;
   *) ids="$ids,$job" ;;
   esac
-  said=$(squeue -h -t all -j "${ids#,}" -o '%i %T %r' 2>&1)
+  said=$(squeue -h -r -t all -j "${ids#,}" -o '%i %T %r' 2>&1)
   status=$?
   generation=$(sed -n 1p "$queue_dir/state" 2>/dev/null)
   case $generation in
@@ -303,6 +304,8 @@ if [ -z "$job" ]; then
     exit 3
     ;;
   esac
+  # A sweep's job array: this script follows its own point's task (ID_TASK).
+  [ -n "$task" ] && job=${job}_$task
 fi
 say job "$job"
 join_queue

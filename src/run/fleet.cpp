@@ -43,6 +43,7 @@ struct HostRun {
   Expected<void> connected;
   double connect_s = 0;
   std::atomic<bool> healthy{true};
+  bool together = false; // its runs go all at once (SessionTraits::runs_together)
 };
 
 // The run failed before anything was staged: on a session kept from an earlier batch, that is a
@@ -124,8 +125,11 @@ private:
   {
     HostSession& session = *host.lease.session;
     const std::size_t left = m_runs.size() - std::min(first, m_runs.size());
-    const std::size_t lanes =
-        host.connected && session.traits().concurrent_runs ? std::min(m_parallel, left) : 1;
+    host.together = host.connected && session.traits().runs_together;
+    const std::size_t lanes = host.together ? std::max<std::size_t>(left, 1)
+                              : host.connected && session.traits().concurrent_runs
+                                  ? std::min(m_parallel, left)
+                                  : 1;
     if (host.connected && !m_sessions.keeps_sessions()) {
       session.plan(m_runs.size(), lanes);
     }
@@ -161,7 +165,9 @@ private:
   // new session.
   void run_one(HostRun& host, std::size_t r, bool retry_dead)
   {
-    m_slots.acquire(); // -j bounds the runs under way across all hosts
+    if (!host.together) {
+      m_slots.acquire(); // -j bounds the runs under way across all hosts
+    }
     announce(host.order, r);
     RunRecord record = attempt(host, r);
     if (retry_dead && host.connected && never_started(record) && !m_options.stop.stop_requested()) {
@@ -170,7 +176,9 @@ private:
       connect(host);
       record = attempt(host, r);
     }
-    m_slots.release();
+    if (!host.together) {
+      m_slots.release();
+    }
     if (r == 0) {
       record.timings.connect = host.connect_s;
       record.duration_s += host.connect_s;

@@ -453,14 +453,16 @@ class SlurmCluster:
 
     def queue(self) -> list[dict]:
         """Jobs squeue lists by default (pending, running, completing...), as dicts with
-        id, user, state, reason, nodes, partition, name."""
-        out = self.run(["squeue", "-h", "-o", "%i|%u|%T|%r|%N|%P|%j"]).stdout
+        id, user, state, reason, nodes, partition, name. A job array's task keeps its id as a
+        string ("12_3"), one line per task."""
+        out = self.run(["squeue", "-h", "-r", "-o", "%i|%u|%T|%r|%N|%P|%j"]).stdout
         jobs = []
         for line in out.splitlines():
             fields = line.split("|", 6)
             jobs.append(dict(zip(("id", "user", "state", "reason", "nodes", "partition", "name"),
                                  fields)))
-            jobs[-1]["id"] = int(jobs[-1]["id"])
+            if jobs[-1]["id"].isdigit():
+                jobs[-1]["id"] = int(jobs[-1]["id"])
         return jobs
 
     def job(self, job_id: int) -> dict[str, str] | None:

@@ -32,6 +32,18 @@ echo "hello from $node"
 if [ "$node" = "n2" ] && grep -q true "$FERRY_PARAMS"; then exit 3; fi
 """
 
+# A sweep point: says which array task ran it; point 3 fails.
+POINT_JOB = """
+import json, os, sys
+with open(os.environ["FERRY_PARAMS"], encoding="utf-8") as f:
+    n = json.load(f)["n"]
+with open(os.environ["FERRY_RESULT"], "w", encoding="utf-8") as f:
+    json.dump({"n": n, "array_job": os.environ.get("SLURM_ARRAY_JOB_ID"),
+               "array_task": os.environ.get("SLURM_ARRAY_TASK_ID")}, f)
+print("point", n)
+sys.exit(5 if n == 3 else 0)
+"""
+
 SLEEP_JOB = """
 echo started
 sleep 300
@@ -219,6 +231,42 @@ class SlurmTarget(unittest.TestCase):
         self.assertEqual(sorted(rec["target"]["slurm"]["node"] for rec in records), ["n1", "n2"])
         self.assertEqual(len({rec["target"]["slurm"]["job_id"] for rec in records}), 1)
         self.assertTrue(all(rec["status"] == "ok" and rec["result"]["gpus"] == [] for rec in records))
+
+    def test_a_sweep_is_one_job_array_and_every_point_its_own_record(self):
+        # Issue 43 item 6: a sweep's points are staged first and submitted by one sbatch
+        # --array=0-3; each point is still its own run and record, and a failing point (n=3)
+        # fails only its own.
+        job = write_job(self.tmp, "point", POINT_JOB, params="[params.n]\ntype = \"int\"")
+        r = self.ferry("run", job, "--sweep", "n=1,2,3,4", "--json")
+        self.assertEqual(r.code, 1, r)
+        records = sorted(r.records, key=lambda rec: rec["params"]["n"])
+        self.assertEqual([rec["params"]["n"] for rec in records], [1, 2, 3, 4], r)
+        slurm = [rec["target"]["slurm"] for rec in records]
+        arrays = {s.get("array_job_id") for s in slurm}
+        self.assertEqual(len(arrays), 1, f"one sbatch, one array job: {slurm}")
+        array = arrays.pop()
+        self.assertRegex(array or "", r"^\d+$", slurm)
+        tasks = sorted(s["array_task_id"] for s in slurm)
+        self.assertEqual(tasks, [0, 1, 2, 3], slurm)
+        self.assertEqual(len({rec["invocation"] for rec in records}), 1, records)
+        for rec, s in zip(records, slurm):
+            n, task = rec["params"]["n"], s["array_task_id"]
+            self.assertEqual(s["job_id"], f"{array}_{task}", s)
+            self.assertEqual(s["array_size"], 4, s)
+            self.assertEqual(rec["target"]["host"], s["node"], rec)
+            self.assertIn(f"submitted as Slurm job {array}_{task}", r.stderr.decode())
+            self.assertEqual(rec["stdout"], f"point {n}\n", rec)
+            self.assertEqual(rec["result"], {"n": n, "array_job": array, "array_task": str(task)})
+            want = ("failed", "FAILED", 5) if n == 3 else ("ok", "COMPLETED", 0)
+            self.assertEqual((rec["status"], s["state"], s["exit_code"]), want, rec)
+        # Slurm knows one array job with four tasks, and no other job of this test's.
+        # (sacct lags a job's end by a few seconds; the cluster's accounting starts with the class.)
+        def point_jobs():
+            out = self.cluster.run(["sacct", "-a", "-n", "-P", "-X", "-o", "JobID,JobName"]).stdout
+            return sorted(line.split("|")[0] for line in out.splitlines()
+                          if line.split("|")[-1].startswith("ferry-point-"))
+        wait_for(lambda: len(point_jobs()) >= 4, 10, 0.5)
+        self.assertEqual(point_jobs(), [f"{array}_{t}" for t in range(4)])
 
     def test_one_squeue_call_a_tick_serves_every_run_on_the_login_node(self):
         # Issue 43 item 6: the submit scripts of runs under way at once on a login node share

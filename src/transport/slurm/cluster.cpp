@@ -32,6 +32,14 @@ Expected<Said> run_command(ssh::Remote& login, std::vector<std::string> argv, co
 
 } // namespace
 
+void cancel_job(ssh::Remote& login, const std::string& job_id)
+{
+  if (job_id.empty() || job_id.find_first_not_of("0123456789_") != std::string::npos) {
+    return;
+  }
+  (void)run_command(login, {"scancel", job_id}, StopToken::make());
+}
+
 Expected<void> ping_controller(ssh::Remote& login, std::string_view label, const StopToken& stop)
 {
   auto said = run_command(login, {"scontrol", "ping"}, stop);

@@ -13,6 +13,9 @@ namespace ferry::slurm {
 
 // `scontrol ping` on the login node: a controller that is down is an unreachable target
 // (exit 3), a login node without Slurm's commands an error.
+// `scancel JOB_ID` (a checked id: digits, `_`), whatever the run's stop token says: an
+// interrupted sweep's job array goes as a whole. Failures are ignored (the job may be gone).
+void cancel_job(ssh::Remote& login, const std::string& job_id);
 [[nodiscard]] Expected<void> ping_controller(ssh::Remote& login, std::string_view label,
                                              const StopToken& stop);
 

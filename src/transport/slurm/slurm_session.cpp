@@ -1,6 +1,12 @@
 // The Slurm target: a HostSession per node slot. Files go over the login node's SFTP (an SSH
 // session of its own per slot); exec submits the run's job with sbatch through the submit script
-// and follows it; the slots of one target share each run's allocation (docs/slurm.md).
+// and follows it; the slots of one target share each run's allocation (docs/slurm.md). A sweep's
+// points are one job array: they run at once on one session, each on its own fleet thread, and
+// meet like node slots before point 0 submits the array.
+#include <atomic>
+#include <map>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "ferry/job.hpp"
@@ -37,12 +43,16 @@ std::string slurm_job_name(std::string_view job)
 
 // sbatch's arguments, one per line: ferry's fixed options, the run's checked options, the batch
 // script and the run directories it gets as arguments.
+// `array`: sbatch's --array value for a sweep's points (empty: one job).
 std::string sbatch_args_file(const SlurmOptions& options, const std::string& job_name,
-                             const std::vector<std::string>& dirs)
+                             const std::vector<std::string>& dirs, const std::string& array)
 {
   std::vector<std::string> args = {
       "--parsable", "--job-name=" + job_name, "--output=/dev/null", "--error=/dev/null",
       "--chdir=/",  "--ntasks-per-node=1",    "--no-requeue"};
+  if (!array.empty()) {
+    args.push_back("--array=" + array);
+  }
   const auto chosen = sbatch_options(options);
   args.insert(args.end(), chosen.begin(), chosen.end());
   args.push_back(dirs.front() + "/" + std::string(k_batch_script));
@@ -58,6 +68,7 @@ struct ScriptFields {
   std::string run_dir;
   std::string tag;
   std::string job_id; // empty: submit
+  std::string task;   // submitting a job array: the task this script follows
   std::string job_name;
   std::string end_marker;
   std::string sentinel;
@@ -69,10 +80,33 @@ std::string submit_script(const ScriptFields& fields)
                                                        {"run_dir", sh_quote(fields.run_dir)},
                                                        {"tag", sh_quote(fields.tag)},
                                                        {"job_id", sh_quote(fields.job_id)},
+                                                       {"task", sh_quote(fields.task)},
                                                        {"job_name", sh_quote(fields.job_name)},
                                                        {"end_marker", sh_quote(fields.end_marker)},
                                                        {"sentinel", sh_quote(fields.sentinel)},
                                                    });
+}
+
+// One run's state: a session runs one at a time, except a sweep's job array, whose points run
+// at once, each on a thread of its own (the fleet's lane) that stages, launches and records it.
+struct RunState {
+  int round = -1;
+  int slot = 0; // the node slot, or the array point (its task id)
+  bool joined = true;
+  SlurmOptions options; // what the command line, the job and the config ask for
+  int time_min = 0;     // the --time it was given
+  std::string job_name;
+  int timeout_s = 0;
+  std::string job_id; // "4242", or "4242_3" for task 3 of array 4242
+  std::string node;
+  std::optional<slurm::JobEnd> end;
+  std::optional<bool> run_dir_shared;
+};
+
+// "4242_3" -> "4242"
+std::string array_of(const std::string& job_id)
+{
+  return job_id.substr(0, job_id.find('_'));
 }
 
 class SlurmSession final : public HostSession {
@@ -80,6 +114,7 @@ public:
   SlurmSession(std::shared_ptr<const SlurmTarget> target, int slot,
                std::shared_ptr<SharedAllocation> allocation)
       : m_shared_target(std::move(target)), m_target(*m_shared_target), m_slot(slot),
+        m_array(m_target.array_points > 1 && m_target.nodes == 1),
         m_allocation(std::move(allocation)), m_login(ssh::make_remote(m_target.login))
   {
     m_login->without_job_cache();
@@ -94,6 +129,7 @@ public:
 
   nlohmann::json target() const override;
   std::string label() const override;
+  SessionTraits traits() const override { return {m_array, m_array}; }
   Expected<void> connect() override;
   // The submit script forwards the launcher's output file from the run directory after the
   // launcher has ended: the directory stays until the run is finished.
@@ -118,78 +154,99 @@ public:
   }
 
 private:
+  // This thread's run (see RunState); a thread that has run nothing sees an empty one.
+  RunState& mine()
+  {
+    const std::lock_guard lock(m_runs_mutex);
+    return m_runs[std::this_thread::get_id()];
+  }
+  const RunState& mine() const
+  {
+    const std::lock_guard lock(m_runs_mutex);
+    const auto found = m_runs.find(std::this_thread::get_id());
+    static const RunState none;
+    return found == m_runs.end() ? none : found->second;
+  }
   // This slot's run of the current round never reached exec: the other slots must not wait.
   void withdraw(std::string_view why)
   {
-    if (m_round >= 0 && !m_joined) {
-      m_allocation->abandon(
-          m_round, fmt::format("node slot {} of {}: {}", m_slot + 1, m_allocation->slots(), why));
-      m_joined = true;
+    RunState& run = mine();
+    if (run.round >= 0 && !run.joined) {
+      m_allocation->abandon(run.round,
+                            fmt::format("{} {} of {}: {}", m_array ? "sweep point" : "node slot",
+                                        run.slot + 1, m_allocation->slots(), why));
+      run.joined = true;
     }
   }
   void start_round(const RunBundle& bundle);
+  std::string array_spec() const;
   Expected<std::string> submit_or_wait(const std::string& run_dir, const ExecRequest& request);
   Expected<ExecOutcome> follow(const ExecRequest& request, const std::string& run_dir,
                                const std::string& job_id);
+  void on_job(std::string id);
 
   std::shared_ptr<const SlurmTarget> m_shared_target;
   const SlurmTarget& m_target;
   const int m_slot;
+  const bool m_array; // a sweep's points as one job array
   std::shared_ptr<SharedAllocation> m_allocation;
   std::unique_ptr<ssh::Remote> m_login;
   StopToken m_stop;
-  nlohmann::json m_cluster; // `check`: what the login node says about the cluster
-  // The current run.
-  int m_round = -1;
-  bool m_joined = true;
-  SlurmOptions m_options; // what the command line, the job and the config ask for
-  int m_time_min = 0;     // the --time it was given
-  std::string m_job_name;
-  int m_timeout_s = 0;
-  std::string m_job_id;
-  std::string m_node;
-  std::optional<slurm::JobEnd> m_end;
-  std::optional<bool> m_run_dir_shared;
+  nlohmann::json m_cluster;     // `check`: what the login node says about the cluster
+  int m_round = -1;             // the last round of a session that runs one run at a time
+  std::atomic<int> m_points{0}; // array points staged so far
+  mutable std::mutex m_runs_mutex;
+  std::map<std::thread::id, RunState> m_runs;
 };
 
 nlohmann::json SlurmSession::target() const
 {
+  const RunState& run = mine();
   nlohmann::json login = m_login->target();
   nlohmann::json slurm = {{"login", login.value("host", m_target.login.spec)},
                           {"address", login.value("address", "")},
                           {"user", login.value("user", "")},
                           {"port", login.value("port", 0)},
                           {"host_key_sha256", login.value("host_key_sha256", "")},
-                          {"options", slurm_options_json(m_options)}};
-  if (m_time_min > 0) {
-    slurm["time_limit_min"] = m_time_min;
+                          {"options", slurm_options_json(run.options)}};
+  if (run.time_min > 0) {
+    slurm["time_limit_min"] = run.time_min;
   }
-  if (!m_job_id.empty()) {
-    slurm["job_id"] = m_job_id;
-    slurm["node"] = m_node.empty() ? nlohmann::json() : nlohmann::json(m_node);
+  if (!run.job_id.empty()) {
+    slurm["job_id"] = run.job_id;
+    slurm["node"] = run.node.empty() ? nlohmann::json() : nlohmann::json(run.node);
   }
-  if (m_end) {
-    slurm["state"] = m_end->state;
-    slurm["exit_code"] = m_end->exit_code ? nlohmann::json(*m_end->exit_code) : nlohmann::json();
-    slurm["signal"] = m_end->signal ? nlohmann::json(*m_end->signal) : nlohmann::json();
-    slurm["nodes"] = m_end->nodes;
-    slurm["state_source"] = m_end->source;
+  if (m_array) {
+    slurm["array_size"] = m_target.array_points;
+    slurm["array_task_id"] = run.slot;
+    if (!run.job_id.empty()) {
+      slurm["array_job_id"] = array_of(run.job_id);
+    }
   }
-  if (m_run_dir_shared) {
-    slurm["run_dir_shared"] = *m_run_dir_shared;
+  if (run.end) {
+    slurm["state"] = run.end->state;
+    slurm["exit_code"] =
+        run.end->exit_code ? nlohmann::json(*run.end->exit_code) : nlohmann::json();
+    slurm["signal"] = run.end->signal ? nlohmann::json(*run.end->signal) : nlohmann::json();
+    slurm["nodes"] = run.end->nodes;
+    slurm["state_source"] = run.end->source;
+  }
+  if (run.run_dir_shared) {
+    slurm["run_dir_shared"] = *run.run_dir_shared;
   }
   if (!m_cluster.is_null()) {
     slurm["cluster"] = m_cluster;
   }
-  return {{"host", m_node.empty() ? slurm["login"] : nlohmann::json(m_node)}, {"slurm", slurm}};
+  return {{"host", run.node.empty() ? slurm["login"] : nlohmann::json(run.node)}, {"slurm", slurm}};
 }
 
 std::string SlurmSession::label() const
 {
-  if (!m_job_id.empty()) {
-    return fmt::format("slurm:{}{}", m_job_id, m_node.empty() ? "" : "/" + m_node);
+  const RunState& run = mine();
+  if (!run.job_id.empty()) {
+    return fmt::format("slurm:{}{}", run.job_id, run.node.empty() ? "" : "/" + run.node);
   }
-  if (m_allocation->slots() > 1) {
+  if (!m_array && m_allocation->slots() > 1) {
     return fmt::format("slurm:{}#{}", m_target.login.spec, m_slot + 1);
   }
   return "slurm:" + m_target.login.spec;
@@ -213,22 +270,21 @@ Expected<void> SlurmSession::connect()
 void SlurmSession::start_round(const RunBundle& bundle)
 {
   withdraw("its run could not be staged");
-  ++m_round;
-  m_joined = false;
+  RunState& run = mine();
+  run = RunState{};
+  // An array's points are one round, each point a slot; otherwise each run is a round.
+  run.round = m_array ? 0 : ++m_round;
+  run.slot = m_array ? m_points++ : m_slot;
+  run.joined = false;
   // The job's own options were checked as its file was read.
   auto read = slurm_options_from_json(bundle.scheduler.is_object() ? bundle.scheduler
                                                                    : nlohmann::json::object());
   const SlurmOptions of_job = read ? *read : SlurmOptions{};
-  m_options =
+  run.options =
       merge_slurm_options(m_target.command_line, merge_slurm_options(of_job, m_target.config));
-  m_options.nodes = m_target.nodes;
-  m_job_name = slurm_job_name(bundle.launcher.job_name);
-  m_timeout_s = bundle.launcher.timeout_s;
-  m_time_min = 0;
-  m_job_id.clear();
-  m_node.clear();
-  m_end.reset();
-  m_run_dir_shared.reset();
+  run.options.nodes = m_target.nodes;
+  run.job_name = slurm_job_name(bundle.launcher.job_name);
+  run.timeout_s = bundle.launcher.timeout_s;
 }
 
 Expected<StagedRun> SlurmSession::stage(const RunBundle& bundle, const StopToken& stop)
@@ -244,83 +300,116 @@ Expected<StagedRun> SlurmSession::stage(const RunBundle& bundle, const StopToken
   return staged;
 }
 
-// Slot 0 submits the job for every slot's run directory; the others wait for its id.
+// "0-11", or "0-11%4" with a bound on the tasks at once.
+std::string SlurmSession::array_spec() const
+{
+  if (!m_array) {
+    return {};
+  }
+  const int last = m_target.array_points - 1;
+  const int bound = m_target.array_throttle;
+  return bound > 0 && bound <= last ? fmt::format("0-{}%{}", last, bound)
+                                    : fmt::format("0-{}", last);
+}
+
+// Slot 0 submits the job for every slot's run directory (every point's, for an array); the
+// others wait for its id.
 Expected<std::string> SlurmSession::submit_or_wait(const std::string& run_dir,
                                                    const ExecRequest& request)
 {
-  m_joined = true;
-  FERRY_TRY_ASSIGN(const auto dirs, m_allocation->join(m_round, m_slot, run_dir, request.stop));
-  if (m_slot != 0) {
-    return m_allocation->job_of(m_round, request.stop);
+  RunState& run = mine();
+  run.joined = true;
+  FERRY_TRY_ASSIGN(const auto dirs, m_allocation->join(run.round, run.slot, run_dir, request.stop));
+  if (run.slot != 0) {
+    FERRY_TRY_ASSIGN(auto id, m_allocation->job_of(run.round, request.stop));
+    return m_array ? fmt::format("{}_{}", id, run.slot) : id;
   }
-  SlurmOptions options = m_options;
-  options.time_min = m_time_min;
+  SlurmOptions options = run.options;
+  options.time_min = run.time_min;
   FERRY_TRY(m_login->put_file(run_dir + "/" + std::string(k_batch_script),
                               remote_script("slurm_batch.sh")));
   FERRY_TRY(m_login->put_file(run_dir + "/" + std::string(k_sbatch_args),
-                              sbatch_args_file(options, m_job_name, dirs)));
+                              sbatch_args_file(options, run.job_name, dirs, array_spec())));
   return std::string(); // submitted by this slot's submit script
 }
 
-Expected<ExecOutcome> SlurmSession::launch(StagedRun& run, const LaunchRequest& launch)
+Expected<ExecOutcome> SlurmSession::launch(StagedRun& staged, const LaunchRequest& launch)
 {
-  const ExecRequest request = launcher_request(run, launch);
-  const std::string& run_dir = run.run_dir;
-  m_time_min = m_options.time_min.value_or(slurm_minutes_for(
-      m_timeout_s,
+  const ExecRequest request = launcher_request(staged, launch);
+  const std::string& run_dir = staged.run_dir;
+  RunState& run = mine();
+  run.time_min = run.options.time_min.value_or(slurm_minutes_for(
+      run.timeout_s,
       static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(request.grace).count())));
   auto job_id = submit_or_wait(run_dir, request);
   if (!job_id) {
-    if (m_slot == 0) {
-      m_allocation->abandon(m_round, job_id.error().message);
+    if (run.slot == 0) {
+      m_allocation->abandon(run.round, job_id.error().message);
     }
     return Unexpected<Error>{job_id.error()};
   }
   auto outcome = follow(request, run_dir, *job_id);
-  if (m_slot == 0) {
+  if (run.slot == 0) {
     // Whatever happened, the others stop waiting (a no-op once the id is out).
-    m_allocation->abandon(m_round,
+    m_allocation->abandon(run.round,
                           outcome ? "sbatch did not submit the job" : outcome.error().message);
+    if (m_array && request.stop.stop_requested() && !run.job_id.empty()) {
+      // Interrupted: the whole array goes, also the tasks of points whose follower has not
+      // started (waiting for a channel of the login node).
+      slurm::cancel_job(*m_login, array_of(run.job_id));
+    }
   }
   return outcome;
+}
+
+// The submit script said the job's id: slot 0 passes it on to the others (for an array, the
+// array's own id: each point follows its task).
+void SlurmSession::on_job(std::string id)
+{
+  RunState& run = mine();
+  run.job_id = id;
+  if (run.slot == 0) {
+    m_allocation->submitted(run.round, m_array ? array_of(id) : std::move(id));
+  }
 }
 
 Expected<ExecOutcome> SlurmSession::follow(const ExecRequest& request, const std::string& run_dir,
                                            const std::string& job_id)
 {
+  RunState& run = mine();
   const std::string nonce = random_hex(12);
-  ScriptFields fields{run_dir,    "ferry-slurm-" + nonce, job_id,
-                      m_job_name, request.end_marker,     "ferry-submit-" + nonce};
+  ScriptFields fields{run_dir,
+                      "ferry-slurm-" + nonce,
+                      job_id,
+                      m_array && job_id.empty() ? std::to_string(run.slot) : std::string(),
+                      run.job_name,
+                      request.end_marker,
+                      "ferry-submit-" + nonce};
   FERRY_TRY(m_login->put_file(run_dir + "/" + std::string(k_submit_script), submit_script(fields)));
-  m_job_id = job_id;
-  Follow follow(request, fields.tag, [this](std::string id) {
-    m_job_id = id;
-    if (m_slot == 0) {
-      m_allocation->submitted(m_round, std::move(id));
-    }
-  });
+  run.job_id = job_id;
+  Follow follow(request, fields.tag, [this](std::string id) { on_job(std::move(id)); });
   FERRY_TRY_ASSIGN(auto script, m_login->exec(follow.script_request(
                                     {"/bin/sh", run_dir + "/" + std::string(k_submit_script)},
                                     fields.sentinel)));
-  m_job_id = follow.job_id();
-  m_node = follow.node();
-  m_end = follow.end();
-  if (m_end && slurm::is_final_state(m_end->state)) {
-    m_run_dir_shared = !m_node.empty()                                ? std::optional(true)
-                       : m_end->exit_code == slurm::k_no_run_dir_exit ? std::optional(false)
-                                                                      : std::nullopt;
+  run.job_id = follow.job_id();
+  run.node = follow.node();
+  run.end = follow.end();
+  if (run.end && slurm::is_final_state(run.end->state)) {
+    run.run_dir_shared = !run.node.empty()                                ? std::optional(true)
+                         : run.end->exit_code == slurm::k_no_run_dir_exit ? std::optional(false)
+                                                                          : std::nullopt;
   }
-  if (m_job_id.empty() && script.end == ExecEnd::exited) {
+  if (run.job_id.empty() && script.end == ExecEnd::exited) {
     const std::string said(trim(script.err.bytes));
     return fail(ErrorKind::failed, "{}: sbatch did not submit the job{}", label(),
                 said.empty() ? fmt::format(" (the submit script exited with {})",
                                            script.exit_code.value_or(-1))
                              : ": " + shorten(said, 600));
   }
-  slurm::NodeRun run;
-  run.run_dir = run_dir;
-  run.time_min = m_time_min;
-  return follow.outcome(std::move(script), run);
+  slurm::NodeRun node_run;
+  node_run.run_dir = run_dir;
+  node_run.time_min = run.time_min;
+  return follow.outcome(std::move(script), node_run);
 }
 
 } // namespace
@@ -328,7 +417,9 @@ Expected<ExecOutcome> SlurmSession::follow(const ExecRequest& request, const std
 std::vector<std::unique_ptr<HostSession>> make_slurm_sessions(const SlurmTarget& target)
 {
   auto shared = std::make_shared<const SlurmTarget>(target);
-  auto allocation = std::make_shared<SharedAllocation>(target.nodes);
+  // A job array's points meet like node slots, on the one session of a one-node target.
+  const bool array = target.array_points > 1 && target.nodes == 1;
+  auto allocation = std::make_shared<SharedAllocation>(array ? target.array_points : target.nodes);
   std::vector<std::unique_ptr<HostSession>> sessions;
   for (int slot = 0; slot < target.nodes; ++slot) {
     sessions.push_back(std::make_unique<SlurmSession>(shared, slot, allocation));
