@@ -183,7 +183,10 @@ Message ok_message(Message fields)
 
 Message error_message(const Error& error)
 {
-  return {{"error", {{"kind", static_cast<int>(error.kind)}, {"message", error.message}}}};
+  return {{"error",
+           {{"kind", static_cast<int>(error.kind)},
+            {"message", error.message},
+            {"unreached", static_cast<int>(error.unreached)}}}};
 }
 
 std::optional<Error> error_in(const Message& reply)
@@ -193,7 +196,8 @@ std::optional<Error> error_in(const Message& reply)
   }
   const auto& e = reply.at("error");
   return Error{static_cast<ErrorKind>(e.value("kind", static_cast<int>(ErrorKind::failed))),
-               e.value("message", std::string("the connection holder failed"))};
+               e.value("message", std::string("the connection holder failed")),
+               static_cast<Unreached>(e.value("unreached", static_cast<int>(Unreached::none)))};
 }
 
 Message encode(const ExecOutcome& outcome)
@@ -376,6 +380,32 @@ std::optional<std::vector<DirEntry>> decode_entries(const Message& m)
                                e.at(2).get<std::uint64_t>(), e.at(3).get<std::string>()});
   }
   return entries;
+}
+
+// The server's texts go as bytes: untrusted, maybe not UTF-8; the client shows them through
+// terminal_safe.
+Message encode(const PromptRound& round)
+{
+  Message prompts = Message::array();
+  for (const auto& prompt : round.prompts) {
+    prompts.push_back({{"text", bytes_of(prompt.text)}, {"echo", prompt.echo}});
+  }
+  return {{"host", round.host},
+          {"name", bytes_of(round.name)},
+          {"instruction", bytes_of(round.instruction)},
+          {"prompts", std::move(prompts)}};
+}
+
+PromptRound decode_round(const Message& m)
+{
+  PromptRound round;
+  round.host = m.at("host").get<std::string>();
+  round.name = text_of(m.at("name"));
+  round.instruction = text_of(m.at("instruction"));
+  for (const auto& prompt : m.at("prompts")) {
+    round.prompts.push_back({text_of(prompt.at("text")), prompt.at("echo").get<bool>()});
+  }
+  return round;
 }
 
 } // namespace ferry::held
