@@ -58,22 +58,23 @@ std::optional<std::string> tty_read_line(int tty)
   return std::nullopt;
 }
 
+// Echo goes off before the prompt is shown, so that nothing typed after it is echoed or dropped.
 std::optional<std::string> tty_ask(int tty, const std::string& host, const PromptRound::Prompt& p)
 {
-  tty_say(tty, fmt::format("({}) {}", terminal_safe(host), terminal_safe(p.text)));
   termios before{};
-  const bool is_terminal = ::tcgetattr(tty, &before) == 0;
-  if (!p.echo && is_terminal) {
-    termios quiet = before;
-    quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
-    quiet.c_lflag |= ECHONL;
-    ::tcsetattr(tty, TCSAFLUSH, &quiet);
+  const bool quiet = !p.echo && ::tcgetattr(tty, &before) == 0;
+  if (quiet) {
+    termios hidden = before;
+    hidden.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+    hidden.c_lflag |= ECHONL;
+    ::tcsetattr(tty, TCSAFLUSH, &hidden);
   }
   const Defer restore([&] {
-    if (!p.echo && is_terminal) {
-      ::tcsetattr(tty, TCSAFLUSH, &before);
+    if (quiet) {
+      ::tcsetattr(tty, TCSANOW, &before);
     }
   });
+  tty_say(tty, fmt::format("({}) {}", terminal_safe(host), terminal_safe(p.text)));
   return tty_read_line(tty);
 }
 
