@@ -86,7 +86,7 @@ Expected<std::vector<std::string>> ask_on_terminal(const PromptRound& round)
     return needs_interactive_login(round.host);
   }
   tty_say(tty.get(), fmt::format("ferry: {} asks for an interactive login (keyboard-interactive)\n",
-                             terminal_safe(round.host)));
+                                 terminal_safe(round.host)));
   for (const std::string* text : {&round.name, &round.instruction}) {
     if (!text->empty()) {
       tty_say(tty.get(), terminal_safe(*text) + "\n");
