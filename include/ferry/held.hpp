@@ -25,6 +25,13 @@ inline constexpr int k_default_persist_s = 60;
 make_persistent_session(std::unique_ptr<SshConnection> direct, const SshTarget& target,
                         int persist_s);
 
+// `ferry connect`: the holder connects the host now as a run's first connect would (its
+// keyboard-interactive prompts asked through `target.prompt`) and keeps the session for
+// `persist_s` after its last use. An error when the connect failed, or when no holder could
+// serve it (nothing would be kept).
+[[nodiscard]] Expected<void> hold_connection(std::unique_ptr<SshConnection> direct,
+                                             const SshTarget& target, int persist_s);
+
 struct HeldConnection {
   std::string label; // the host as the user named it
   long pid = 0;

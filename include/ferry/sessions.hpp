@@ -4,10 +4,31 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ferry/transport.hpp"
 
 namespace ferry {
+
+// One round of a server's keyboard-interactive prompts (an OTP, Duo, a password PAM asks for),
+// its texts as the host sent them: untrusted bytes, shown only through terminal_safe.
+struct PromptRound {
+  std::string host; // what the user called the host
+  std::string name;
+  std::string instruction;
+  struct Prompt {
+    std::string text;
+    bool echo = false; // the answer may be shown as it is typed
+  };
+  std::vector<Prompt> prompts;
+};
+// Asks the user for the answers (in the prompts' order), or says why it cannot (no terminal).
+using Prompter = std::function<Expected<std::vector<std::string>>(const PromptRound&)>;
+// Asks on the user's terminal (/dev/tty), one host at a time; with no terminal, the error that
+// says to run `ferry connect HOST` in one first.
+[[nodiscard]] Prompter terminal_prompter();
+// The error of a host that asks for an interactive login where nobody can answer it.
+[[nodiscard]] Unexpected<Error> needs_interactive_login(std::string_view host);
 
 struct SshTarget {
   std::string spec;        // [user@]host[:port] or an alias from the ssh config
@@ -24,6 +45,9 @@ struct SshTarget {
   std::function<void(std::string_view)> debug;
   // What the ssh config asks that ferry does not do, one line a call; shown without -v too.
   std::function<void(std::string_view)> warn;
+  // Answers keyboard-interactive prompts; empty: nobody can (the MCP server), and a host that
+  // asks for them fails with needs_interactive_login.
+  Prompter prompt;
 };
 
 // An SSH session as a connection holder keeps it between invocations (docs/persistence.md).

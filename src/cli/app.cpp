@@ -132,6 +132,7 @@ void add_commands(CLI::App& app, Context& ctx)
   add_replay_command(app, ctx);
   add_prune_command(app, ctx);
   add_mcp_command(app, ctx);
+  add_connect_command(app, ctx);
   add_disconnect_command(app, ctx);
   add_help_command(app, ctx);
   add_completion_command(app, ctx);

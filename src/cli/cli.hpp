@@ -69,6 +69,8 @@ private:
 void on_chosen(CLI::App& command, Context& ctx, Action action);
 
 void add_target_options(CLI::App& command, TargetOptions& target);
+// The SSH group of them (--identity ... --remote-base), for commands that name hosts only.
+void add_ssh_options(CLI::App& command, HostTargets& target);
 // --env and --interpreter (run/environment.hpp resolves them with the config file).
 void add_environment_options(CLI::App& command, EnvironmentOptions& environment);
 
@@ -83,6 +85,7 @@ void add_replay_command(CLI::App& app, Context& ctx);
 void add_prune_command(CLI::App& app, Context& ctx);
 void add_mcp_command(CLI::App& app, Context& ctx);
 void add_completion_command(CLI::App& app, Context& ctx);
+void add_connect_command(CLI::App& app, Context& ctx);
 void add_disconnect_command(CLI::App& app, Context& ctx);
 // `ferry __hold SPEC`: a connection holder (started by ferry itself; docs/persistence.md).
 [[nodiscard]] int holder_main(std::string_view spec);

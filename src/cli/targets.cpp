@@ -15,6 +15,12 @@ void add_target_options(CLI::App& command, TargetOptions& target)
       ->group("Target");
   command.add_flag("--local", target.local, "run on this machine (the default with no host)")
       ->group("Target");
+  add_ssh_options(command, target);
+  add_slurm_options(command, target.slurm);
+}
+
+void add_ssh_options(CLI::App& command, HostTargets& target)
+{
   command.add_option("--identity", target.identity, "private key file for public-key auth")
       ->group("SSH");
   command
@@ -47,7 +53,6 @@ void add_target_options(CLI::App& command, TargetOptions& target)
       .add_option("--remote-base", target.remote_base,
                   "run directory base on the host (default $HOME/.cache/ferry/runs)")
       ->group("SSH");
-  add_slurm_options(command, target.slurm);
 }
 
 Expected<std::vector<std::string>> target_hosts(const TargetOptions& target,

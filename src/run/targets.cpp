@@ -262,6 +262,7 @@ SshTarget ssh_target_for(const HostTargets& target, const UserConfig& config,
   ssh.remote_base = target.remote_base;
   apply_config(ssh, config.for_host(host));
   ssh.warn = stderr_lines(host, "warning: ");
+  ssh.prompt = terminal_prompter();
   if (verbose) {
     ssh.debug = stderr_lines(host, "");
   }
@@ -272,6 +273,7 @@ Expected<SessionMaker> direct_sessions(const HostTargets& target, const UserConf
                                        const std::string& host, bool verbose)
 {
   SshTarget ssh = ssh_target_for(target, config, host, verbose);
+  ssh.prompt = nullptr; // a long-lived process (the MCP server) has nobody at a terminal
   FERRY_TRY(make_checked_ssh_session(ssh));
   return SessionMaker([ssh = std::move(ssh)] { return make_ssh_session(ssh); });
 }

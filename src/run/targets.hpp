@@ -45,7 +45,8 @@ using NoteLine = std::function<void(std::string_view)>;
                                                       const NoteLine& note);
 
 // How to reach `host`: the options, then the config file's `[hosts."…"]` defaults. With
-// `verbose`, the connection tells its story on stderr.
+// `verbose`, the connection tells its story on stderr. Keyboard-interactive prompts are asked
+// on the user's terminal.
 [[nodiscard]] SshTarget ssh_target_for(const HostTargets& target, const UserConfig& config,
                                        const std::string& host, bool verbose);
 
@@ -63,8 +64,8 @@ make_host_sessions(const HostTargets& target, const UserConfig& config, bool ver
 using SessionMaker = std::function<std::unique_ptr<HostSession>()>;
 
 // Direct SSH sessions to `host` (no holder), as many as asked for: what a long-lived process
-// that keeps its own sessions uses. The ssh config is read now: one ssh would refuse is a usage
-// error here, before any host is contacted.
+// that keeps its own sessions uses; they never prompt. The ssh config is read now: one ssh would
+// refuse is a usage error here, before any host is contacted.
 [[nodiscard]] Expected<SessionMaker> direct_sessions(const HostTargets& target,
                                                      const UserConfig& config,
                                                      const std::string& host, bool verbose);

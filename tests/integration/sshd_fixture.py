@@ -375,14 +375,17 @@ class SshServer:
 
     def __init__(self, sftp: str = "internal", extra_config: str = "", listen: str = "127.0.0.1",
                  reset_users: bool = True, port: int | None = None, netns: str | None = None,
-                 inetd_netns: str | None = None, also_listen: list[str] | tuple[str, ...] = ()):
+                 inetd_netns: str | None = None, also_listen: list[str] | tuple[str, ...] = (),
+                 program: str = SSHD):
         """sftp: "internal" (internal-sftp), "external" (/usr/lib/openssh/sftp-server), an
         absolute path of an sftp server, or "none" (no sftp subsystem at all).  extra_config: sshd_config text; its keywords win over
         the fixture's (sshd keeps the first value it reads), its Match blocks go at the end.
         port: a fixed port instead of a free one.  netns: the name of an existing network
         namespace (`ip netns add NAME`, its lo up) to run sshd in; None: this process's.
         inetd_netns: listen here, serve each connection by `sshd -i` inside that namespace.
-        also_listen: more addresses the same sshd listens on, on the same port (15 at most)."""
+        also_listen: more addresses the same sshd listens on, on the same port (15 at most).
+        program: the sshd to run, by an absolute path; a symlink to sshd under another name
+        gets that name's PAM service (OpenSSH names it after its program name)."""
         if sftp == "internal":
             self.sftp_subsystem = "internal-sftp"
         elif sftp == "external":
@@ -402,6 +405,7 @@ class SshServer:
         self.netns = netns
         self.inetd_netns = inetd_netns
         self.also_listen = list(also_listen)
+        self.program = program
         if len(self.also_listen) > 15 or (self.also_listen and (netns or inetd_netns)):
             raise ValueError("also_listen: at most 15 more addresses (sshd's limit is 16), "
                              "and not with netns or inetd_netns")
@@ -768,7 +772,7 @@ class SshServer:
             return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.pid_path)
-        test = subprocess.run([SSHD, "-t", "-f", self.sshd_config], capture_output=True, text=True)
+        test = subprocess.run([self.program, "-t", "-f", self.sshd_config], capture_output=True, text=True)
         if test.returncode != 0:
             raise RuntimeError(f"sshd fixture: sshd -t rejects {self.sshd_config}: "
                                f"{(test.stderr + test.stdout).strip()}")
@@ -778,7 +782,7 @@ class SshServer:
         # reaper's parent is still this process.
         prefix = [_tool("ip") or "ip", "netns", "exec", self.netns] if self.netns is not None else []
         self._reaper = subprocess.Popen(
-            [*prefix, sys.executable, "-c", _REAPER, SSHD, "-D", "-E", self.log_path, "-f", self.sshd_config],
+            [*prefix, sys.executable, "-c", _REAPER, self.program, "-D", "-E", self.log_path, "-f", self.sshd_config],
             stdin=subprocess.DEVNULL, stdout=self._stderr_file, stderr=subprocess.STDOUT,
             start_new_session=True, env={**os.environ, "FERRY_FIXTURE_PARENT": str(os.getpid())})
         deadline = time.monotonic() + READY_TIMEOUT_S

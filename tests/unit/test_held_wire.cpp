@@ -163,6 +163,28 @@ TEST_CASE("holder messages: requests, files, listings and errors come back whole
   CHECK(error->kind == ErrorKind::unreachable);
   CHECK(error->message == "gpu1: host key changed");
   CHECK_FALSE(held::error_in(round_trip({{"ok", true}})));
+  // Its failure class too: a run through the holder is classified as a direct one.
+  const auto auth = held::error_in(round_trip(
+      held::error_message({ErrorKind::unreachable, "gpu1: asks for more", Unreached::auth})));
+  REQUIRE(auth);
+  CHECK(auth->unreached == Unreached::auth);
+}
+
+TEST_CASE("holder messages: a keyboard-interactive round comes back byte for byte")
+{
+  PromptRound round;
+  round.host = "login1";
+  round.name = std::string("Duo\x1b]0;title\x07", 13);
+  round.instruction = std::string("\xff\xfe not UTF-8", 12);
+  round.prompts = {{"Passcode: ", false}, {"Name: ", true}};
+  const PromptRound back = held::decode_round(round_trip(held::encode(round)));
+  CHECK(back.host == "login1");
+  CHECK(back.name == round.name);
+  CHECK(back.instruction == round.instruction);
+  REQUIRE(back.prompts.size() == 2);
+  CHECK(back.prompts[0].text == "Passcode: ");
+  CHECK_FALSE(back.prompts[0].echo);
+  CHECK(back.prompts[1].echo);
 }
 
 TEST_CASE("holder messages: silence, a closed peer and a broken frame are not messages")

@@ -1,6 +1,7 @@
 // The client side of persistent sessions: a HostSession whose every step is a request to the
 // holder (HeldSession), and the session the CLI makes (PersistentSession), which runs through
 // the user's holder (starting it when there is none), else connects directly.
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -39,15 +40,48 @@ struct Greeting {
   Message story = Message::array(); // `-v`: the lines of the holder's connect for it
 };
 
-Greeting greet(int fd, const Message& hello)
+// The holder's connect asks the host's keyboard-interactive prompts through this client: its
+// answers (or why there are none) go back on the same connection.
+bool answer_prompts(int fd, const Message& ask, const Prompter& prompter)
+{
+  const PromptRound round = held::decode_round(ask.at("round"));
+  auto answers = prompter ? prompter(round)
+                          : Expected<std::vector<std::string>>(needs_interactive_login(round.host));
+  if (!answers) {
+    return held::send_message(fd, held::error_message(answers.error()));
+  }
+  Message list = Message::array();
+  for (auto& answer : *answers) {
+    list.push_back(held::bytes_of(answer));
+    std::fill(answer.begin(), answer.end(), '\0');
+  }
+  return held::send_message(fd, {{"answers", std::move(list)}});
+}
+
+// The holder's reply to a hello; prompts it relays meanwhile are answered (the time the user
+// takes is not the holder's).
+Received hello_reply(int fd, const Message& hello, const Prompter& prompter, Message& reply)
+{
+  // The holder may be connecting the host for this hello: as long as a direct connect takes.
+  const auto limit = std::chrono::seconds(10 + hello.value("wait_s", 0));
+  while (true) {
+    const Received got = held::receive_message(fd, reply, limit);
+    if (got != Received::message || !reply.is_object() || reply.value("ev", "") != "prompt") {
+      return got;
+    }
+    if (!answer_prompts(fd, reply, prompter)) {
+      return Received::closed;
+    }
+  }
+}
+
+Greeting greet(int fd, const Message& hello, const Prompter& prompter)
 {
   if (!held::send_message(fd, hello)) {
     return {Greeting::Kind::none, "it closed the connection", {}, {}, {}};
   }
   Message reply;
-  // The holder may be connecting the host for this hello: as long as a direct connect takes.
-  const auto limit = std::chrono::seconds(10 + hello.value("wait_s", 0));
-  if (held::receive_message(fd, reply, limit) != Received::message || !reply.is_object()) {
+  if (hello_reply(fd, hello, prompter, reply) != Received::message || !reply.is_object()) {
     return {Greeting::Kind::none, "it did not answer", {}, {}, {}};
   }
   Message story = reply.value("story", Message::array());
@@ -69,9 +103,10 @@ Greeting greet(int fd, const Message& hello)
 
 class HeldSession final : public HostSession {
 public:
-  HeldSession(fs::path socket, std::string label, Message hello, Fd first, Message greeting)
+  HeldSession(fs::path socket, std::string label, Message hello, Fd first, Message greeting,
+              Prompter prompter)
       : m_socket(std::move(socket)), m_label(std::move(label)), m_hello(std::move(hello)),
-        m_target(greeting.value("target", Message::object()))
+        m_target(greeting.value("target", Message::object())), m_prompter(std::move(prompter))
   {
     m_idle.push_back(std::move(first));
     // Later connections find the session there: a holder that does not answer at once is
@@ -148,7 +183,7 @@ private:
     if (!fd) {
       return lost("is gone");
     }
-    if (greet(fd->get(), m_hello).kind != Greeting::Kind::ok) {
+    if (greet(fd->get(), m_hello, m_prompter).kind != Greeting::Kind::ok) {
       return lost("no longer serves");
     }
     return std::move(*fd);
@@ -194,6 +229,7 @@ private:
   std::string m_label;
   Message m_hello; // names the connection to the holder
   nlohmann::json m_target;
+  Prompter m_prompter; // for a holder that connects the host anew
   std::mutex m_mutex;
   std::vector<Fd> m_idle;
   std::map<std::uint64_t, Fd> m_pinned; // by run id: the connection that staged it
@@ -396,6 +432,8 @@ public:
   nlohmann::json target() const override { return active().target(); }
   std::string label() const override { return m_target.spec; }
   Expected<void> connect() override;
+  // Through the holder only: an error when it cannot be used.
+  Expected<void> hold();
   SessionTraits traits() const override { return active().traits(); }
   // Only a direct connection's standbys end with its last run; a holder keeps its own.
   void plan(std::size_t runs, std::size_t at_once) override { active().plan(runs, at_once); }
@@ -440,6 +478,7 @@ private:
             {"identity", m_direct->options_identity()},
             {"persist_s", m_persist_s},
             {"verbose", static_cast<bool>(m_target.debug)},
+            {"prompt", static_cast<bool>(m_target.prompt)},
             {"wait_s", static_cast<int>(connect_s * (1 + std::max(0, m_target.retries))) + 20}};
   }
   Expected<Fd> dial_holder();
@@ -452,6 +491,7 @@ private:
   SshTarget m_target;
   int m_persist_s;
   fs::path m_socket;
+  std::string m_not_used; // why the holder was passed over
 };
 
 Expected<Fd> PersistentSession::dial_holder()
@@ -481,10 +521,11 @@ Expected<bool> PersistentSession::use_holder()
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto fd = dial_holder();
     if (!fd) {
-      debug(fmt::format("the connection holder is not used: {}", fd.error().message));
+      m_not_used = fd.error().message;
+      debug(fmt::format("the connection holder is not used: {}", m_not_used));
       return false;
     }
-    auto greeting = greet(fd->get(), request);
+    auto greeting = greet(fd->get(), request, m_target.prompt);
     // The holder's connect for this run, told as a direct connect tells it.
     for (const auto& line : greeting.story) {
       debug(line.get<std::string>());
@@ -493,6 +534,7 @@ Expected<bool> PersistentSession::use_holder()
     case Greeting::Kind::refused:
       return Unexpected{greeting.refusal};
     case Greeting::Kind::none:
+      m_not_used = greeting.why;
       debug(fmt::format("the connection holder at {} is not used: {}", m_socket.string(),
                         greeting.why));
       if (greeting.why == "it closed the connection" || greeting.why == "it is ending") {
@@ -511,7 +553,7 @@ Expected<bool> PersistentSession::use_holder()
                         reply.value("pid", 0L), reply.value("since", ""), m_socket.string()));
     }
     m_held = std::make_unique<HeldSession>(m_socket, m_target.spec, request, std::move(*fd),
-                                           std::move(greeting.reply));
+                                           std::move(greeting.reply), m_target.prompt);
     return true;
   }
   return false;
@@ -534,7 +576,26 @@ Expected<void> PersistentSession::connect()
   return m_direct->connect();
 }
 
+Expected<void> PersistentSession::hold()
+{
+  FERRY_TRY_ASSIGN(const auto dir, held::holder_dir(true));
+  m_socket = held::holder_socket(dir);
+  FERRY_TRY_ASSIGN(const bool held, use_holder());
+  if (!held) {
+    return fail(ErrorKind::failed, "{}: the connection holder at {} could not keep it: {}",
+                m_target.spec, m_socket.string(), m_not_used);
+  }
+  return {};
+}
+
 } // namespace
+
+Expected<void> hold_connection(std::unique_ptr<SshConnection> direct, const SshTarget& target,
+                               int persist_s)
+{
+  PersistentSession session(std::move(direct), target, persist_s);
+  return session.hold();
+}
 
 std::unique_ptr<HostSession> make_persistent_session(std::unique_ptr<SshConnection> direct,
                                                      const SshTarget& target, int persist_s)

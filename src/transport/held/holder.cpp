@@ -39,6 +39,8 @@ constexpr auto k_linger = 1500ms;
 // A client says what it wants at once; a connection silent this long is closed.
 constexpr auto k_first_message = 2s;
 constexpr int k_preparers = 3;
+// A user asked for a second factor has this long to type it (sshd's LoginGraceTime is 120 s).
+constexpr std::chrono::milliseconds k_answer_within = 180s;
 
 Message gone(std::string_view why)
 {
@@ -57,6 +59,29 @@ SshTarget target_of(const nlohmann::json& spec)
   target.retries = spec.value("retries", 1);
   target.remote_base = spec.at("remote_base").get<std::string>();
   return target;
+}
+
+// The holder has no terminal: the client that asked for the connect answers the host's
+// keyboard-interactive prompts on its own, over its connection. The answers stay in memory.
+Prompter relay_to(int fd)
+{
+  return [fd](const PromptRound& round) -> Expected<std::vector<std::string>> {
+    Message reply;
+    if (!send_message(fd, {{"ev", "prompt"}, {"round", encode(round)}}) ||
+        receive_message(fd, reply, k_answer_within) != Received::message || !reply.is_object()) {
+      return fail(ErrorKind::unreachable,
+                  "{}: no answer to its keyboard-interactive prompts came back within {} s",
+                  round.host, k_answer_within.count() / 1000);
+    }
+    if (auto error = error_in(reply)) {
+      return Unexpected{*error};
+    }
+    std::vector<std::string> answers;
+    for (const auto& answer : reply.value("answers", Message::array())) {
+      answers.push_back(text_of(answer));
+    }
+    return answers;
+  };
 }
 
 // What a failed connect tells the client: errors a direct connect would give the same way
@@ -227,7 +252,7 @@ private:
     std::shared_ptr<HeldHost> host;
     Message reply;
     try {
-      reply = hello(request, host);
+      reply = hello(request, host, fd);
     } catch (const std::exception& e) {
       reply = gone(fmt::format("bad hello: {}", e.what()));
     }
@@ -276,8 +301,9 @@ private:
   }
 
   // The held session for these options: the one there is (checked), or a new one, connected
-  // now on this client's thread. `bound` is set when the client may use it.
-  Message hello(const Message& request, std::shared_ptr<HeldHost>& bound)
+  // now on this client's thread (its prompts relayed to the client on `fd`). `bound` is set
+  // when the client may use it.
+  Message hello(const Message& request, std::shared_ptr<HeldHost>& bound, int fd)
   {
     if (request.value("protocol", 0) != k_protocol) {
       return gone("another protocol version");
@@ -290,7 +316,11 @@ private:
       const bool fresh = found.second;
       Message story = Message::array();
       if (fresh) {
-        story = connect_host(host, target_of(target), identity, request.value("verbose", false));
+        SshTarget wanted = target_of(target);
+        if (request.value("prompt", false)) {
+          wanted.prompt = relay_to(fd);
+        }
+        story = connect_host(host, std::move(wanted), identity, request.value("verbose", false));
       }
       std::unique_lock lock(host->mutex);
       host->settled.wait(lock, [&] { return host->state != HeldHost::State::connecting; });

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "ferry/bundle.hpp"
-#include "ferry/run_record.hpp"
 
 namespace ferry::held {
 
@@ -184,12 +183,10 @@ Message ok_message(Message fields)
 
 Message error_message(const Error& error)
 {
-  Message e = {{"kind", static_cast<int>(error.kind)}, {"message", error.message}};
-  if (error.unreached != Unreached::none) {
-    // The class of a host not reached (unreachable, auth, host-key...), as the record says it.
-    e["failure"] = to_string(error.unreached);
-  }
-  return {{"error", std::move(e)}};
+  return {{"error",
+           {{"kind", static_cast<int>(error.kind)},
+            {"message", error.message},
+            {"unreached", static_cast<int>(error.unreached)}}}};
 }
 
 std::optional<Error> error_in(const Message& reply)
@@ -200,7 +197,7 @@ std::optional<Error> error_in(const Message& reply)
   const auto& e = reply.at("error");
   return Error{static_cast<ErrorKind>(e.value("kind", static_cast<int>(ErrorKind::failed))),
                e.value("message", std::string("the connection holder failed")),
-               unreached_from(e.value("failure", "")).value_or(Unreached::none)};
+               static_cast<Unreached>(e.value("unreached", static_cast<int>(Unreached::none)))};
 }
 
 Message encode(const ExecOutcome& outcome)
@@ -213,9 +210,6 @@ Message encode(const ExecOutcome& outcome)
                {"held_open", outcome.output_held_open}};
   if (outcome.exit_code) {
     m["exit_code"] = *outcome.exit_code;
-  }
-  if (!outcome.standby_refused.empty()) {
-    m["standby_refused"] = outcome.standby_refused;
   }
   if (outcome.verdict) {
     m["verdict"] = {{"kind", static_cast<int>(outcome.verdict->kind)},
@@ -235,9 +229,6 @@ ExecOutcome decode_outcome(const Message& m)
   outcome.output_held_open = m.at("held_open").get<bool>();
   if (m.contains("exit_code")) {
     outcome.exit_code = m.at("exit_code").get<int>();
-  }
-  if (m.contains("standby_refused")) {
-    outcome.standby_refused = m.at("standby_refused").get<std::string>();
   }
   if (m.contains("verdict")) {
     outcome.verdict = ExecOutcome::Verdict{
@@ -389,6 +380,32 @@ std::optional<std::vector<DirEntry>> decode_entries(const Message& m)
                                e.at(2).get<std::uint64_t>(), e.at(3).get<std::string>()});
   }
   return entries;
+}
+
+// The server's texts go as bytes: untrusted, maybe not UTF-8; the client shows them through
+// terminal_safe.
+Message encode(const PromptRound& round)
+{
+  Message prompts = Message::array();
+  for (const auto& prompt : round.prompts) {
+    prompts.push_back({{"text", bytes_of(prompt.text)}, {"echo", prompt.echo}});
+  }
+  return {{"host", round.host},
+          {"name", bytes_of(round.name)},
+          {"instruction", bytes_of(round.instruction)},
+          {"prompts", std::move(prompts)}};
+}
+
+PromptRound decode_round(const Message& m)
+{
+  PromptRound round;
+  round.host = m.at("host").get<std::string>();
+  round.name = text_of(m.at("name"));
+  round.instruction = text_of(m.at("instruction"));
+  for (const auto& prompt : m.at("prompts")) {
+    round.prompts.push_back({text_of(prompt.at("text")), prompt.at("echo").get<bool>()});
+  }
+  return round;
 }
 
 } // namespace ferry::held

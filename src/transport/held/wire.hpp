@@ -9,12 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "ferry/expected.hpp"
+#include "ferry/sessions.hpp"
 #include "ferry/transport.hpp"
 
 namespace ferry::held {
 
 // Bumped whenever a message changes: a holder of another version is not used.
-inline constexpr int k_protocol = 5;
+inline constexpr int k_protocol = 6;
 // While a job runs the holder says it is alive at least this often (an `ev: beat`); ferry takes
 // a holder silent for k_holder_silence as stopped.
 inline constexpr std::chrono::seconds k_beat_every{2};
@@ -56,5 +57,10 @@ enum class Received { message, closed, timeout, broken };
 [[nodiscard]] LaunchRequest decode_launch(const Message& message);
 [[nodiscard]] Message encode(const std::optional<std::vector<DirEntry>>& entries);
 [[nodiscard]] std::optional<std::vector<DirEntry>> decode_entries(const Message& message);
+
+// Keyboard-interactive prompts relayed to the client that asked for a connect (the holder has
+// no terminal): `ev: prompt` with the round, answered by `answers` (or an `error`).
+[[nodiscard]] Message encode(const PromptRound& round);
+[[nodiscard]] PromptRound decode_round(const Message& message);
 
 } // namespace ferry::held

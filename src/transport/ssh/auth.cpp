@@ -1,5 +1,6 @@
 #include "transport/ssh/auth.hpp"
 
+#include <algorithm>
 #include <memory>
 
 #include <fmt/format.h>
@@ -40,6 +41,11 @@ private:
   Expected<bool> offer_through_agent(std::size_t first, std::size_t end);
   Expected<int> offer_from_file(const Identity& id, std::string& outcome);
   Expected<void> check_answer(int rc, const std::string& offered);
+  Expected<bool> offer_keys();
+  Expected<void> after_keys();
+  Expected<void> keyboard_interactive();
+  Expected<void> answer_round();
+  Unexpected<Error> answers_not_accepted(int rc);
   void refused(const Identity& id, std::string outcome);
   Unexpected<Error> ended_by_server(const std::string& offered) const;
   Unexpected<Error> all_refused() const;
@@ -57,7 +63,12 @@ private:
   std::unique_ptr<AgentRelay> m_relay;
   std::vector<std::string> m_tried; // one "KEY (TYPE FP): outcome" per key offered
   int m_methods = 0;
+  bool m_partial = false; // a key was accepted, the server asks for more
 };
+
+constexpr unsigned k_keyboard_interactive = SSH_AUTH_METHOD_INTERACTIVE;
+// PAM may send a few rounds (a notice, then the question); more is a server that never ends.
+constexpr int k_max_rounds = 8;
 
 Expected<int> Authenticator::call(const std::function<int()>& step)
 {
@@ -149,6 +160,9 @@ Expected<bool> Authenticator::offer_through_agent(std::size_t first, std::size_t
     return true;
   }
   FERRY_TRY(check_answer(rc, labels));
+  if (m_partial) {
+    return true;
+  }
   for (std::size_t i = first; i < end; ++i) {
     refused(m_ids.offered[i], "refused");
   }
@@ -161,11 +175,10 @@ Expected<void> Authenticator::check_answer(int rc, const std::string& offered)
     return ended_by_server(offered);
   }
   if (rc == SSH_AUTH_PARTIAL) {
-    return fail(ErrorKind::unreachable,
-                "{}: the server accepted {} for user {} but asks for more ({}); ferry "
-                "authenticates with keys only",
-                m_ctx.label, offered, m_ctx.user,
-                methods_text(ssh_userauth_list(m_session, nullptr)));
+    m_partial = true;
+    m_methods = ssh_userauth_list(m_session, nullptr);
+    log(fmt::format("the server accepted {} and asks for more: {}", offered,
+                    methods_text(m_methods)));
   }
   return {};
 }
@@ -210,8 +223,116 @@ Expected<bool> Authenticator::offer_file_key(const Identity& id)
     return true;
   }
   FERRY_TRY(check_answer(rc, id.label));
+  if (m_partial) {
+    return true;
+  }
   refused(id, std::move(outcome));
   return false;
+}
+
+// Whether the keys finished it (or, m_partial, got as far as the server's next method).
+Expected<bool> Authenticator::offer_keys()
+{
+  const auto& ids = m_ids.offered;
+  for (std::size_t i = 0; i < ids.size();) {
+    std::size_t end = i + 1;
+    bool done = false;
+    if (ids[i].agent_blob.empty()) {
+      FERRY_TRY_ASSIGN(done, offer_file_key(ids[i]));
+    } else {
+      while (end < ids.size() && !ids[end].agent_blob.empty()) {
+        ++end;
+      }
+      FERRY_TRY_ASSIGN(done, offer_through_agent(i, end));
+    }
+    if (done) {
+      return true;
+    }
+    i = end;
+  }
+  return false;
+}
+
+// The keys did not finish it: keyboard-interactive when the server offers it. With nobody to
+// answer, a key the server refused is the likelier problem, so its message comes first.
+Expected<void> Authenticator::after_keys()
+{
+  const bool interactive = (static_cast<unsigned>(m_methods) & k_keyboard_interactive) != 0;
+  if (interactive && (m_ctx.prompt || m_partial)) {
+    return keyboard_interactive();
+  }
+  if (m_partial) {
+    return fail(ErrorKind::unreachable,
+                "{}: the server accepted a key for user {} but asks for more ({}); ferry "
+                "authenticates with keys and keyboard-interactive only",
+                m_ctx.label, m_ctx.user, methods_text(m_methods));
+  }
+  return all_refused();
+}
+
+Unexpected<Error> Authenticator::answers_not_accepted(int rc)
+{
+  if (rc == SSH_AUTH_ERROR) {
+    return ended_by_server("the answers to its keyboard-interactive prompts");
+  }
+  if (rc == SSH_AUTH_PARTIAL) {
+    return fail(ErrorKind::unreachable,
+                "{}: the server took the keyboard-interactive answers for user {} but asks for "
+                "more ({}), which ferry cannot give",
+                m_ctx.label, m_ctx.user, methods_text(ssh_userauth_list(m_session, nullptr)));
+  }
+  return fail(ErrorKind::unreachable,
+              "{}: authentication failed for user {}: the server did not accept the answers to "
+              "its keyboard-interactive prompts (a wrong or expired code?); run again to answer "
+              "anew",
+              m_ctx.label, m_ctx.user);
+}
+
+// One round's prompts to the prompter, its answers to the server; never logged.
+Expected<void> Authenticator::answer_round()
+{
+  PromptRound round;
+  round.host = m_ctx.label;
+  const auto text = [](const char* c) { return std::string(c != nullptr ? c : ""); };
+  round.name = text(ssh_userauth_kbdint_getname(m_session));
+  round.instruction = text(ssh_userauth_kbdint_getinstruction(m_session));
+  const int count = std::max(0, ssh_userauth_kbdint_getnprompts(m_session));
+  for (int i = 0; i < count; ++i) {
+    char echo = 0;
+    const char* prompt = ssh_userauth_kbdint_getprompt(m_session, static_cast<unsigned>(i), &echo);
+    round.prompts.push_back({text(prompt), echo != 0});
+  }
+  log(fmt::format("the server asks {} keyboard-interactive question(s)", count));
+  FERRY_TRY_ASSIGN(auto answers, m_ctx.prompt(round));
+  if (answers.size() != round.prompts.size()) {
+    return fail(ErrorKind::failed, "{}: {} answers to {} keyboard-interactive prompts", m_ctx.label,
+                answers.size(), round.prompts.size());
+  }
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    ssh_userauth_kbdint_setanswer(m_session, static_cast<unsigned>(i), answers[i].c_str());
+    std::fill(answers[i].begin(), answers[i].end(), '\0');
+  }
+  return {};
+}
+
+// One set of answers per connect: a wrong one is not asked again.
+Expected<void> Authenticator::keyboard_interactive()
+{
+  if (!m_ctx.prompt) {
+    return needs_interactive_login(m_ctx.label);
+  }
+  log("trying keyboard-interactive");
+  const auto step = [this] { return ssh_userauth_kbdint(m_session, nullptr, nullptr); };
+  FERRY_TRY_ASSIGN(int rc, call(step));
+  for (int round = 0; rc == SSH_AUTH_INFO && round < k_max_rounds; ++round) {
+    FERRY_TRY(answer_round());
+    FERRY_TRY_ASSIGN(rc, call(step));
+  }
+  if (rc != SSH_AUTH_SUCCESS) {
+    return answers_not_accepted(rc);
+  }
+  log(fmt::format("authenticated as {} with keyboard-interactive", m_ctx.user));
+  return {};
 }
 
 Expected<void> Authenticator::run()
@@ -226,30 +347,21 @@ Expected<void> Authenticator::run()
   }
   m_methods = ssh_userauth_list(m_session, nullptr);
   log(fmt::format("the server allows: {}", methods_text(m_methods)));
-  if ((static_cast<unsigned>(m_methods) & SSH_AUTH_METHOD_PUBLICKEY) == 0) {
+  const auto methods = static_cast<unsigned>(m_methods);
+  if ((methods & (SSH_AUTH_METHOD_PUBLICKEY | k_keyboard_interactive)) == 0) {
     return fail(ErrorKind::unreachable,
                 "{}: authentication failed for user {}: the server allows only {}; ferry "
-                "authenticates with keys only",
+                "authenticates with keys and keyboard-interactive only",
                 m_ctx.label, m_ctx.user, methods_text(m_methods));
   }
-  const auto& ids = m_ids.offered;
-  for (std::size_t i = 0; i < ids.size();) {
-    std::size_t end = i + 1;
-    bool done = false;
-    if (ids[i].agent_blob.empty()) {
-      FERRY_TRY_ASSIGN(done, offer_file_key(ids[i]));
-    } else {
-      while (end < ids.size() && !ids[end].agent_blob.empty()) {
-        ++end;
-      }
-      FERRY_TRY_ASSIGN(done, offer_through_agent(i, end));
-    }
-    if (done) {
-      return {};
-    }
-    i = end;
+  if ((methods & SSH_AUTH_METHOD_PUBLICKEY) == 0) {
+    return keyboard_interactive();
   }
-  return all_refused();
+  FERRY_TRY_ASSIGN(const bool done, offer_keys());
+  if (done && !m_partial) {
+    return {};
+  }
+  return after_keys();
 }
 
 } // namespace

@@ -111,6 +111,15 @@
     (channel, cb))                                                                                 \
   X(void, ssh_string_free_char, (char* s), (s))                                                    \
   X(int, ssh_userauth_agent, (ssh_session session, const char* username), (session, username))     \
+  X(int, ssh_userauth_kbdint, (ssh_session session, const char* user, const char* submethods),     \
+    (session, user, submethods))                                                                   \
+  X(const char*, ssh_userauth_kbdint_getinstruction, (ssh_session session), (session))             \
+  X(const char*, ssh_userauth_kbdint_getname, (ssh_session session), (session))                    \
+  X(int, ssh_userauth_kbdint_getnprompts, (ssh_session session), (session))                        \
+  X(const char*, ssh_userauth_kbdint_getprompt, (ssh_session session, unsigned int i, char* echo), \
+    (session, i, echo))                                                                            \
+  X(int, ssh_userauth_kbdint_setanswer, (ssh_session session, unsigned int i, const char* answer), \
+    (session, i, answer))                                                                          \
   X(int, ssh_userauth_list, (ssh_session session, const char* username), (session, username))      \
   X(int, ssh_userauth_none, (ssh_session session, const char* username), (session, username))      \
   X(int, ssh_userauth_publickey,                                                                   \

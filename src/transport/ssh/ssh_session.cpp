@@ -627,9 +627,9 @@ Expected<void> SshSession::connect_once()
     log = [debug = m_target.debug](std::string line) { debug(line); };
   }
   auto identities = ssh::collect_identities(m_where.identities, m_where.user, log);
-  return ssh::classed(Unreached::auth,
-                      ssh::authenticate(m_session.get(), std::move(identities),
-                                        {m_target.spec, m_where.user, pace(), log}));
+  return ssh::classed(Unreached::auth, ssh::authenticate(m_session.get(), std::move(identities),
+                                                         {m_target.spec, m_where.user, pace(), log,
+                                                          m_target.prompt}));
 }
 
 } // namespace
