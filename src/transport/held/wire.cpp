@@ -211,6 +211,9 @@ Message encode(const ExecOutcome& outcome)
   if (outcome.exit_code) {
     m["exit_code"] = *outcome.exit_code;
   }
+  if (!outcome.standby_refused.empty()) {
+    m["standby_refused"] = outcome.standby_refused;
+  }
   if (outcome.verdict) {
     m["verdict"] = {{"kind", static_cast<int>(outcome.verdict->kind)},
                     {"message", outcome.verdict->message}};
@@ -229,6 +232,9 @@ ExecOutcome decode_outcome(const Message& m)
   outcome.output_held_open = m.at("held_open").get<bool>();
   if (m.contains("exit_code")) {
     outcome.exit_code = m.at("exit_code").get<int>();
+  }
+  if (m.contains("standby_refused")) {
+    outcome.standby_refused = m.at("standby_refused").get<std::string>();
   }
   if (m.contains("verdict")) {
     outcome.verdict = ExecOutcome::Verdict{
