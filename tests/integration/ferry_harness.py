@@ -11,6 +11,7 @@ import pwd
 import re
 import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import textwrap
@@ -144,23 +145,31 @@ class SshTestCase(unittest.TestCase):
         cls.uid, cls.gid = pw.pw_uid, pw.pw_gid
 
 
-def run_in_pty(argv: list[str], env: dict, timeout_s: float = 60) -> tuple[int, bytes]:
-    """argv with stdout and stderr on one pseudo-terminal: (exit code, what the terminal got)."""
+def run_in_pty(argv: list[str], env: dict, timeout_s: float = 60,
+               on_output=None) -> tuple[int, bytes]:
+    """argv with stdout and stderr on one pseudo-terminal, its controlling terminal (/dev/tty):
+    (exit code, what the terminal got). `on_output(fd, shown)`, if given, is called after each
+    read with all that was shown so far (it may type into the terminal through fd). Past
+    timeout_s the process is killed."""
     pid, fd = pty.fork()
     if pid == 0:
         os.execve(argv[0], argv, env)
     shown = b""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            shown += chunk
+        if not select.select([fd], [], [], 0.2)[0]:
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+        if on_output is not None:
+            on_output(fd, shown)
+    else:
+        os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     os.close(fd)
     return os.waitstatus_to_exitcode(status), shown

@@ -4,16 +4,13 @@ PAM stack asks one question. OpenSSH names its PAM service after its program nam
 runs through a symlink named ferry-kbd-sshd, with /etc/pam.d/ferry-kbd-sshd written here."""
 import json
 import os
-import pty
-import select
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 import unittest
 
-from ferry_harness import ferry_bin, run_ferry, write_job
+from ferry_harness import ferry_bin, run_ferry, run_in_pty, write_job
 from sshd_fixture import SshServer, require_root_and_tools
 
 CODE = "424242"
@@ -43,30 +40,17 @@ def alive(pid: int) -> bool:
 def on_terminal(argv: list[str], env: dict, answer: str | None, timeout_s: float = 30):
     """argv on a pseudo-terminal (its controlling terminal: /dev/tty), `answer` typed at each
     prompt: (exit code, what the terminal showed, how many prompts came)."""
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(argv[0], argv, env)
-    shown, prompts = b"", 0
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not select.select([fd], [], [], 0.2)[0]:
-            continue
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        shown += chunk
+    prompts = 0
+
+    def type_answer(fd: int, shown: bytes) -> None:
+        nonlocal prompts
         if shown.count(PROMPT) > prompts:
             prompts = shown.count(PROMPT)
             if answer is not None:
                 os.write(fd, answer.encode() + b"\n")
-    else:
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), shown, prompts
+
+    code, shown = run_in_pty(argv, env, timeout_s, type_answer)
+    return code, shown, prompts
 
 
 class SecondFactor(unittest.TestCase):

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import select
 import subprocess
 import sys
 import threading
@@ -21,7 +19,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ferry_harness import SshTestCase, ferry_bin, write_job  # noqa: E402
+from ferry_harness import SshTestCase, ferry_bin, run_in_pty, write_job  # noqa: E402
 
 TICKS = 4
 INTERVAL_S = 1.0
@@ -68,30 +66,19 @@ def run_live(args: list[str], env: dict) -> tuple[int, dict[str, list[tuple[floa
 def run_live_in_pty(args: list[str], env: dict) -> tuple[int, list[tuple[float, str]]]:
     """Runs ferry on a pseudo-terminal (stdout and stderr both), stamping each line it shows
     with the time it arrived."""
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(ferry_bin(), [ferry_bin(), *args], {**os.environ, **env})
     lines: list[tuple[float, str]] = []
-    pending = b""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        pending += chunk
-        *done, pending = pending.split(b"\n")
+    taken = 0  # bytes of the terminal's output already cut into lines
+
+    def stamp(_fd: int, shown: bytes) -> None:
+        nonlocal taken
+        *done, _ = shown[taken:].split(b"\n")
+        taken += sum(len(line) + 1 for line in done)
         # What is left of a line once the progress line before it was cleared ("\r\x1b[K").
-        lines += [(time.time(), line.decode(errors="replace").rstrip("\r").split("\x1b[K")[-1])
-                  for line in done]
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return os.waitstatus_to_exitcode(status), lines
+        lines.extend((time.time(), line.decode(errors="replace").rstrip("\r").split("\x1b[K")[-1])
+                     for line in done)
+
+    code, _ = run_in_pty([ferry_bin(), *args], {**os.environ, **env}, 120, stamp)
+    return code, lines
 
 
 class LiveOutput(SshTestCase):
