@@ -132,21 +132,29 @@ signal_job() {
   kill -"$1" "$job" 2>/dev/null
 }
 # The result section of the report. A link, directory, FIFO or device is named, never opened
-# or followed; `fetch` leaves a file too large for the frame (or unreadable) to ferry.
+# or followed; `fetch` leaves a file too large for the frame (or unreadable) to ferry. The file
+# is opened read-write on fd 3 and read through /dev/fd/3 once that is seen to be a regular
+# file: a FIFO that a process put at the name after the test opens at once that way, where a
+# read-only open would wait for a writer forever. A file without write permission is left to
+# ferry's fetch, which opens it read-only on the word of its own inspection.
 send_result() {
   result_left=0
   if [ -L "$FERRY_RESULT" ]; then
     printf 'result link\n'
   elif [ -f "$FERRY_RESULT" ]; then
-    size=$(wc -c <"$FERRY_RESULT" 2>/dev/null)
-    size=${size#"${size%%[!	 ]*}"} # a BSD wc pads the number with blanks
+    size=
+    if command exec 3<>"$FERRY_RESULT" && [ -f /dev/fd/3 ]; then
+      size=$(wc -c </dev/fd/3 2>/dev/null)
+      size=${size#"${size%%[!	 ]*}"} # a BSD wc pads the number with blanks
+    fi
     if [ -n "$size" ] && [ "$size" -le @frame_limit@ ] 2>/dev/null; then
       printf 'result file %s\n' "$size"
-      cat "$FERRY_RESULT"
+      cat /dev/fd/3
     else
       result_left=1
       printf 'result fetch\n'
     fi
+    command exec 3<&-
   elif [ -d "$FERRY_RESULT" ]; then
     printf 'result directory\n'
   elif [ -e "$FERRY_RESULT" ]; then

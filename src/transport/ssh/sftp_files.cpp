@@ -468,9 +468,15 @@ Expected<FetchedFile> SftpFiles::fetch_stream(const std::string& path, const Chu
     }
     // Read-write: a FIFO that a process put at the name since the lstat then opens at once,
     // where a read-only open would block sftp-server (and with it the session) until a writer
-    // came. A file without write permission is opened read-only: the lstat's word must do.
+    // came. Only a file the lstat saw without owner write is opened read-only (its word must
+    // do); one it saw writable that now refuses a write is no longer the file it saw.
+    const bool writable = (attributes->permissions & 0200U) != 0;
     file.reset(sftp_open(m_sftp.get(), path.c_str(), O_RDWR, 0));
     if (!file && sftp_get_error(m_sftp.get()) == SSH_FX_PERMISSION_DENIED && !m_watchdog.fired()) {
+      if (writable) {
+        return FetchedFile{
+            FetchedFile::Kind::other, {}, std::string("a file replaced since it was inspected")};
+      }
       file.reset(sftp_open(m_sftp.get(), path.c_str(), O_RDONLY, 0));
     }
   }
