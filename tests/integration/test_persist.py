@@ -1143,3 +1143,23 @@ class Persistence(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# The sanitizer pass (FERRY_SANITIZED) leaves out three tests for CI time (about 2 of its
+# minutes): what they add is waiting and volume, and the code they drive runs under the
+# sanitizers in the tests kept here (a holder's runs, its output relay, channels opened ahead).
+SANITIZER_PASS_LEAVES_OUT = (
+    "test_a_stopped_holder_fails_the_run_under_way_in_seconds",   # waits out its bounds
+    "test_output_through_a_holder_is_kept_as_a_direct_run_keeps_it",   # megabytes of output
+    "test_the_next_run_starts_on_a_channel_opened_ahead",   # timing of consecutive runs
+)
+
+
+def load_tests(loader, tests, pattern):
+    if not SANITIZED:
+        return tests
+    names = [n for n in loader.getTestCaseNames(Persistence) if n not in SANITIZER_PASS_LEAVES_OUT]
+    missing = set(SANITIZER_PASS_LEAVES_OUT) - set(loader.getTestCaseNames(Persistence))
+    if missing:
+        raise AssertionError(f"SANITIZER_PASS_LEAVES_OUT names no test: {sorted(missing)}")
+    return unittest.TestSuite(Persistence(n) for n in names)
