@@ -33,7 +33,7 @@ void decide_standby(Standby& standby, const std::string& python_command)
 
 // How far a python standby's boot has come: its line written once, then its stdout read up to
 // the ready line (startup files' noise before it is dropped). Failed once its channel ended.
-StandbyState boot_python(Standby& standby)
+StandbyState boot_python(ssh_session session, Standby& standby)
 {
   const ssh_channel channel = standby.channel.get();
   if (!standby.booted) {
@@ -64,6 +64,13 @@ StandbyState boot_python(Standby& standby)
   }
   if (standby.said.size() > 65536) {
     standby.said.erase(0, standby.said.size() - prefix.size());
+  }
+  if (!standby.watch.exited && ssh_channel_is_eof(channel) != 0) {
+    // Past the end of its output libssh's reads take in no more packets: the exit status that
+    // follows (4: its script refused) would wait in the socket, and the boot for its limit.
+    ssh_set_blocking(session, 0);
+    (void)ssh_channel_get_exit_status(channel);
+    ssh_set_blocking(session, 1);
   }
   if (standby.watch.exited || ssh_channel_is_closed(channel) != 0) {
     return StandbyState::failed;
@@ -99,7 +106,8 @@ StandbyState advance_standby(ssh_session session, Standby& standby)
       standby.open = true;
     }
   }
-  return standby.boot.empty() || standby.ready ? StandbyState::ready : boot_python(standby);
+  return standby.boot.empty() || standby.ready ? StandbyState::ready
+                                               : boot_python(session, standby);
 }
 
 StandbyChannel finish_standby(ssh_session session, std::unique_lock<std::mutex>& lock,
