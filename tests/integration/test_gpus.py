@@ -204,7 +204,7 @@ class Gpus(unittest.TestCase):
             with self.subTest(bad=bad):
                 res = run_ferry("run", self.job, "--local", "--gpus=" + bad, env=self.env)
                 self.assertEqual(res.code, 2, res)
-                self.assertIn("--gpus", res.stderr)
+                self.assertIn(b"--gpus", res.stderr)
 
 
 if __name__ == "__main__":
