@@ -35,6 +35,9 @@ struct ParamSpec {
   std::optional<std::string> pattern;
 };
 
+// The most GPUs one run may ask for (`gpus`, --gpus).
+inline constexpr int k_max_gpus = 64;
+
 struct JobMeta {
   std::string description;
   std::string interpreter;
@@ -59,6 +62,9 @@ struct JobMeta {
   std::vector<std::string> files;
   std::vector<std::string> outputs;
   SlurmOptions slurm; // what the job asks of a Slurm target (its `[slurm]` table)
+  // `gpus = N` (1..k_max_gpus): free GPUs the launcher picks and locks on the host (0: none);
+  // --gpus wins.
+  int gpus = 0;
 };
 
 struct Job {

@@ -74,6 +74,9 @@ struct RunRecord {
   // declares them: what a sweep's table and `ferry log` show of the result. Null when the job
   // declares none (then absent from the JSON record).
   nlohmann::json summary;
+  // The GPUs the launcher picked and locked for the job (--gpus), [{"index","uuid"}]; absent from
+  // the JSON record when empty.
+  nlohmann::json gpus = nlohmann::json::array();
 
   // Not part of the JSON record: the exact bytes that ran, the name they travelled under, and
   // the result file's bytes as they came back.

@@ -41,6 +41,12 @@ struct RunOptions {
   std::string out_dir = "ferry-out/{run_id}/{host}";
   std::uint64_t archive_outputs_max = 16u << 20;
   NoteSink on_note; // optional: the target's notes about a run (a scheduler's queue state)
+  // `--gpus N` (over the job's `gpus`): the launcher picks and locks N free GPUs on the host,
+  // waiting up to `wait_gpus_s` for them (docs/run-protocol.md, "GPUs"). On a target whose
+  // scheduler allocates GPUs (Slurm), a job's `gpus` becomes its GPU request instead.
+  std::optional<int> gpus;
+  int wait_gpus_s = 0;
+  bool gpus_by_scheduler = false;
 };
 
 // The record's "options" (docs/record.md): the options the run is made with, defaults applied,

@@ -368,6 +368,7 @@ Expected<ExitCode> replay(Context& ctx, const ReplayCommand& cmd)
   FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target, std::span<const Job>(&job, 1)));
   RunOptions options = replay_options(ctx, cmd, original);
   options.remote_base = target.remote_base;
+  options.gpus_by_scheduler = !target.slurm.login.empty();
   // The config file applies as for `run`. --env values were never archived, so they are not
   // replayed (the record names them): the command line gives them again, and the names nothing
   // gives now are said before anything runs.
@@ -404,6 +405,11 @@ RunOptions archived_options(const nlohmann::json& recorded, std::optional<int> t
   }
   if (recorded.value("grace_s", json()).is_number_integer()) {
     options.grace_s = recorded["grace_s"].get<int>();
+  }
+  if (recorded.value("gpus", json()).is_number_integer()) {
+    options.gpus = recorded["gpus"].get<int>();
+    const json wait_s = recorded.value("wait_gpus_s", json());
+    options.wait_gpus_s = wait_s.is_number_integer() ? wait_s.get<int>() : 0;
   }
   return options;
 }

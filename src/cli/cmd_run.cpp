@@ -1,3 +1,5 @@
+#include <charconv>
+
 #include "cli/execute.hpp"
 #include "cli/retry.hpp"
 #include "cli/targets.hpp"
@@ -39,6 +41,7 @@ struct RunCommand {
   std::string out_dir = "ferry-out/{run_id}/{host}";
   std::uint64_t archive_outputs_max_mib = 16;
   std::optional<std::string> retry_failed; // --retry-failed [last|ID]
+  std::optional<int> wait_gpus_s;          // --wait-gpus
 };
 
 // `--retry-failed`: the invocation's own jobs, parameters and hosts run again; what would choose
@@ -186,6 +189,35 @@ TargetOptions target_for(const RunCommand& cmd, const std::vector<Job>& jobs,
   return target;
 }
 
+// `--gpus N` on an SSH host or --local: the launcher there picks and locks N free GPUs, waiting
+// up to --wait-gpus (docs/run-protocol.md, "GPUs"); taken out of `target`, whose --gpus is
+// otherwise Slurm's. With --slurm, the scheduler allocates GPUs: --gpus stays its request.
+Expected<void> set_gpu_options(RunOptions& options, TargetOptions& target, const RunCommand& cmd)
+{
+  if (!target.slurm.login.empty()) {
+    if (cmd.wait_gpus_s) {
+      return fail(ErrorKind::usage, "--wait-gpus is for SSH hosts and --local; under --slurm the "
+                                    "scheduler allocates the GPUs and the job waits in its queue");
+    }
+    options.gpus_by_scheduler = true;
+    return {};
+  }
+  if (const std::string& text = target.slurm.gpus; !text.empty()) {
+    int gpus = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), gpus);
+    if (ec != std::errc() || end != text.data() + text.size() || gpus < 1 || gpus > k_max_gpus) {
+      return fail(ErrorKind::usage,
+                  "--gpus {}: give a whole number of GPUs between 1 and {} (TYPE:N is for "
+                  "--slurm)",
+                  terminal_safe(target.slurm.gpus), k_max_gpus);
+    }
+    options.gpus = gpus;
+    target.slurm.gpus.clear();
+  }
+  options.wait_gpus_s = cmd.wait_gpus_s.value_or(0);
+  return {};
+}
+
 Expected<std::vector<Job>> find_jobs(const RunCommand& cmd, const JobPath& path)
 {
   std::vector<Job> jobs;
@@ -223,7 +255,9 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   RunOptions options;
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   FERRY_TRY(set_run_environment(options, cmd.environment, *config));
-  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target_for(cmd, jobs, runs), jobs));
+  TargetOptions target = target_for(cmd, jobs, runs);
+  FERRY_TRY(set_gpu_options(options, target, cmd));
+  FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target, jobs));
   options.verbose = ctx.global.verbose;
   options.timeout_s = cmd.timeout_s;
   options.keep_remote = cmd.keep_remote;
@@ -320,12 +354,18 @@ void add_run_command(CLI::App& app, Context& ctx)
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   add_bundle_options(*sub, *cmd);
+  sub->add_option("--wait-gpus", cmd->wait_gpus_s,
+                  "seconds to wait for --gpus (or the job's gpus) to be free on the host, "
+                  "looking every 2 s (default 0: fail at once)")
+      ->check(CLI::Range(0, 24 * 3600))
+      ->group("Target");
   sub->footer(R"(Examples:
   ferry run kv_calc -p model=qwen3.5-397b-a17b -p tp=8 -p kv_memory_gib=17.4
   ferry run gpu_probe host_facts --host gpu1 --host gpu2
   ferry run ./jobs/my_probe.py --hosts-file hosts.txt -j 16 --json
   ferry run gpu_probe --host 'gpu[01-16]' --host @a100 -j 16
-  ferry run gpu_probe --slurm login1 --partition gpu --gres gpu:8 --nodes 4)");
+  ferry run gpu_probe --slurm login1 --partition gpu --gres gpu:8 --nodes 4
+  ferry run train.py --host gpu1 --gpus 2 --wait-gpus 600)");
   on_chosen(*sub, ctx, [cmd, parallel, &ctx] {
     cmd->parallel_given = parallel->count() > 0;
     return run(ctx, *cmd);

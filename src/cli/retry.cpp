@@ -114,6 +114,7 @@ Expected<ExitCode> retry_group(Context& ctx, const RetryRequest& request, const 
   FERRY_TRY_ASSIGN(auto sessions, make_sessions(ctx, target, std::span<const Job>(&job, 1)));
   FERRY_TRY_ASSIGN(auto options, group_options(ctx, request, first, invocation));
   options.remote_base = target.remote_base;
+  options.gpus_by_scheduler = !target.slurm.login.empty();
   const std::vector<PlannedRun> runs = {{&job, first.params}};
   const BatchOptions batch{
       request.archive, batch_parallel(target, request.parallel, sessions.size()), {}};

@@ -134,7 +134,11 @@ void add_slurm_options(CLI::App& command, SlurmCli& slurm)
   command.add_option("--partition", slurm.partition, "Slurm partition(s)")->group("Slurm");
   command.add_option("--gres", slurm.gres, "generic resources per node, e.g. gpu:8")
       ->group("Slurm");
-  command.add_option("--gpus", slurm.gpus, "GPUs for the whole job: N or TYPE:N")->group("Slurm");
+  command
+      .add_option("--gpus", slurm.gpus,
+                  "GPUs: on an SSH host or --local (`run`), N free ones picked and locked for the "
+                  "run (1-64); with --slurm, for the whole job: N or TYPE:N")
+      ->group("Slurm");
   command
       .add_option("--time", slurm.time_min,
                   "Slurm time limit in minutes (default: the job's timeout, rounded up)")

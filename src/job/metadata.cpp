@@ -405,6 +405,16 @@ Expected<void> set_timeout(JobMeta& meta, const toml::node& value, const Source&
   return {};
 }
 
+Expected<void> set_gpus(JobMeta& meta, const toml::node& value, const Source& source)
+{
+  const auto gpus = value.value_exact<std::int64_t>();
+  if (!gpus || *gpus < 1 || *gpus > k_max_gpus) {
+    return source.refuse(value, "gpus must be a whole number of GPUs between 1 and {}", k_max_gpus);
+  }
+  meta.gpus = static_cast<int>(*gpus);
+  return {};
+}
+
 Expected<void> set_slurm(JobMeta& meta, const toml::node& value, const Source& source)
 {
   const auto* table = value.as_table();
@@ -554,6 +564,7 @@ constexpr std::pair<std::string_view, MetaSetter> k_meta_keys[] = {
     {"files", set_files},
     {"outputs", set_outputs},
     {"slurm", set_slurm},
+    {"gpus", set_gpus},
 };
 
 Expected<void> set_meta_key(JobMeta& meta, std::string_view key, const toml::node& value,

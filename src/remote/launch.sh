@@ -15,7 +15,8 @@
 # - Anything the job leaves in its group after it exits is killed too: no stray process keeps
 #   the channel (and the user's session) open.
 # - The launcher's report ends stdout: `END_MARKER CODE CAUSE` (cause: exit, timeout or
-#   stopped), then `result KIND [SIZE]` with the bytes of a regular result.json up to the frame
+#   stopped), then `gpus INDEX UUID ...` when it locked GPUs for the job (--gpus: src/remote/gpus.sh,
+#   put in below for such a run only), then `result KIND [SIZE]` with the bytes of a regular result.json up to the frame
 #   limit (so ferry needs no fetch), then `clean removed|kept|failed` once it removed the run
 #   directory (so ferry needs no cleanup; kept when ferry still has files to fetch). When the
 #   end line cannot be written, nobody reads any more: the launcher removes the run directory
@@ -77,6 +78,12 @@ if [ -n @job_sha256@ ] && [ -L "$FERRY_RUN_DIR"/@job_file@ ]; then
     exit @cache_refused_exit@
   fi
 fi
+# --gpus: GPUs picked and locked for the job (src/remote/gpus.sh, which sets gpu_ids and
+# gpu_report and defines gpu_release), or nothing.
+gpu_ids=
+gpu_report=
+gpu_release() { :; }
+@gpu_picker@
 set --
 # Under Slurm the allocation is part of the job's world: the variables slurmd gives a job
 # (SLURM_*, and SLURMD_NODENAME: the node it runs on) and the GPUs the scheduler gave it.
@@ -93,6 +100,9 @@ done
 set -- "$@" "FERRY_RUN_DIR=$FERRY_RUN_DIR" "FERRY_PARAMS=$FERRY_PARAMS" \
   "FERRY_RESULT=$FERRY_RESULT" "FERRY_JOB=$FERRY_JOB"
 @env@
+if [ -n "$gpu_ids" ]; then
+  set -- "$@" "CUDA_VISIBLE_DEVICES=$gpu_ids" CUDA_DEVICE_ORDER=PCI_BUS_ID
+fi
 grouped=0
 if command -v setsid >/dev/null 2>&1; then
   grouped=1
@@ -164,10 +174,12 @@ send_result() {
   fi
 }
 finish() {
+  gpu_release
   if ! printf '%s %s %s\n' @end_marker@ "$1" "$2" 2>/dev/null; then
     rm -rf "$FERRY_RUN_DIR"
     exit "$1"
   fi
+  if [ -n "$gpu_report" ]; then printf 'gpus%s\n' "$gpu_report" 2>/dev/null; fi
   send_result 2>/dev/null
   cd / || :
   if [ @keep@ = 1 ] || [ "$result_left" = 1 ]; then

@@ -1,6 +1,7 @@
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/standby_boot.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <stdexcept>
 #include <utility>
@@ -111,6 +112,46 @@ std::optional<LauncherReport> parse_end_line(std::string_view line)
   return report;
 }
 
+// `gpus INDEX UUID ...`: the line's words in pairs, each checked as the launcher checked them.
+std::optional<std::vector<PickedGpu>> parse_gpus_line(std::string_view line)
+{
+  std::vector<PickedGpu> gpus;
+  std::vector<std::string_view> words;
+  for (std::size_t at = 0; at <= line.size();) {
+    const auto space = std::min(line.find(' ', at), line.size());
+    words.push_back(line.substr(at, space - at));
+    at = space + 1;
+  }
+  if (words.size() < 3 || words.size() % 2 == 0 || words[0] != "gpus") {
+    return std::nullopt;
+  }
+  for (std::size_t i = 1; i < words.size(); i += 2) {
+    const auto index = whole_number<int>(words[i]);
+    const std::string_view uuid = words[i + 1];
+    if (!index || uuid.empty() || uuid.front() == '-' ||
+        uuid.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-") !=
+            std::string_view::npos) {
+      return std::nullopt;
+    }
+    gpus.push_back({*index, std::string(uuid)});
+  }
+  return gpus;
+}
+
+// Takes a `gpus` line off the front of `rest` into `report`, when there is one.
+void take_gpus_line(std::string_view& rest, LauncherReport& report)
+{
+  std::string_view after = rest;
+  const auto line = take_line(after);
+  if (!line || !line->starts_with("gpus ")) {
+    return;
+  }
+  if (auto gpus = parse_gpus_line(*line)) {
+    report.gpus = std::move(*gpus);
+    rest = after;
+  }
+}
+
 std::optional<ReportedResult> result_kind(std::string_view word)
 {
   static constexpr std::pair<std::string_view, ReportedResult> kinds[] = {
@@ -169,6 +210,9 @@ std::optional<LauncherReport> parse_launcher_report(std::string_view text)
     return std::nullopt;
   }
   auto report = parse_end_line(*line);
+  if (report) {
+    take_gpus_line(text, *report);
+  }
   if (report && !text.empty()) {
     // A garbled result section (a process the job left behind wrote into the stream) leaves
     // the result to be fetched as before.
@@ -184,6 +228,9 @@ bool is_whole_launcher_report(std::string_view text)
     return false;
   }
   auto report = parse_end_line(*line);
+  if (report) {
+    take_gpus_line(text, *report);
+  }
   return report && parse_result_sections(text, *report);
 }
 
@@ -246,12 +293,55 @@ bool is_run_dir_name(std::string_view name)
   return hex.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
+std::string gpu_request(int gpus, int wait_s)
+{
+  return fmt::format("{} {}", gpus, wait_s);
+}
+
 namespace {
+// The GPUs a spec asks for and how long the launcher may wait for them (gpu_request's words).
+struct GpuAsk {
+  int gpus = 0;
+  int wait_s = 0;
+};
+GpuAsk gpu_ask(const LauncherSpec& spec)
+{
+  const auto request = spec.env.find(k_launcher_gpus_var);
+  if (request == spec.env.end()) {
+    return {};
+  }
+  const std::string_view text = request->second;
+  const auto space = text.find(' ');
+  const auto gpus = whole_number<int>(text.substr(0, space));
+  const auto wait_s = space == std::string_view::npos ? std::optional<int>(0)
+                                                      : whole_number<int>(text.substr(space + 1));
+  return gpus && wait_s ? GpuAsk{*gpus, *wait_s} : GpuAsk{};
+}
+
+// The GPU picker (src/remote/gpus.sh) for a spec that asks for GPUs, else nothing: a run without
+// them does not carry its bytes.
+std::string gpu_picker(const LauncherSpec& spec)
+{
+  const GpuAsk ask = gpu_ask(spec);
+  if (ask.gpus <= 0) {
+    return ":";
+  }
+  return fill_template(remote_script("gpus.sh"),
+                       {{"gpu_count", std::to_string(ask.gpus)},
+                        {"wait_gpus", std::to_string(std::max(ask.wait_s, 0))},
+                        {"gpu_memory_free", std::to_string(k_gpu_memory_free_mib)},
+                        {"gpus_refused_prefix", k_launcher_gpus_refused_prefix},
+                        {"gpus_refused_exit", std::to_string(k_launcher_gpus_refused_exit)}});
+}
+
 // One `set -- "$@" 'NAME=value'` line a variable: the value is quoted text, never code.
 std::string env_lines(const std::map<std::string, std::string>& env)
 {
   std::string lines;
   for (const auto& [name, value] : env) {
+    if (name == k_launcher_gpus_var) {
+      continue; // the launcher's own request, not the job's
+    }
     lines += "set -- \"$@\" " + sh_quote(name + "=" + value) + "\n";
   }
   return lines.empty() ? ":" : lines.substr(0, lines.size() - 1);
@@ -346,6 +436,7 @@ std::string make_launcher(const LauncherSpec& spec)
                            {"cache_refused_prefix", k_launcher_cache_refused_prefix},
                            {"cache_refused_exit", std::to_string(k_launcher_cache_refused_exit)},
                            {"standby", standby_line(spec)},
+                           {"gpu_picker", gpu_picker(spec)},
                        }) +
          spec.params;
 }

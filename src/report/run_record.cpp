@@ -216,6 +216,9 @@ Json to_json(const RunRecord& r, bool with_streams)
   if (!r.summary.is_null()) {
     j["summary"] = r.summary;
   }
+  if (!r.gpus.empty()) {
+    j["gpus"] = r.gpus;
+  }
   if (!r.client.is_null()) {
     j["client"] = r.client;
   }
@@ -285,6 +288,9 @@ Expected<RunRecord> run_record_from_json(const Json& j)
     r.warnings = j.value("warnings", Json::array());
     r.files = j.value("files", Json::array());
     r.outputs = j.value("outputs", Json::array());
+    if (const auto gpus = j.find("gpus"); gpus != j.end() && gpus->is_array()) {
+      r.gpus = *gpus;
+    }
     if (const auto summary = j.find("summary"); summary != j.end() && summary->is_array()) {
       r.summary = *summary;
     }

@@ -68,6 +68,10 @@ nlohmann::json recorded_options(const RunOptions& options, const Job& job)
       {"remote_base", options.remote_base.empty() ? json(nullptr) : json(options.remote_base)},
       {"job_source", job_source(job)},
   };
+  if (const int gpus = options.gpus.value_or(job.meta.gpus); gpus > 0) {
+    recorded["gpus"] = gpus;
+    recorded["wait_gpus_s"] = options.wait_gpus_s;
+  }
   // Added here as runs gain them: "env" (the names of the variables passed, never their
   // values) and "files" (each file sent with the run, by name and sha256).
   return recorded;
@@ -142,6 +146,12 @@ private:
 // Room in the report for its lines around the result's bytes.
 constexpr std::size_t k_report_slack = 4096;
 
+// --gpus, else the job's `gpus` (0: none).
+int gpus_wanted(const Run& run)
+{
+  return run.options.gpus.value_or(run.job.meta.gpus);
+}
+
 // What the run puts on its target: the launcher's fields (the run directory is the target's to
 // name), the job and its files beside it.
 RunBundle bundle_of(const Run& run, bool cache_refused)
@@ -169,7 +179,15 @@ RunBundle bundle_of(const Run& run, bool cache_refused)
   for (const auto& file : run.job.files) {
     bundle.files.push_back({file.path, file.bytes, file.mode});
   }
-  bundle.scheduler = slurm_options_json(run.job.meta.slurm);
+  SlurmOptions slurm = run.job.meta.slurm;
+  if (const int gpus = gpus_wanted(run); gpus > 0) {
+    if (!run.options.gpus_by_scheduler) {
+      launcher.env[k_launcher_gpus_var] = gpu_request(gpus, run.options.wait_gpus_s);
+    } else if (!slurm.gres && !slurm.gpus) {
+      slurm.gpus = std::to_string(gpus); // the scheduler allocates them
+    }
+  }
+  bundle.scheduler = slurm_options_json(slurm);
   return bundle;
 }
 
@@ -203,7 +221,10 @@ Expected<ExecOutcome> execute(const Run& run, StagedRun& staged)
   request.report_cap =
       std::min(run.options.result_cap, k_default_result_frame_limit) + k_report_slack;
   request.grace = std::chrono::seconds(run.options.grace_s);
-  request.deadline = std::chrono::seconds(run.timeout_s + run.options.grace_s + 5);
+  // The launcher may wait for free GPUs before the job's timeout starts to count.
+  const bool picks_gpus = !run.options.gpus_by_scheduler && gpus_wanted(run) > 0;
+  request.deadline = std::chrono::seconds(run.timeout_s + run.options.grace_s + 5 +
+                                          (picks_gpus ? run.options.wait_gpus_s : 0));
   request.stop = run.options.stop;
   request.on_output = run.options.on_output;
   request.on_note = run.options.on_note;
@@ -289,6 +310,23 @@ RunStatus status_of(ExecOutcome::Verdict::Kind kind)
   return RunStatus::failed;
 }
 
+// The launcher found too few free GPUs (or no nvidia-smi) and never started the job: its line on
+// stderr, after the prefix, says which GPUs were busy and why.
+std::optional<Verdict> gpus_refused(const Run& run, const ExecOutcome& outcome,
+                                    const std::optional<LauncherReport>& report)
+{
+  const std::string_view err = run.record.stderr_text;
+  const auto at = err.find(k_launcher_gpus_refused_prefix);
+  if (outcome.exit_code != k_launcher_gpus_refused_exit || report || at == std::string_view::npos) {
+    return std::nullopt;
+  }
+  std::string_view why = err.substr(at + std::string_view(k_launcher_gpus_refused_prefix).size());
+  why = why.substr(0, why.find('\n'));
+  return Verdict{RunStatus::failed,
+                 fmt::format("{}: the job did not start: {}", run.session.label(),
+                             terminal_safe(shorten(std::string(why), 2000)))};
+}
+
 // How the exit reads, before the result is looked at; nullopt: the job exited 0.
 std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome,
                                      const std::optional<LauncherReport>& report)
@@ -302,6 +340,9 @@ std::optional<Verdict> classify_exit(const Run& run, const ExecOutcome& outcome,
   if ((report && report->cause == LauncherCause::timeout) || outcome.end == ExecEnd::deadline) {
     return Verdict{RunStatus::timeout,
                    fmt::format("the job ran past its {} s timeout and was killed", run.timeout_s)};
+  }
+  if (auto refused = gpus_refused(run, outcome, report)) {
+    return refused;
   }
   if (outcome.exit_code == k_launcher_no_interpreter_exit &&
       run.record.stderr_text.find(k_launcher_no_interpreter_prefix) != std::string::npos) {
@@ -575,6 +616,9 @@ void finish_run(const Run& run, const StagedRun& staged, FinishGuard& guard, Exe
                           : std::nullopt;
   if (report && report->run_dir_removed) {
     guard.left_to_launcher();
+  }
+  for (const auto& gpu : report ? report->gpus : std::vector<PickedGpu>{}) {
+    run.record.gpus.push_back({{"index", gpu.index}, {"uuid", gpu.uuid}});
   }
   switch (executed.end) {
   case ExecEnd::lost:

@@ -414,6 +414,11 @@ CASES = [
     case("interpreter_absolute_path_not_found_127", "exit 0\n", interpreter="/nonexistent/python3",
          standby_runs=False,
          expect={"code": 127, "report": None, "stderr_has": b"ferry-launcher: interpreter /nonexistent/python3"}),
+    # --gpus (docs/run-protocol.md, "GPUs") on a machine without nvidia-smi: launch.sh's picker
+    # refuses before the job starts; such a run is always launch.sh's (a declared variable).
+    case("gpus_without_nvidia_smi_75", ': >"$P/ran"\n', declared={"FERRY_GPUS": "1 0"},
+         standby_runs=False,
+         expect={"code": 75, "report": None, "stderr_has": b"ferry-launcher: GPUs: nvidia-smi not found on this host"}),
     case("run_dir_missing_125", "exit 0\n", layout="run_dir_missing",
          expect={"code": 125, "report": None, "stdout": SENTINEL.encode() + b"\n"}),
     case("params_unwritable_125", "exit 0\n", layout="params_is_a_directory", ways=("sh", "standby"),

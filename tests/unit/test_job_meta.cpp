@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "ferry/job.hpp"
 #include "ferry/params.hpp"
@@ -89,6 +90,20 @@ TEST_CASE("the timeout defaults to 300 s and CRLF line ends are accepted", "[met
   REQUIRE(meta);
   CHECK(meta->timeout_s == 300);
   CHECK(meta->interpreter == "sh");
+}
+
+TEST_CASE("gpus asks for 1 to 64 GPUs picked on the host", "[meta]")
+{
+  auto meta = parse_job_meta("# /// ferry\n# interpreter = \"sh\"\n# gpus = 2\n# ///\n", "x.sh");
+  REQUIRE(meta);
+  CHECK(meta->gpus == 2);
+  CHECK(parse_job_meta("# /// ferry\n# interpreter = \"sh\"\n# ///\n", "x.sh")->gpus == 0);
+  for (const char* bad : {"0", "65", "\"2\"", "1.5"}) {
+    INFO(bad);
+    CHECK_THAT(
+        error_of(fmt::format("# /// ferry\n# interpreter = \"sh\"\n# gpus = {}\n# ///\n", bad)),
+        Catch::Contains("job.py:3: gpus must be a whole number of GPUs between 1 and 64"));
+  }
 }
 
 TEST_CASE("broken metadata blocks are refused with file and line", "[meta]")

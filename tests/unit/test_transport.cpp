@@ -251,6 +251,44 @@ TEST_CASE("the launcher's report carries result.json's bytes, framed by their si
   }
 }
 
+TEST_CASE("the launcher's report names the GPUs it locked for the job (--gpus)", "[launcher]")
+{
+  const std::string text = "0 exit\ngpus 4 GPU-0000-aa 6 GPU-0000-bb\nresult none\nclean removed\n";
+  const auto report = parse_launcher_report(text);
+  REQUIRE(report);
+  CHECK(report->gpus == std::vector<PickedGpu>{{4, "GPU-0000-aa"}, {6, "GPU-0000-bb"}});
+  CHECK(report->result == ReportedResult::none);
+  CHECK(report->run_dir_removed);
+  CHECK(is_whole_launcher_report(text));
+  CHECK(parse_launcher_report("0 exit\nresult none\nclean removed\n")->gpus.empty());
+  // A line that is not the launcher's own (odd bytes for a UUID, a word missing): no GPUs, and
+  // the report's rest is not read past it.
+  for (const char* odd : {"0 exit\ngpus 4 GPU-\x1b[31m\nresult none\nclean removed\n",
+                          "0 exit\ngpus 4\nresult none\nclean removed\n",
+                          "0 exit\ngpus x GPU-1\nresult none\nclean removed\n",
+                          "0 exit\ngpus 1 -rf\nresult none\nclean removed\n"}) {
+    INFO(odd);
+    const auto read = parse_launcher_report(odd);
+    REQUIRE(read);
+    CHECK(read->gpus.empty());
+    CHECK(read->result == ReportedResult::unknown);
+  }
+}
+
+TEST_CASE("a GPU request reaches the launcher, not the job, and keeps the run off the standby",
+          "[launcher]")
+{
+  LauncherSpec spec = python_launcher("/r/ferry-1-ab", "j.py", "j", "S");
+  CHECK(make_launcher(spec).find("nvidia-smi") == std::string::npos); // no picker without --gpus
+  spec.env[k_launcher_gpus_var] = gpu_request(3, 20);
+  const std::string text = make_launcher(spec);
+  CHECK(text.find("[ \"$gpu_got\" -ge 3 ] && return 0") != std::string::npos);
+  CHECK(text.find("[ \"$gpu_waited\" -ge 20 ]") != std::string::npos);
+  CHECK(text.find("FERRY_GPUS") == std::string::npos); // not one of the job's variables
+  CHECK(text.substr(text.find('\n') + 1, 2) == "#\n");
+  CHECK_FALSE(runs_on_standby(spec));
+}
+
 TEST_CASE("a whole report ends at its clean line: there a staying standby's run ends", "[launcher]")
 {
   CHECK(is_whole_launcher_report("0 exit\nresult none\nclean removed\n"));

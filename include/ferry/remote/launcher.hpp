@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ferry {
 
@@ -58,10 +59,25 @@ inline constexpr int k_launcher_cache_refused_exit = 125;
 inline constexpr const char* k_launcher_cache_refused_prefix =
     "ferry-launcher: the job cache entry ";
 
+// --gpus (docs/run-protocol.md, "GPUs"): the launcher picks and locks this many free GPUs before
+// the job starts. The request travels in the spec's `env` under k_launcher_gpus_var, whose value is
+// gpu_request(): every target carries a spec's env as it is (a connection holder's wire included),
+// and no declared variable can have that name (FERRY_* are ferry's). make_launcher takes it out of
+// the job's variables; a spec with it runs on launch.sh, never on a python standby.
+inline constexpr const char* k_launcher_gpus_var = "FERRY_GPUS";
+[[nodiscard]] std::string gpu_request(int gpus, int wait_s);
+// A GPU nvidia-smi shows with less than this many MiB used (and no compute process) is free.
+inline constexpr int k_gpu_memory_free_mib = 1024;
+// The launcher found too few free GPUs (or no nvidia-smi): `PREFIX WHY` on stderr, this exit
+// status, the job never started.
+inline constexpr int k_launcher_gpus_refused_exit = 75;
+inline constexpr const char* k_launcher_gpus_refused_prefix = "ferry-launcher: GPUs: ";
+
 [[nodiscard]] std::string make_launcher(const LauncherSpec& spec);
 
 // How the launcher says the job ended, after the end marker on stdout:
 //   CODE CAUSE\n                 (CAUSE: exit, timeout or stopped)
+//   gpus INDEX UUID ...\n        (only when the launcher locked GPUs for the job: --gpus)
 //   result KIND [SIZE]\n         (KIND: none, file, fetch, link, directory, special)
 //   SIZE bytes of result.json    (only for `file`)
 //   clean removed|kept|failed\n  (whether the launcher removed the run directory)
@@ -77,12 +93,18 @@ enum class ReportedResult {
   directory, // never read
   special,   // a FIFO, socket or device: never opened
 };
+struct PickedGpu {
+  int index = 0;    // nvidia-smi's (CUDA_DEVICE_ORDER=PCI_BUS_ID)
+  std::string uuid; // [A-Za-z0-9-]
+  bool operator==(const PickedGpu&) const = default;
+};
 struct LauncherReport {
   int code = 0;
   LauncherCause cause = LauncherCause::exited;
   ReportedResult result = ReportedResult::unknown;
   std::string result_bytes;     // file: the bytes of result.json
   bool run_dir_removed = false; // the launcher removed the run directory after the report
+  std::vector<PickedGpu> gpus;  // the GPUs the job was given (--gpus)
 };
 // The report as the launcher prints it ("CODE CAUSE\n" alone is a report without a result
 // section); nullopt when even its first line is not one.
