@@ -213,6 +213,29 @@ Expected<ExecOutcome> execute(const Run& run, StagedRun& staged)
   return outcome;
 }
 
+// What ferry's python standby refused in the host's job cache before the run: its own script,
+// or (staging a direct connection's only run) the job's entry, which it made anew.
+void warn_of_refused_entries(const Run& run, const ExecOutcome& outcome)
+{
+  if (!outcome.standby_refused.empty()) {
+    add_warning(run.record, "job-cache-refused",
+                fmt::format("{}: the job cache entry {}, ferry's python standby, no longer "
+                            "matched its sha256 (a process on the host that runs as you changed "
+                            "it); the standby refused it before this run, and ferry discarded it "
+                            "and sends it again",
+                            run.session.label(), terminal_safe(outcome.standby_refused)));
+  }
+  if (const auto& refused = outcome.job_entry_refused) {
+    add_warning(run.record, "job-cache-refused",
+                fmt::format("{}: the job cache entry {} {} (a process on the host that runs as "
+                            "you changed it); ferry discarded it and sent the job again",
+                            run.session.label(), terminal_safe(refused->entry),
+                            refused->mismatch ? "no longer matches the job's sha256"
+                                              : "was not as ferry leaves it, a regular file of "
+                                                "yours of mode 0400 and of the job's size"));
+  }
+}
+
 // What the exec left in the record: output, exit code, and ferry's notes about it.
 void record_output(const Run& run, ExecOutcome& outcome)
 {
@@ -235,14 +258,7 @@ void record_output(const Run& run, ExecOutcome& outcome)
                 "reading 1.5 s after the job exited. ferry kills the job's process group, but a "
                 "process that starts a session of its own (setsid, a daemon) escapes it");
   }
-  if (!outcome.standby_refused.empty()) {
-    add_warning(record, "job-cache-refused",
-                fmt::format("{}: the job cache entry {}, ferry's python standby, no longer "
-                            "matched its sha256 (a process on the host that runs as you changed "
-                            "it); the standby refused it before this run, and ferry discarded it "
-                            "and sends it again",
-                            run.session.label(), terminal_safe(outcome.standby_refused)));
-  }
+  warn_of_refused_entries(run, outcome);
   const std::string noise = outcome.out.before_sentinel + outcome.err.before_sentinel;
   if (!noise.empty()) {
     add_warning(record, "login-shell-output",

@@ -184,6 +184,25 @@ TEST_CASE("a result in the launcher's report needs no fetch and no cleanup", "[r
   }
 }
 
+TEST_CASE("a job cache entry a python standby made anew before the run is warned of, once",
+          "[runner]")
+{
+  FakeSession session;
+  session.during_exec = [](FakeSession& s, const std::string& dir) {
+    s.outcome.job_entry_refused = ExecOutcome::RefusedEntry{
+        "/home/u/.cache/ferry/runs/ferry-job-ab.py", s.executed.size() == 1};
+    s.files[dir + "/result.json"] = "{}";
+  };
+  const RunRecord record = run_job(session, test_job(), json::object(), RunOptions{});
+  CHECK(record.status == RunStatus::ok);
+  CHECK(session.executed.size() == 1); // the job ran from the entry made anew: no second run
+  REQUIRE(record.warnings.size() == 1);
+  CHECK(record.warnings[0]["code"] == "job-cache-refused");
+  CHECK_THAT(record.warnings[0]["message"].get<std::string>(),
+             Catch::Contains("gpu1: the job cache entry /home/u/.cache/ferry/runs/ferry-job-ab.py "
+                             "no longer matches the job's sha256"));
+}
+
 TEST_CASE("a launcher that refuses the job's cache entry has the job sent again, once", "[runner]")
 {
   FakeSession session;

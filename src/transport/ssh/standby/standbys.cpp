@@ -1,5 +1,7 @@
 #include "transport/ssh/standby/standbys.hpp"
 
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include "ferry/remote/launcher.hpp"
@@ -25,6 +27,23 @@ const std::string& standby_entry_name()
 {
   static const std::string name = job_cache_name(sha256_hex(standby_script()), k_standby_script);
   return name;
+}
+
+// A once standby's line of the job's entry it found not as ferry leaves it and made anew
+// (k_standby_entry_refused_prefix), taken out of what came before the run's sentinel: the record
+// warns of it, and it is no login shell's noise.
+std::optional<ExecOutcome::RefusedEntry> take_entry_refusal(std::string& noise,
+                                                            const std::string& entry)
+{
+  for (const std::string_view reason : {k_standby_entry_mismatch, k_standby_entry_unlike}) {
+    const std::string line =
+        fmt::format("{}{} {}\n", k_standby_entry_refused_prefix, entry, reason);
+    if (const auto at = noise.find(line); !entry.empty() && at != std::string::npos) {
+      noise.erase(at, line.size());
+      return ExecOutcome::RefusedEntry{entry, reason == k_standby_entry_mismatch};
+    }
+  }
+  return std::nullopt;
 }
 
 } // namespace
@@ -165,6 +184,9 @@ Expected<void> Standbys::make_held_dir(SftpFiles& files, const std::string& dir,
     // A once standby makes nothing before it has judged the base, and removes what it made
     // when it cannot go on: nothing of it to remove here.
     FERRY_TRY(files.create_named_run_dir(dir));
+    if (m_once_code == k_standby_refused_exit) {
+      replace_refused_script(files, deferred.standby_entry);
+    }
     run_dir_made();
     return {};
   }
@@ -172,6 +194,25 @@ Expected<void> Standbys::make_held_dir(SftpFiles& files, const std::string& dir,
     (void)files.remove_run_dir(dir); // what the standby made before it went, if anything
   }
   return files.make_run_dir(dir);
+}
+
+// The verifier ends with 4 when the script cannot be read or no longer matches its sha256. A file
+// still at its name was changed on the host since this machine's note (one that is gone was only
+// pruned): as on a held session (boot_failed), it is discarded, put there again (over the SFTP
+// session the run is staged by anyway, so that no later run trips on it) and warned of.
+void Standbys::replace_refused_script(SftpFiles& files, const std::string& entry)
+{
+  if (const auto there = files.file_exists(entry); !there || !*there) {
+    return;
+  }
+  m_refused = entry;
+  files.discard_script(k_standby_script, standby_script());
+  const auto back = files.cache_script(k_standby_script, standby_script());
+  m_debug(fmt::format("warning: the python standby's script {} no longer matches its sha256 (a "
+                      "process of this user changed it); it is discarded and {}",
+                      entry,
+                      back ? std::string("sent again")
+                           : fmt::format("could not be sent again: {}", back.error().message)));
 }
 
 std::string Standbys::stage_line(const std::string& run_dir, bool last) const
@@ -385,14 +426,22 @@ Expected<ExecOutcome> Standbys::run(ssh_session session, std::string_view label,
 {
   bool staged_by_standby = false;
   bool once = false;
+  std::string job_entry; // a once run's, which its standby checks
   StandbyUse use;
   {
     const std::lock_guard lock(mutex);
     use = use_for(stage.empty() ? std::string() : run_dir, stage, staged_by_standby);
     once = use.any_job;
+    if (const auto it = m_deferred.find(run_dir);
+        once && it != m_deferred.end() && it->second.job) {
+      job_entry = it->second.job->entry;
+    }
   }
   auto outcome = exec_launcher(session, label, request, watchdog, mutex, free_a_channel, use);
   const std::lock_guard lock(mutex);
+  if (once && outcome && staged_by_standby) {
+    outcome->job_entry_refused = take_entry_refusal(outcome->err.before_sentinel, job_entry);
+  }
   if (once) {
     after_once(run_dir, staged_by_standby, request.stop.stop_requested());
   } else if (staged_by_standby) {
