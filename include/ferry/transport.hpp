@@ -95,15 +95,6 @@ struct ExecOutcome {
   // ferry's python standby refused its own script or compiled code in the host's job cache
   // before this run (they no longer matched their sha256): what it refused, for a warning.
   std::string standby_refused;
-  // ferry's python standby, staging a direct connection's only run without SFTP, found the job's
-  // entry in the host's job cache there but not as ferry leaves it, and made it anew from the
-  // job's bytes before the run: the entry, and whether its bytes no longer matched the job's
-  // sha256 (else its type, owner, mode or size was not ferry's), for a warning.
-  struct RefusedEntry {
-    std::string entry;
-    bool mismatch = false;
-  };
-  std::optional<RefusedEntry> job_entry_refused;
   // A target that knows why the job did not run to its end better than an exit status can tell
   // (a scheduler stopped it at its time limit, a node could not see the run directory) says so;
   // the run then ends with this status and message.

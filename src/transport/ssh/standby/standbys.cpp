@@ -1,7 +1,5 @@
 #include "transport/ssh/standby/standbys.hpp"
 
-#include <optional>
-#include <string_view>
 #include <utility>
 
 #include "ferry/remote/launcher.hpp"
@@ -27,23 +25,6 @@ const std::string& standby_entry_name()
 {
   static const std::string name = job_cache_name(sha256_hex(standby_script()), k_standby_script);
   return name;
-}
-
-// A once standby's line of the job's entry it found not as ferry leaves it and made anew
-// (k_standby_entry_refused_prefix), taken out of what came before the run's sentinel: the record
-// warns of it, and it is no login shell's noise.
-std::optional<ExecOutcome::RefusedEntry> take_entry_refusal(std::string& noise,
-                                                            const std::string& entry)
-{
-  for (const std::string_view reason : {k_standby_entry_mismatch, k_standby_entry_unlike}) {
-    const std::string line =
-        fmt::format("{}{} {}\n", k_standby_entry_refused_prefix, entry, reason);
-    if (const auto at = noise.find(line); !entry.empty() && at != std::string::npos) {
-      noise.erase(at, line.size());
-      return ExecOutcome::RefusedEntry{entry, reason == k_standby_entry_mismatch};
-    }
-  }
-  return std::nullopt;
 }
 
 } // namespace
@@ -426,22 +407,14 @@ Expected<ExecOutcome> Standbys::run(ssh_session session, std::string_view label,
 {
   bool staged_by_standby = false;
   bool once = false;
-  std::string job_entry; // a once run's, which its standby checks
   StandbyUse use;
   {
     const std::lock_guard lock(mutex);
     use = use_for(stage.empty() ? std::string() : run_dir, stage, staged_by_standby);
     once = use.any_job;
-    if (const auto it = m_deferred.find(run_dir);
-        once && it != m_deferred.end() && it->second.job) {
-      job_entry = it->second.job->entry;
-    }
   }
   auto outcome = exec_launcher(session, label, request, watchdog, mutex, free_a_channel, use);
   const std::lock_guard lock(mutex);
-  if (once && outcome && staged_by_standby) {
-    outcome->job_entry_refused = take_entry_refusal(outcome->err.before_sentinel, job_entry);
-  }
   if (once) {
     after_once(run_dir, staged_by_standby, request.stop.stop_requested());
   } else if (staged_by_standby) {
