@@ -193,6 +193,7 @@ TEST_CASE("a job cache entry a python standby made anew before the run is warned
     s.outcome.err.before_sentinel =
         std::string("hello from .bashrc\n") + std::string(k_standby_entry_refused_prefix) +
         "/home/u/.cache/ferry/runs/ferry-job-ab.py " + std::string(k_standby_entry_mismatch) + "\n";
+    s.outcome.exit_code = 0;
     s.files[dir + "/result.json"] = "{}";
   };
   const RunRecord record = run_job(session, test_job(), json::object(), RunOptions{});
