@@ -569,9 +569,13 @@ del _ferry_verify
 std::string_view standby_script()
 {
   static const std::string text = [] {
-    const std::string body = fill_template(remote_script(k_standby_script),
-                                           {{"standby_prefix", std::string(k_standby_prefix)},
-                                            {"standby_fields", standby_field_names()}});
+    const std::string body =
+        fill_template(remote_script(k_standby_script),
+                      {{"standby_prefix", std::string(k_standby_prefix)},
+                       {"standby_fields", standby_field_names()},
+                       {"entry_refused", std::string(k_standby_entry_refused_prefix)},
+                       {"entry_mismatch", std::string(k_standby_entry_mismatch)},
+                       {"entry_unlike", std::string(k_standby_entry_unlike)}});
     if (body.find(R"(""")") != std::string::npos || body.ends_with("\\")) {
       throw std::logic_error("src/remote/standby.py cannot go in a raw string literal");
     }

@@ -18,7 +18,8 @@
 # started ahead), and its line is `stage-first RUN_DIR LAUNCH JOB ENTRY SIZE JOB_SIZE`, then
 # launch.sh's and the job's bytes: the run base is judged as ferry's SFTP steps judge it (exit 3
 # when refused, before anything is made), the job cache's entry made when missing or used when
-# its bytes match the job's sha256, and the run staged as above.
+# its bytes match the job's sha256 (one not as ferry leaves it is named on stderr before the run,
+# for ferry's warning, and made anew), and the run staged as above.
 #
 # launch.sh carries a `# ferry-standby 2 ...` line when its job may run here: no declared
 # environment; its last field is the job's interpreter. Then this process does what launch.sh
@@ -65,6 +66,13 @@ LOGIN_NAMES = [b"PATH", b"HOME", b"USER", b"LANG", b"TERM", b"LC_ALL", b"LC_CTYP
 # is in the source tree, unfilled, this file matches no launch.sh, and leaves every run to it.
 SPEC_PREFIX = b"@standby_prefix@ "
 SPEC_FIELDS = "@standby_fields@".split()
+# A `once` standby's line on stderr, before the run's sentinel, when the job's entry in the job
+# cache was there but not as ferry leaves it (cache_entry): `ENTRY_REFUSED ENTRY REASON`, REASON
+# ENTRY_MISMATCH (its bytes) or ENTRY_UNLIKE (its type, owner, mode or size). ferry takes the
+# line out of what came before the run and warns (job-cache-refused).
+ENTRY_REFUSED = b"@entry_refused@"
+ENTRY_MISMATCH = b"@entry_mismatch@"
+ENTRY_UNLIKE = b"@entry_unlike@"
 STOPS = {_signal.SIGTERM: 143, _signal.SIGINT: 130, _signal.SIGHUP: 129}
 # USR1 is how launch.sh's watchdog tells it the deadline has passed; from anyone, it is the
 # deadline.
@@ -569,21 +577,27 @@ def base_trusted(base):
 def cache_entry(entry, job):
     # Whether the job cache's ENTRY holds the job: used only as ferry leaves one (a regular file
     # of this user's, mode 0400) whose bytes match the job's sha256, touched once a day so that
-    # the cleanup sees it in use; anything else at its name is removed and the entry made anew
-    # (a temporary name, mode 0400, O_EXCL, then renamed into place, as an upload makes it).
+    # the cleanup sees it in use; anything else at its name is said (ENTRY_REFUSED), removed and
+    # the entry made anew (a temporary name, mode 0400, O_EXCL, then renamed into place, as an
+    # upload makes it).
     try:
         st = os.lstat(entry)
     except OSError:
         st = None
     if st is not None:
-        if (S_ISREG(st.st_mode) and st.st_uid == os.getuid() and S_IMODE(st.st_mode) == 0o400
-                and st.st_size == len(job) and sha256_hex(entry) == bytes_sha256(job)):
+        as_left = (S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+                   and S_IMODE(st.st_mode) == 0o400 and st.st_size == len(job))
+        if as_left and sha256_hex(entry) == bytes_sha256(job):
             if time.time() - st.st_mtime > 86400:
                 try:
                     os.utime(entry)
                 except OSError:
                     pass
             return True
+        # An entry appears whole, by a rename, as ferry leaves it: anything else there was put or
+        # changed by a process on the host. Said for ferry's warning, then made anew.
+        say(2, ENTRY_REFUSED + entry + b" " + (ENTRY_MISMATCH if as_left else ENTRY_UNLIKE)
+            + b"\n")
         try:
             os.unlink(entry)  # a directory stays: the rename onto it fails
         except OSError:

@@ -12,6 +12,7 @@
 #include "ferry/fd.hpp"
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
+#include "ferry/remote/standby_boot.hpp"
 #include "ferry/runner.hpp"
 #include "ferry/text.hpp"
 #include "ferry/util.hpp"
@@ -234,6 +235,42 @@ Expected<ExecOutcome> execute(const Run& run, StagedRun& staged)
   return outcome;
 }
 
+// What ferry's python standby refused in the host's job cache before the run: its own script;
+// or, staging a direct connection's only run, the job's entry, which it found there but not as
+// ferry leaves it and made anew from the job's bytes. The standby said so before the launcher's
+// sentinel (k_standby_entry_refused_prefix): that line is taken out of the login shell's noise.
+void warn_of_refused_entries(const Run& run, ExecOutcome& outcome)
+{
+  if (!outcome.standby_refused.empty()) {
+    add_warning(run.record, "job-cache-refused",
+                fmt::format("{}: the job cache entry {}, ferry's python standby, no longer "
+                            "matched its sha256 (a process on the host that runs as you changed "
+                            "it); the standby refused it before this run, and ferry discarded it "
+                            "and sends it again",
+                            run.session.label(), terminal_safe(outcome.standby_refused)));
+  }
+  std::string& noise = outcome.err.before_sentinel;
+  const auto at = noise.find(k_standby_entry_refused_prefix);
+  if (at == std::string::npos) {
+    return;
+  }
+  const auto end = noise.find('\n', at);
+  const std::string line = noise.substr(at, end == std::string::npos ? end : end + 1 - at);
+  noise.erase(at, line.size());
+  std::string_view said = std::string_view(line).substr(k_standby_entry_refused_prefix.size());
+  said = said.substr(0, said.find('\n'));
+  const std::string_view entry = said.substr(0, said.find(' '));
+  const bool mismatch = said.ends_with(k_standby_entry_mismatch);
+  add_warning(run.record, "job-cache-refused",
+              fmt::format("{}: the job cache entry {} {} (a process on the host that runs as you "
+                          "changed it); ferry discarded it and sent the job again",
+                          run.session.label(),
+                          is_shell_neutral_token(entry) ? std::string(entry) : "(unnamed)",
+                          mismatch ? "no longer matches the job's sha256"
+                                   : "was not as ferry leaves it, a regular file of yours of "
+                                     "mode 0400 and of the job's size"));
+}
+
 // What the exec left in the record: output, exit code, and ferry's notes about it.
 void record_output(const Run& run, ExecOutcome& outcome)
 {
@@ -256,14 +293,7 @@ void record_output(const Run& run, ExecOutcome& outcome)
                 "reading 1.5 s after the job exited. ferry kills the job's process group, but a "
                 "process that starts a session of its own (setsid, a daemon) escapes it");
   }
-  if (!outcome.standby_refused.empty()) {
-    add_warning(record, "job-cache-refused",
-                fmt::format("{}: the job cache entry {}, ferry's python standby, no longer "
-                            "matched its sha256 (a process on the host that runs as you changed "
-                            "it); the standby refused it before this run, and ferry discarded it "
-                            "and sends it again",
-                            run.session.label(), terminal_safe(outcome.standby_refused)));
-  }
+  warn_of_refused_entries(run, outcome);
   const std::string noise = outcome.out.before_sentinel + outcome.err.before_sentinel;
   if (!noise.empty()) {
     add_warning(record, "login-shell-output",

@@ -102,6 +102,10 @@ class FirstRunWithoutSftp(SshTestCase):
                          "an upload was left under its temporary name")
         return seen
 
+    def refusals(self, res) -> list:
+        """The record's job-cache-refused warnings' messages."""
+        return [w["message"] for w in res.record.get("warnings", []) if w["code"] == "job-cache-refused"]
+
     def assert_over_sftp(self, mark: str, sessions_before: int) -> None:
         """A run of a new job marked `mark` goes over SFTP (one more SFTP session) and launch.sh."""
         res = self.run_job(self.job(mark), "-p", "k=v")
@@ -151,6 +155,40 @@ class FirstRunWithoutSftp(SshTestCase):
         self.assertEqual(st.st_mode & 0o7777, 0o400)
         with open(job, "rb") as a, open(entry, "rb") as b:
             self.assertEqual(a.read(), b.read())
+        # Issue 45 item 3: said, as the held path says it (made anew without a word before).
+        self.assertEqual(self.refusals(res), [
+            f"{self.srv.alias('bash')}: the job cache entry {entry} was not as ferry leaves it, a "
+            "regular file of yours of mode 0400 and of the job's size (a process on the host that "
+            "runs as you changed it); ferry discarded it and sent the job again"], res.record)
+        self.assertNotIn("login-shell-output", [w["code"] for w in res.record["warnings"]])
+
+    def test_a_rewritten_entry_is_refused_with_a_warning_and_made_anew(self):
+        # Issue 45 item 3: the user's own entry, mode 0400, its size kept: only its sha256 tells it
+        # apart. Its bytes do not run; the job's do, and the record says so.
+        job = self.job("rewritten entry")
+        entry = self.entry(job)
+        marker = os.path.join(SshServer.home(self.user), "evil-ran")
+        with open(job, "rb") as f:
+            honest = f.read()
+        code = f"open({marker!r}, 'w').write('ran')\n".encode()
+        with open(entry, "wb") as f:
+            f.write(code + b"#" * (len(honest) - len(code) - 1) + b"\n")
+        os.chown(entry, self.uid, self.gid)
+        os.chmod(entry, 0o400)
+        res = self.run_job(job, "-p", "k=v")
+        self.assertIn(STAGED, res.stderr)
+        self.assertNotIn(NOT_STARTED, res.stderr)
+        self.assert_ok(res, "rewritten entry")
+        self.assertFalse(os.path.exists(marker), "the rewritten entry ran")
+        self.assertEqual(res.record["job_sha256"], hashlib.sha256(honest).hexdigest())
+        with open(entry, "rb") as f:
+            self.assertEqual(f.read(), honest)
+        self.assertEqual(os.lstat(entry).st_mode & 0o7777, 0o400)
+        self.assertEqual(self.refusals(res), [
+            f"{self.srv.alias('bash')}: the job cache entry {entry} no longer matches the job's "
+            "sha256 (a process on the host that runs as you changed it); ferry discarded it and "
+            "sent the job again"], res.record)
+        self.assertEqual([w["code"] for w in res.record["warnings"]], ["job-cache-refused"])
 
     def test_a_standby_that_cannot_start_leaves_the_run_to_sftp_and_launch_sh(self):
         aside = os.path.join(SshServer.home(self.user), "standby-aside")
@@ -162,6 +200,7 @@ class FirstRunWithoutSftp(SshTestCase):
             seen = self.assert_ok(res, "script gone")
             self.assertEqual(seen["parent"][0], "/bin/sh", seen)
             self.assertEqual(self.sftp_sessions(), before + 1)
+            self.assertEqual(self.refusals(res), [], "a script pruned from the cache is no refusal")
             with open(self.note_file) as f:
                 self.assertEqual(f.read(), "no\n")
             # The note says so for an hour: the next run goes over SFTP without trying.
@@ -187,6 +226,23 @@ class FirstRunWithoutSftp(SshTestCase):
             self.assertEqual(seen["parent"][0], "/bin/sh", seen)
             self.assertEqual(self.sftp_sessions(), before + 1)
             self.assertFalse(os.path.exists(marker), "the rewritten script ran")
+            # Issue 45 item 3: warned of as on a held session, and the script put back honest
+            # over the run's SFTP session (before, it stayed, and tripped each later standby).
+            self.assertEqual(len(self.refusals(res)), 1, res.record)
+            self.assertIn(f"{self.srv.alias('bash')}: the job cache entry {self.script}, ferry's "
+                          "python standby, no longer matched its sha256", self.refusals(res)[0])
+            st = os.lstat(self.script)
+            self.assertEqual((st.st_mode & 0o170777, st.st_uid), (0o100400, self.uid))
+            with open(self.script, "rb") as f:
+                self.assertEqual(f.read(), honest, "the refused script was not put back")
+            # The note says "no" for an hour; once it names the script again, the next run is
+            # staged by a standby of the script put back.
+            self.setUp()
+            again = self.run_job(self.job("after the refusal"), "-p", "k=v")
+            self.assertIn(STAGED, again.stderr)
+            self.assertNotIn(NOT_STARTED, again.stderr)
+            self.assertEqual(self.assert_ok(again, "after the refusal")["parent"][0], "python3")
+            self.assertEqual(self.refusals(again), [])
         finally:
             os.chmod(self.script, 0o600)
             with open(self.script, "wb") as f:

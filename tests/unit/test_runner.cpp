@@ -10,6 +10,7 @@
 #include "ferry/json_diff.hpp"
 #include "ferry/remote/launcher.hpp"
 #include "ferry/remote/shell_neutral.hpp"
+#include "ferry/remote/standby_boot.hpp"
 #include "ferry/run_record.hpp"
 #include "ferry/runner.hpp"
 #include "ferry/util.hpp"
@@ -182,6 +183,31 @@ TEST_CASE("a result in the launcher's report needs no fetch and no cleanup", "[r
     CHECK(record.result == json{{"fetched", true}});
     CHECK(session.removed == std::vector<std::string>{k_dir});
   }
+}
+
+TEST_CASE("a job cache entry a python standby made anew before the run is warned of, once",
+          "[runner]")
+{
+  FakeSession session;
+  session.during_exec = [](FakeSession& s, const std::string& dir) {
+    s.outcome.err.before_sentinel =
+        std::string("hello from .bashrc\n") + std::string(k_standby_entry_refused_prefix) +
+        "/home/u/.cache/ferry/runs/ferry-job-ab.py " + std::string(k_standby_entry_mismatch) + "\n";
+    s.outcome.exit_code = 0;
+    s.files[dir + "/result.json"] = "{}";
+  };
+  const RunRecord record = run_job(session, test_job(), json::object(), RunOptions{});
+  CHECK(record.status == RunStatus::ok);
+  CHECK(session.executed.size() == 1); // the job ran from the entry made anew: no second run
+  REQUIRE(record.warnings.size() == 2);
+  CHECK(record.warnings[0]["code"] == "job-cache-refused");
+  CHECK_THAT(record.warnings[0]["message"].get<std::string>(),
+             Catch::Contains("gpu1: the job cache entry /home/u/.cache/ferry/runs/ferry-job-ab.py "
+                             "no longer matches the job's sha256"));
+  // The standby's line is not the login shell's noise; the rest is.
+  CHECK(record.warnings[1]["code"] == "login-shell-output");
+  CHECK_THAT(record.warnings[1]["message"].get<std::string>(),
+             Catch::StartsWith("the login shell printed 19 bytes"));
 }
 
 TEST_CASE("a launcher that refuses the job's cache entry has the job sent again, once", "[runner]")

@@ -20,5 +20,13 @@ inline constexpr std::string_view k_standby_ready = "ferry-standby-ready";
 // The verifier's exit status when the script in the job cache cannot be read or no longer
 // matches its sha256: ferry discards the entry and puts it there again.
 inline constexpr int k_standby_refused_exit = 4;
+// A `once` standby that found the job's entry in the job cache not as ferry leaves it says so on
+// stderr before the run's sentinel, then removes it and makes it anew from the job's bytes:
+// `PREFIX ENTRY REASON`, REASON one of the two below (docs/run-protocol.md, "A first run without
+// SFTP").
+inline constexpr std::string_view k_standby_entry_refused_prefix =
+    "ferry-standby: the job cache entry ";
+inline constexpr std::string_view k_standby_entry_mismatch = "does not match its sha256";
+inline constexpr std::string_view k_standby_entry_unlike = "is not as ferry leaves it";
 
 } // namespace ferry

@@ -165,6 +165,9 @@ Expected<void> Standbys::make_held_dir(SftpFiles& files, const std::string& dir,
     // A once standby makes nothing before it has judged the base, and removes what it made
     // when it cannot go on: nothing of it to remove here.
     FERRY_TRY(files.create_named_run_dir(dir));
+    if (m_once_code == k_standby_refused_exit) {
+      replace_refused_script(files, deferred.standby_entry);
+    }
     run_dir_made();
     return {};
   }
@@ -172,6 +175,25 @@ Expected<void> Standbys::make_held_dir(SftpFiles& files, const std::string& dir,
     (void)files.remove_run_dir(dir); // what the standby made before it went, if anything
   }
   return files.make_run_dir(dir);
+}
+
+// The verifier ends with 4 when the script cannot be read or no longer matches its sha256. A file
+// still at its name was changed on the host since this machine's note (one that is gone was only
+// pruned): as on a held session (boot_failed), it is discarded, put there again (over the SFTP
+// session the run is staged by anyway, so that no later run trips on it) and warned of.
+void Standbys::replace_refused_script(SftpFiles& files, const std::string& entry)
+{
+  if (const auto there = files.file_exists(entry); !there || !*there) {
+    return;
+  }
+  m_refused = entry;
+  files.discard_script(k_standby_script, standby_script());
+  const auto back = files.cache_script(k_standby_script, standby_script());
+  m_debug(fmt::format("warning: the python standby's script {} no longer matches its sha256 (a "
+                      "process of this user changed it); it is discarded and {}",
+                      entry,
+                      back ? std::string("sent again")
+                           : fmt::format("could not be sent again: {}", back.error().message)));
 }
 
 std::string Standbys::stage_line(const std::string& run_dir, bool last) const

@@ -132,6 +132,9 @@ private:
   // settle's run directory: a once run's is the session's first (the base judged and swept).
   [[nodiscard]] Expected<void> make_held_dir(SftpFiles& files, const std::string& dir,
                                              const Deferred& deferred, bool after_standby);
+  // A once run's standby whose verifier refused its script (`entry`): the file still there is
+  // discarded and put there again, and the run's record warns.
+  void replace_refused_script(SftpFiles& files, const std::string& entry);
   // What a once run (`standby_entry`) may use: its own python standby, for any job.
   void once_use(StandbyUse& use, const std::string& standby_entry);
   // After a once run's exec: noted as made by its standby, or (not staged by it, not stopped)
