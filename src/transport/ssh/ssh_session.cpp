@@ -627,9 +627,11 @@ Expected<void> SshSession::connect_once()
     log = [debug = m_target.debug](std::string line) { debug(line); };
   }
   auto identities = ssh::collect_identities(m_where.identities, m_where.user, log);
+  // BatchMode yes: nobody is asked, as with no terminal.
+  Prompter prompt = m_where.batch_mode.empty() ? m_target.prompt : Prompter{};
   return ssh::classed(Unreached::auth, ssh::authenticate(m_session.get(), std::move(identities),
                                                          {m_target.spec, m_where.user, pace(), log,
-                                                          m_target.prompt}));
+                                                          std::move(prompt), m_where.batch_mode}));
 }
 
 } // namespace
