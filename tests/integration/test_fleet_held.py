@@ -158,7 +158,7 @@ class HeldFleet(unittest.TestCase):
                                  len(others), f"{why}: {res.stderr.decode(errors='replace')}")
                 self.assertEqual({s: self.srv.count_accepted(self.srv.user(s)) for s in others}, accepted, why)
                 now = self.held()
-                self.assertEqual(sorted(h["label"] for h in now), sorted(self.srv.alias(s) for s in others),
+                self.assertEqual(sorted(h["host"] for h in now), sorted(self.srv.alias(s) for s in others),
                                  f"{why}: {now}")
                 self.assertEqual({h["pid"] for h in now}, holder, f"{why}: {now}")
                 # A later run of the others: still theirs.
