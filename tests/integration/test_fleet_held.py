@@ -89,16 +89,20 @@ class HeldFleet(unittest.TestCase):
         self.assertEqual({h["pid"] for h in now} - {holder}, {h["pid"] for h in now})
         self.assertEqual(len({h["pid"] for h in now}), 1, now)
 
+    def fleet_config(self, other: SshServer, alias: str) -> str:
+        """One config for the fleet's hosts (self.srv's) and `alias`, other's bash user."""
+        cfg = os.path.join(self.tmp, f"ssh_config_{alias}")
+        with open(cfg, "w") as f:
+            f.write(f"Include {self.srv.ssh_config}\n")
+            f.write(f"Host {alias}\n")
+            with open(other.ssh_config) as src:
+                block = src.read().split(f"Host {other.alias('bash')}\n", 1)[1].split("\nHost ", 1)[0]
+            f.write(block + "\n")
+        return cfg
+
     def test_a_host_that_allows_one_channel_inside_a_held_fleet(self):
         with SshServer(extra_config="MaxSessions 1", reset_users=False) as one:
-            cfg = os.path.join(self.tmp, "ssh_config")
-            # Both servers' aliases in one config: the fleet's hosts and the one-channel host.
-            with open(cfg, "w") as f:
-                f.write(f"Include {self.srv.ssh_config}\n")
-                f.write("Host one-channel\n")
-                with open(one.ssh_config) as src:
-                    block = src.read().split(f"Host {one.alias('bash')}\n", 1)[1].split("\nHost ", 1)[0]
-                f.write(block + "\n")
+            cfg = self.fleet_config(one, "one-channel")
             hosts = [*self.hosts(self.srv, ("zsh", "bash", "dash")), "--host", "one-channel"]
             sh_job = write_job(self.tmp, "one_sh", 'printf \'{"sh": 1}\\n\'\n', interpreter="sh")
             for i, jobs in enumerate([[self.job], [self.job, sh_job], [sh_job, self.job, self.job]]):
@@ -112,6 +116,74 @@ class HeldFleet(unittest.TestCase):
                     self.assertEqual(res.stderr.count(b"using the connection held"), 4, res.stderr)
             run_ferry("disconnect", "--all", env=self.env)
             self.assertEqual(one.run_dirs(self.srv.user("bash")), [])
+
+    def test_a_host_whose_key_changes_while_held(self):
+        """A host re-keyed while held (its server restarted with a new key on the same address and
+        port), then a known_hosts entry changed under a held host: that host is refused (host-key)
+        and the others of the same fan-out run on their held sessions, in the same holder."""
+        others = ("zsh", "bash", "dash")
+        with SshServer(reset_users=False) as rekeyed:
+            cfg = self.fleet_config(rekeyed, "rekeyed")
+            fleet = [*self.hosts(self.srv, others), "--host", "rekeyed"]
+
+            def run(*hosts):
+                return run_ferry("-v", "run", self.job, *hosts, "--ssh-config", cfg, "--json", "-j", "8",
+                                 env=self.env, timeout=60)
+
+            def records(res):
+                return {r["target"]["host"]: r for r in res.records}
+
+            first = run(*fleet)
+            self.assertEqual(first.code, 0, first)
+            held = wait_until(lambda: len(self.held()) == 4 and self.held(), 15)
+            self.assertTrue(held, f"not every host held: {self.held()}")
+            holder = {h["pid"] for h in held}
+            self.assertEqual(len(holder), 1, held)
+            accepted = {s: self.srv.count_accepted(self.srv.user(s)) for s in others}
+
+            def refused_while_the_others_run_held(res, why):
+                self.assertEqual(res.code, 3, res)
+                got = records(res)
+                self.assertEqual(sorted(got), sorted([*(self.srv.alias(s) for s in others), "rekeyed"]), res)
+                bad = got["rekeyed"]
+                self.assertEqual((bad["status"], bad.get("failure")), ("error", "host-key"), f"{why}: {bad}")
+                self.assertIn(f"rekeyed: host key changed: the server offers {rekeyed.host_key_sha256} but "
+                              f"{rekeyed.known_hosts} line 1 records ", bad["error"])
+                self.assertIn(f"ssh-keygen -R '[{rekeyed.listen}]:{rekeyed.port}' -f {rekeyed.known_hosts}",
+                              bad["error"])
+                for s in others:
+                    self.assertEqual(got[self.srv.alias(s)]["status"], "ok", f"{why}: {got[self.srv.alias(s)]}")
+                # The others' sessions served it (no new login), in the same holder.
+                self.assertEqual(res.stderr.count(b"using the connection held by process %d" % min(holder)),
+                                 len(others), f"{why}: {res.stderr.decode(errors='replace')}")
+                self.assertEqual({s: self.srv.count_accepted(self.srv.user(s)) for s in others}, accepted, why)
+                now = self.held()
+                self.assertEqual(sorted(h["host"] for h in now), sorted(self.srv.alias(s) for s in others),
+                                 f"{why}: {now}")
+                self.assertEqual({h["pid"] for h in now}, holder, f"{why}: {now}")
+                # A later run of the others: still theirs.
+                later = run(*self.hosts(self.srv, others))
+                self.assertEqual([r["status"] for r in later.records], ["ok"] * len(others), f"{why}: {later}")
+                self.assertEqual(later.stderr.count(b"using the connection held by process %d" % min(holder)),
+                                 len(others), f"{why}: {later.stderr.decode(errors='replace')}")
+
+            # (a) The server restarts with a new host key on the same address and port: its held
+            # connection drops, the next run connects anew and sees the new key.
+            rekeyed.rotate_host_key()
+            refused_while_the_others_run_held(run(*fleet), "re-keyed server")
+
+            # (b) Trusted again, held again; then the user's known_hosts entry for it changes.
+            rekeyed.refresh_known_hosts()
+            again = run(*fleet)
+            self.assertEqual([r["status"] for r in again.records], ["ok"] * 4, again)
+            self.assertTrue(wait_until(lambda: len(self.held()) == 4, 15), self.held())
+            other_key = os.path.join(self.tmp, "other_host_key")
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", other_key], check=True)
+            with open(other_key + ".pub") as f:
+                keytype, blob = f.read().split()[:2]
+            with open(rekeyed.known_hosts, "w") as f:
+                f.write(f"[{rekeyed.listen}]:{rekeyed.port} {keytype} {blob}\n")
+            refused_while_the_others_run_held(run(*fleet), "known_hosts changed under a held host")
 
 
 if __name__ == "__main__":

@@ -81,6 +81,15 @@ class SecondFactor(unittest.TestCase):
                    "XDG_RUNTIME_DIR": runtime, "FERRY_PERSIST": ""}
         cls.job = write_job(cls.tmp, "second", JOB)
         cls.host = cls.srv.alias("bash")
+        # The fixture's config sets BatchMode yes for every host (the system ssh must never ask):
+        # the tests that answer a prompt use a copy without it.
+        with open(cls.srv.ssh_config) as f:
+            batch = f.read()
+        if "    BatchMode yes\n" not in batch:
+            raise AssertionError(f"{cls.srv.ssh_config} no longer sets BatchMode yes: {batch}")
+        cls.ssh_config = os.path.join(cls.tmp, "ssh_config")
+        with open(cls.ssh_config, "w") as f:
+            f.write(batch.replace("    BatchMode yes\n", ""))
 
     def tearDown(self):
         res = run_ferry("disconnect", "--list", "--json", env=self.env)
@@ -90,8 +99,8 @@ class SecondFactor(unittest.TestCase):
             while alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
 
-    def run_args(self, *hosts: str) -> list[str]:
-        return [ferry_bin(), "run", self.job, "--json", "--ssh-config", self.srv.ssh_config,
+    def run_args(self, *hosts: str, config: str | None = None) -> list[str]:
+        return [ferry_bin(), "run", self.job, "--json", "--ssh-config", config or self.ssh_config,
                 *[a for h in hosts for a in ("--host", h)]]
 
     def without_terminal(self, argv: list[str]) -> subprocess.CompletedProcess:
@@ -129,7 +138,7 @@ class SecondFactor(unittest.TestCase):
 
     def test_connect_on_a_terminal_then_runs_need_none(self):
         before = self.accepted_second_factors()
-        connect = [ferry_bin(), "connect", self.host, "--ssh-config", self.srv.ssh_config]
+        connect = [ferry_bin(), "connect", self.host, "--ssh-config", self.ssh_config]
         code, shown, prompts = on_terminal(connect, self.env, CODE)
         self.assertEqual((code, prompts), (0, 1), shown)
         self.assertIn(f"{self.host}: held until ".encode(), shown)
@@ -137,6 +146,34 @@ class SecondFactor(unittest.TestCase):
         self.assertEqual(res.returncode, 0, res)
         self.assertEqual(json.loads(res.stdout)["stdout"], "second factor ok\n", res)
         self.assertEqual(self.accepted_second_factors() - before, 1)
+
+    def test_batch_mode_on_a_terminal_is_never_prompted(self):
+        before = self.accepted_second_factors()
+        started = time.monotonic()
+        code, shown, prompts = on_terminal(self.run_args(self.host, config=self.srv.ssh_config), self.env, CODE)
+        took = time.monotonic() - started
+        self.assertEqual((code, prompts), (3, 0), shown)
+        self.assertLess(took, 10, shown)
+        record = json.loads(shown[shown.index(b'{"'):].splitlines()[0])
+        self.assertEqual((record["status"], record.get("failure")), ("error", "auth"), record)
+        self.assertIn(f"{self.host} asks for an interactive login (keyboard-interactive), and BatchMode "
+                      f"yes ({self.srv.ssh_config} line ", record["error"])
+        self.assertIn(f"run `ferry connect {self.host}` in a terminal first with BatchMode off", record["error"])
+        # As the error says: connected once without BatchMode, the BatchMode runs use that session.
+        connect = [ferry_bin(), "connect", self.host, "--ssh-config", self.ssh_config]
+        code, shown, prompts = on_terminal(connect, self.env, CODE)
+        self.assertEqual((code, prompts), (0, 1), shown)
+        code, shown, prompts = on_terminal(self.run_args(self.host, config=self.srv.ssh_config), self.env, CODE)
+        self.assertEqual((code, prompts), (0, 0), shown)
+        self.assertIn(b"second factor ok", shown)
+        self.assertEqual(self.accepted_second_factors() - before, 1)
+        # A BatchMode ssh would refuse is a config error, as for ssh, before any host is contacted.
+        maybe = os.path.join(self.tmp, "ssh_config_maybe")
+        with open(maybe, "w") as f:
+            f.write(f"Host {self.host}\n    BatchMode maybe\nInclude {self.ssh_config}\n")
+        res = self.without_terminal(self.run_args(self.host, config=maybe))
+        self.assertEqual(res.returncode, 2, res)
+        self.assertIn(f"ssh config {maybe} line 2: BatchMode 'maybe' is not yes or no".encode(), res.stderr)
 
     def test_a_wrong_code_is_an_auth_failure_naming_the_host(self):
         code, shown, prompts = on_terminal(self.run_args(self.host), self.env, "000000")

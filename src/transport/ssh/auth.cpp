@@ -318,6 +318,15 @@ Expected<void> Authenticator::answer_round()
 // One set of answers per connect: a wrong one is not asked again.
 Expected<void> Authenticator::keyboard_interactive()
 {
+  if (!m_ctx.prompt && !m_ctx.batch_mode.empty()) {
+    // `ferry connect` with the same config would not prompt either: say what stops it.
+    return fail(ErrorKind::unreachable,
+                "{} asks for an interactive login (keyboard-interactive), and BatchMode yes ({}) "
+                "rules out prompts; run `ferry connect {}` in a terminal first with BatchMode off "
+                "for it (--ssh-config naming a config without it), then runs reuse that "
+                "connection for --persist",
+                m_ctx.label, m_ctx.batch_mode, m_ctx.label);
+  }
   if (!m_ctx.prompt) {
     return needs_interactive_login(m_ctx.label);
   }

@@ -21,6 +21,7 @@ struct AuthContext {
   Pace pace;
   std::function<void(std::string)> log; // -v lines; may be empty
   Prompter prompt;                      // empty: nobody can answer a keyboard-interactive login
+  std::string batch_mode; // where the ssh config set BatchMode yes (then `prompt` is empty)
 };
 
 [[nodiscard]] Expected<void> authenticate(ssh_session session, Identities identities,

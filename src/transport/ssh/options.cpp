@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <spawn.h>
+#include <strings.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -113,6 +114,7 @@ private:
   Expected<void> identity_agent(IdentityPlan& plan);
   Expected<void> known_hosts();
   Expected<void> trust();
+  Expected<void> batch_mode();
   Expected<void> proxy();
   Expected<void> proxy_jump(const ConfigValue& value);
   void timeout_and_algorithms();
@@ -315,6 +317,26 @@ Expected<void> Resolver::trust()
   return {};
 }
 
+// BatchMode yes: a script (or its user) says nobody may be asked anything, so a host that asks
+// for keyboard-interactive fails at once as it does with no terminal (ssh(1) does not prompt
+// either). ssh refuses a value other than yes or no (any case); so does ferry.
+Expected<void> Resolver::batch_mode()
+{
+  const auto* value = m_config.find("batchmode");
+  if (value == nullptr) {
+    return {};
+  }
+  const std::string& flag = value->args[0];
+  const auto is = [&flag](const char* word) { return ::strcasecmp(flag.c_str(), word) == 0; };
+  if (is("yes") || is("true")) {
+    m_out.batch_mode = origin(*value);
+  } else if (!is("no") && !is("false")) {
+    return fail(ErrorKind::usage, "ssh config {}: BatchMode '{}' is not yes or no", origin(*value),
+                flag);
+  }
+  return {};
+}
+
 Expected<void> Resolver::proxy_jump(const ConfigValue& value)
 {
   // As ssh: the last hop is the jump host, the ones before it are its own -J.
@@ -458,6 +480,7 @@ Expected<Resolved> Resolver::run()
   FERRY_TRY(identities());
   FERRY_TRY(known_hosts());
   FERRY_TRY(trust());
+  FERRY_TRY(batch_mode());
   FERRY_TRY(proxy());
   timeout_and_algorithms();
   warnings();
@@ -579,6 +602,10 @@ void tell_story(const Resolved& where, const SshTarget& target)
   }
   target.debug(fmt::format("host key looked up as {} in{}{}", where.known_hosts_name, files,
                            where.accept_new ? "; a new key is recorded (accept-new)" : ""));
+  if (!where.batch_mode.empty()) {
+    target.debug(
+        fmt::format("BatchMode yes ({}): no keyboard-interactive prompts", where.batch_mode));
+  }
   target.debug(where.identities.agent_socket.empty()
                    ? std::string("no ssh agent")
                    : fmt::format("ssh agent from {}", where.identities.agent_origin));

@@ -34,6 +34,8 @@ struct Resolved {
   std::vector<std::string> blocks;       // the Host and Match blocks that applied
   std::vector<std::string> warnings;     // what ferry does not honour, with file and line
   std::vector<std::pair<ssh_options_e, ConfigValue>> algorithms; // passed on to libssh
+  // Where BatchMode yes was set ("FILE line N"); empty: keyboard-interactive may prompt.
+  std::string batch_mode;
 };
 
 // The home directory every ssh file is under: the passwd entry's, as ssh's (else $HOME).

@@ -11,6 +11,8 @@
 #include <set>
 #include <thread>
 
+#include <poll.h>
+
 #include "ferry/fd.hpp"
 #include "ferry/host_spec.hpp"
 #include "ferry/remote/launcher.hpp"
@@ -121,6 +123,12 @@ public:
   std::string options_identity() const override;
   bool alive() override
   {
+    // The server's end closed (its sshd restarted with a new key, say): seen on the socket
+    // itself, without taking anything from it, also while another thread holds the session
+    // (libssh reads nothing when nothing waits to be written, so it may still say connected).
+    if (peer_closed()) {
+      return false;
+    }
     // A session another thread is using now (a run's or the holder's SFTP steps, which may
     // take round trips) is taken to be up: that thread finds out if it is not. A holder's hello
     // must not wait for it.
@@ -136,6 +144,13 @@ public:
     ssh_blocking_flush(m_session.get(), 0);
     ssh_set_blocking(m_session.get(), 1);
     return ssh_is_connected(m_session.get()) != 0;
+  }
+  [[nodiscard]] bool peer_closed() const
+  {
+    const socket_t fd = m_session ? ssh_get_fd(m_session.get()) : SSH_INVALID_SOCKET;
+    pollfd p{fd, POLLRDHUP, 0};
+    return fd != SSH_INVALID_SOCKET && ::poll(&p, 1, 0) > 0 &&
+           (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
   }
   // The key the server offered at connect, checked again: no libssh call on the session, so it
   // does not wait for a run's or the holder's SFTP steps (a holder's hello must answer soon).
@@ -627,9 +642,11 @@ Expected<void> SshSession::connect_once()
     log = [debug = m_target.debug](std::string line) { debug(line); };
   }
   auto identities = ssh::collect_identities(m_where.identities, m_where.user, log);
+  // BatchMode yes: nobody is asked, as with no terminal.
+  Prompter prompt = m_where.batch_mode.empty() ? m_target.prompt : Prompter{};
   return ssh::classed(Unreached::auth, ssh::authenticate(m_session.get(), std::move(identities),
                                                          {m_target.spec, m_where.user, pace(), log,
-                                                          m_target.prompt}));
+                                                          std::move(prompt), m_where.batch_mode}));
 }
 
 } // namespace
