@@ -8,6 +8,8 @@ import glob
 import hashlib
 import json
 import os
+import pwd
+import shutil
 import tempfile
 import time
 import unittest
@@ -244,6 +246,47 @@ class FirstRunWithoutSftp(SshTestCase):
             self.assertEqual(self.assert_ok(again, "after the refusal")["parent"][0], "python3")
             self.assertEqual(self.refusals(again), [])
         finally:
+            os.chmod(self.script, 0o600)
+            with open(self.script, "wb") as f:
+                f.write(honest)
+            os.chmod(self.script, 0o400)
+
+    def test_a_refusal_whose_exit_status_comes_after_its_output_ends_is_seen(self):
+        # A `python3` on the PATH that is a wrapper, not an exec (as some version managers'
+        # shims are): after the verifier's refusal it ends its output at once and its exit status
+        # a second later, so the status comes in a packet of its own, after the channel's EOF,
+        # with the refusal's line still unread on stderr. Before, ferry waited for the boot's
+        # limit (30 s) and never learnt the status.
+        home = SshServer.home(self.user)
+        pw = pwd.getpwnam(self.user)
+        shim, bashrc = os.path.join(home, "shim"), os.path.join(home, ".bashrc")
+        saved = open(bashrc, "rb").read() if os.path.exists(bashrc) else None
+        os.mkdir(shim, 0o755)
+        with open(os.path.join(shim, "python3"), "w") as f:
+            f.write('#!/bin/sh\n/usr/bin/python3 "$@"\ncode=$?\n'
+                    'if [ "$code" = 4 ]; then exec >/dev/null 2>&1; sleep 1; fi\nexit "$code"\n')
+        with open(bashrc, "w") as f:
+            f.write('PATH="$HOME/shim:$PATH"\n' + (saved or b"").decode())
+        for path in (shim, f.name, bashrc):
+            os.chmod(path, 0o755)
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+        with open(self.script, "rb") as f:
+            honest = f.read()
+        os.chmod(self.script, 0o600)
+        with open(self.script, "wb") as f:
+            f.write(honest[:-1] + b"#")
+        os.chmod(self.script, 0o400)
+        try:
+            res = self.run_job(self.job("late status"), "-p", "k=v")
+            self.assertIn(NOT_STARTED + b" (it ended with 4)", res.stderr)
+            self.assert_ok(res, "late status")
+        finally:
+            if saved is None:
+                os.unlink(bashrc)
+            else:
+                with open(bashrc, "wb") as f:
+                    f.write(saved)
+            shutil.rmtree(shim)
             os.chmod(self.script, 0o600)
             with open(self.script, "wb") as f:
                 f.write(honest)

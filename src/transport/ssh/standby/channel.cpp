@@ -45,11 +45,8 @@ StandbyState boot_python(ssh_session session, Standby& standby)
     standby.booted = true;
   }
   char buffer[4096];
-  while (true) {
-    const int n = ssh_channel_read_nonblocking(channel, buffer, sizeof buffer, 0);
-    if (n <= 0) {
-      break;
-    }
+  int n = 0;
+  while ((n = ssh_channel_read_nonblocking(channel, buffer, sizeof buffer, 0)) > 0) {
     standby.said.append(buffer, static_cast<std::size_t>(n));
   }
   const std::string prefix = std::string(k_standby_ready) + " ";
@@ -65,9 +62,11 @@ StandbyState boot_python(ssh_session session, Standby& standby)
   if (standby.said.size() > 65536) {
     standby.said.erase(0, standby.said.size() - prefix.size());
   }
-  if (!standby.watch.exited && ssh_channel_is_eof(channel) != 0) {
+  if (!standby.watch.exited && n == SSH_EOF) {
     // Past the end of its output libssh's reads take in no more packets: the exit status that
     // follows (4: its script refused) would wait in the socket, and the boot for its limit.
+    // (Not ssh_channel_is_eof: that stays 0 while stderr holds bytes unread, as the refusal's
+    // own line.)
     ssh_set_blocking(session, 0);
     (void)ssh_channel_get_exit_status(channel);
     ssh_set_blocking(session, 1);
