@@ -19,6 +19,10 @@ Cases (see tests/bench/README.md):
      held against ssh and a ControlMaster; 20 jobs cold and held against 20 ssh through it
   fleet256 (only when asked). 256 hosts (16 sshd × 16 addresses 127.1.I.J), -j/-P/-p/-f 64:
      ferry cold, first run with persistence, held | xargs ssh | pssh | clush | ansible | floor
+  cpu (only when asked). CPU time per run on one host, split between the client and the host
+     (cpuacct cgroups: the sshd daemon's, every session and job under it, and the client's):
+     ferry --persist 0 | ssh python3 - | ssh true. On the fleet fixture both sides share this
+     machine's cores, so per-run CPU, not latency, sets fleet256's times.
 
 --cases picks cases (default loopback,wan: 1-4, wan1, wan2). --ferry-b adds B's twin of every
 ferry command to the same invocations; the report gives B ÷ A per command.
@@ -414,7 +418,7 @@ def fmt_phases(d: dict) -> str:
 
 # ----------------------------------------------------------------------------- cases and A/B
 
-CASES = ("1", "2", "3", "4", "wan1", "wan2", "fleet256")
+CASES = ("1", "2", "3", "4", "wan1", "wan2", "fleet256", "cpu")
 CASE_GROUPS = {"loopback": ("1", "2", "3", "4"), "wan": ("wan1", "wan2"), "all": CASES}
 DEFAULT_CASES = "loopback,wan"
 
@@ -678,7 +682,7 @@ def _bench(c) -> int:
     # --- servers -----------------------------------------------------------------------------
     c.single = None
     c.fleet = []
-    if any(x in c.cases for x in ("1", "2", "4", "wan1", "wan2")):
+    if any(x in c.cases for x in ("1", "2", "4", "wan1", "wan2", "cpu")):
         log("starting sshd on 127.0.0.1 (cases 1, 2, 4, wan)")
         c.single = start_server(c, listen="127.0.0.1")
     if "3" in c.cases or "4" in c.cases:
@@ -733,6 +737,8 @@ def _bench(c) -> int:
         sections += wan(c)
     if "fleet256" in c.cases:
         sections += fleet256(c)
+    if "cpu" in c.cases:
+        sections += cpu_split(c)
     if c.FB:
         sections += ab_report(c)
     report = "\n".join(header(c) + sections)
@@ -1415,6 +1421,73 @@ def fleet256(c) -> list[str]:
                           a["after_first"][1] / 1024, b["after_first"][1] / 1024, "MiB", None, None))
     return fleet_report(c, r, measured["A"], n, par, [p[0] for p in peers] + [ansible[0]],
                         (N_COLD, N_FIRST, N_HELD, N_FLOOR), [name for name, _ in main])
+
+
+CPUACCT = "/sys/fs/cgroup/cpuacct"
+
+
+def cpu_split(c) -> list[str]:
+    """CPU per run, client and host side, each command run N times in a row (N = --runs × 2)."""
+    if not os.path.isfile(os.path.join(CPUACCT, "cpuacct.usage")):
+        raise BenchError(f"cpu: no cgroup v1 cpuacct at {CPUACCT}: the case needs it to split "
+                         "the client's CPU from the host's")
+    groups = {side: os.path.join(CPUACCT, f"ferry-bench-{side}-{os.getpid()}") for side in ("host", "client")}
+    for path in groups.values():
+        os.makedirs(path, exist_ok=True)
+    usage = {side: (lambda p=path: int(open(os.path.join(p, "cpuacct.usage")).read()) / 1e6)
+             for side, path in groups.items()}
+    srv, n = c.single, 2 * c.runs
+    with open(srv.pid_path) as f:
+        daemon = f.read().strip()
+    with open(os.path.join(groups["host"], "cgroup.procs"), "w") as f:
+        f.write(daemon)   # its sessions, login shells and jobs are born in it
+    cfg, alias = srv.ssh_config, srv.alias(SHELL)
+    ferry_run = f"{c.F} run {q(c.job)} --host {alias} --ssh-config {q(cfg)} --no-archive"
+    held = "ferry again, the session held"
+    # In this order: no holder has run yet, so the first cold run finds no python standby's
+    # script in the host's job cache and goes over SFTP and launch.sh; the held runs' holder
+    # puts it there, and the cold runs after boot a python standby (as fleet256's do).
+    commands = [
+        ("ferry --persist 0 (cold, over SFTP)", f"{ferry_run} --persist 0"),
+        (held, ferry_run),
+        ("ferry --persist 0 (cold, a python standby)", f"{ferry_run} --persist 0"),
+        ("ssh python3 -", f"ssh -F {q(cfg)} {alias} python3 - < {q(c.plain)}"),
+        ("floor: ssh true", f"ssh -F {q(cfg)} {alias} true"),
+    ]
+    rows = {}
+    try:
+        into_client = f"echo $$ > {q(os.path.join(groups['client'], 'cgroup.procs'))}"
+        for name, cmd in commands:
+            # Checked first: a held run's holder starts then, in the client's group, and counts
+            # there; the others' holders are ended.
+            disconnect = [c.ferry, "disconnect", "--all"]
+            subprocess.run(disconnect, env=c.env, capture_output=True, timeout=120)
+            run_checked(f"cpu: {name}", f"{into_client} && {cmd}", c.env, c.cwd)
+            before = {side: get() for side, get in usage.items()}
+            loop = f"{into_client} && for i in $(seq {n}); do {cmd} > /dev/null || exit 1; done"
+            run_checked(f"cpu: {name} × {n}", loop, c.env, c.cwd, timeout=n * 60)
+            time.sleep(0.5)   # the host side's last processes end after the client's
+            rows[name] = {side: (get() - before[side]) / n for side, get in usage.items()}
+    finally:
+        subprocess.run([c.ferry, "disconnect", "--all"], env=c.env, capture_output=True, timeout=120)
+        time.sleep(1)   # the holder's end
+        with open(os.path.join(CPUACCT, "cgroup.procs"), "w") as f:
+            f.write(daemon)
+        for path in groups.values():
+            try:
+                os.rmdir(path)
+            except OSError as e:
+                log(f"cpu: cannot remove {path}: {e}")
+    ssh_total = rows["ssh python3 -"]["host"] + rows["ssh python3 -"]["client"]
+    lines = [f"### CPU per run on one host: client and host side, {n} runs in a row each",
+             "",
+             "| command | client | host | both | ÷ ssh python3 - (both) |",
+             "|---|---:|---:|---:|---:|"]
+    for name, _ in commands:
+        r = rows[name]
+        lines.append(f"| {name} | {r['client']:.1f} ms | {r['host']:.1f} ms | "
+                     f"{r['client'] + r['host']:.1f} ms | {(r['client'] + r['host']) / ssh_total:.3f} |")
+    return lines + [""]
 
 
 def fleet_report(c, r, m, n, par, peer_names, names, order) -> list[str]:

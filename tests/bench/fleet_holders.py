@@ -3,7 +3,8 @@
 
     fleet_holders.py end FERRY                 # `disconnect --all`, then wait until none is left
     fleet_holders.py ready N FERRY COMMAND     # fewer than N sessions held: run COMMAND (bash -c)
-                                               # once, then wait until N are held (or no more come)
+                                               # once, then wait until N are held (or no more come);
+                                               # then until the holders are idle
     fleet_holders.py count FERRY               # "PROCESSES RSS_KIB SESSIONS"
 
 hyperfine runs the first two, untimed, as --prepare and --cleanup. The holders are those of
@@ -22,6 +23,8 @@ import time
 
 WAIT_S = 120
 STALL_S = 15
+SETTLE_S = 120
+IDLE_TICKS = 2
 
 
 def sessions(ferry: str) -> int:
@@ -63,8 +66,40 @@ def end(ferry: str) -> int:
     return 0
 
 
+def cpu_ticks(pids: list[int]) -> int:
+    """utime + stime, in clock ticks, of the live processes among PIDS."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total
+
+
+def settle(ferry: str) -> None:
+    """Wait until the holders are idle (at most IDLE_TICKS of CPU in a second; SETTLE_S at most):
+    after a run a holder readies each host's next standby and the interpreter it starts ahead,
+    and a held run timed while that goes on measures the two at once (on this fixture the hosts'
+    side shares the machine's CPUs). A user's next run seldom follows the last within seconds."""
+    start = time.monotonic()
+    pids = [pid for pid, _ in processes(ferry)]
+    before = cpu_ticks(pids)
+    while time.monotonic() - start < SETTLE_S:
+        time.sleep(1)
+        now = cpu_ticks(pids)
+        if now - before <= IDLE_TICKS:
+            return
+        before = now
+    print(f"fleet_holders: the holders still busy {SETTLE_S} s after the sessions were held",
+          file=sys.stderr)
+
+
 def ready(n: int, ferry: str, command: str) -> int:
     if sessions(ferry) >= n:
+        settle(ferry)
         return 0
     run = subprocess.run(["bash", "--norc", "--noprofile", "-c", command],
                          stdout=subprocess.DEVNULL, timeout=1800)
@@ -72,6 +107,7 @@ def ready(n: int, ferry: str, command: str) -> int:
         print(f"fleet_holders: `{command}` exited {run.returncode}", file=sys.stderr)
         return 1
     wait_for_sessions(ferry, n)
+    settle(ferry)
     return 0
 
 
