@@ -17,6 +17,7 @@ import tempfile
 import textwrap
 import time
 import unittest
+from contextlib import contextmanager
 
 from sshd_fixture import SshServer
 
@@ -232,3 +233,32 @@ HOSTILE = [
 
 def mode(path: str) -> int:
     return os.stat(path).st_mode & 0o7777
+
+
+@contextmanager
+def python3_first_on_path(user: str, script: str):
+    """A `python3` first on the PATH of USER's login environment: SCRIPT (a sh script) as
+    ~/wrap/python3, the directory put first by ~/.bashrc (Debian's bash reads it when sshd runs
+    it); ~/.bashrc is put back afterwards. Yields the directory."""
+    home = SshServer.home(user)
+    pw = pwd.getpwnam(user)
+    wrap, bashrc = os.path.join(home, "wrap"), os.path.join(home, ".bashrc")
+    saved = open(bashrc, "rb").read() if os.path.exists(bashrc) else None
+    os.mkdir(wrap, 0o755)
+    with open(os.path.join(wrap, "python3"), "w") as f:
+        f.write(script)
+    os.chmod(f.name, 0o755)
+    with open(bashrc, "w") as f:
+        f.write('PATH="$HOME/wrap:$PATH"\n' + (saved or b"").decode())
+    for path in (wrap, os.path.join(wrap, "python3"), bashrc):
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+    try:
+        yield wrap
+    finally:
+        if saved is None:
+            os.unlink(bashrc)
+        else:
+            with open(bashrc, "wb") as f:
+                f.write(saved)
+            os.chown(bashrc, pw.pw_uid, pw.pw_gid)
+        shutil.rmtree(wrap)

@@ -8,13 +8,11 @@ import glob
 import hashlib
 import json
 import os
-import pwd
-import shutil
 import tempfile
 import time
 import unittest
 
-from ferry_harness import SshTestCase, run_ferry, write_job
+from ferry_harness import SshTestCase, python3_first_on_path, run_ferry, write_job
 from sshd_fixture import SshServer, require_root_and_tools
 
 STAGED = b"the run is staged by a python standby, without SFTP"
@@ -257,36 +255,20 @@ class FirstRunWithoutSftp(SshTestCase):
         # a second later, so the status comes in a packet of its own, after the channel's EOF,
         # with the refusal's line still unread on stderr. Before, ferry waited for the boot's
         # limit (30 s) and never learnt the status.
-        home = SshServer.home(self.user)
-        pw = pwd.getpwnam(self.user)
-        shim, bashrc = os.path.join(home, "shim"), os.path.join(home, ".bashrc")
-        saved = open(bashrc, "rb").read() if os.path.exists(bashrc) else None
-        os.mkdir(shim, 0o755)
-        with open(os.path.join(shim, "python3"), "w") as f:
-            f.write('#!/bin/sh\n/usr/bin/python3 "$@"\ncode=$?\n'
-                    'if [ "$code" = 4 ]; then exec >/dev/null 2>&1; sleep 1; fi\nexit "$code"\n')
-        with open(bashrc, "w") as f:
-            f.write('PATH="$HOME/shim:$PATH"\n' + (saved or b"").decode())
-        for path in (shim, f.name, bashrc):
-            os.chmod(path, 0o755)
-            os.chown(path, pw.pw_uid, pw.pw_gid)
         with open(self.script, "rb") as f:
             honest = f.read()
         os.chmod(self.script, 0o600)
         with open(self.script, "wb") as f:
             f.write(honest[:-1] + b"#")
         os.chmod(self.script, 0o400)
+        shim = ('#!/bin/sh\n/usr/bin/python3 "$@"\ncode=$?\n'
+                'if [ "$code" = 4 ]; then exec >/dev/null 2>&1; sleep 1; fi\nexit "$code"\n')
         try:
-            res = self.run_job(self.job("late status"), "-p", "k=v")
+            with python3_first_on_path(self.user, shim):
+                res = self.run_job(self.job("late status"), "-p", "k=v")
             self.assertIn(NOT_STARTED + b" (it ended with 4)", res.stderr)
             self.assert_ok(res, "late status")
         finally:
-            if saved is None:
-                os.unlink(bashrc)
-            else:
-                with open(bashrc, "wb") as f:
-                    f.write(saved)
-            shutil.rmtree(shim)
             os.chmod(self.script, 0o600)
             with open(self.script, "wb") as f:
                 f.write(honest)

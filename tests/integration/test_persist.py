@@ -14,7 +14,7 @@ import time
 import unittest
 from contextlib import contextmanager
 
-from ferry_harness import SANITIZED, ferry_bin, memory_env, run_ferry, write_job
+from ferry_harness import SANITIZED, ferry_bin, memory_env, python3_first_on_path, run_ferry, write_job
 from sshd_fixture import SshServer, require_root_and_tools
 
 JOB = ("import json, os\nprint('hi')\n"
@@ -418,23 +418,9 @@ class Persistence(unittest.TestCase):
     def python3_starts(self):
         """Every `python3` the test user's login environment starts (the python standby, the
         interpreters it starts ahead, a launcher's job), logged: its arguments, one line each.
-        A `python3` first on the PATH that ~/.bashrc sets (Debian's bash reads it when sshd runs
-        it) logs, then execs /usr/bin/python3. Yields a function that returns the lines."""
-        home = self.srv.home(self.user)
-        pw = pwd.getpwnam(self.user)
-        wrap = os.path.join(home, "wrap")
-        log = os.path.join(home, "python3-starts")
-        bashrc = os.path.join(home, ".bashrc")
-        saved = open(bashrc, "rb").read() if os.path.exists(bashrc) else None
-        os.mkdir(wrap, 0o755)
-        with open(os.path.join(wrap, "python3"), "w") as f:
-            f.write('#!/bin/sh\nprintf \'%s\\n\' "$*" >> "$HOME/python3-starts"\n'
-                    'exec /usr/bin/python3 "$@"\n')
-        os.chmod(os.path.join(wrap, "python3"), 0o755)
-        with open(bashrc, "w") as f:
-            f.write('PATH="$HOME/wrap:$PATH"\n' + (saved or b"").decode())
-        for path in (wrap, os.path.join(wrap, "python3"), bashrc):
-            os.chown(path, pw.pw_uid, pw.pw_gid)
+        A `python3` first on the PATH logs, then execs /usr/bin/python3. Yields a function that
+        returns the lines."""
+        log = os.path.join(self.srv.home(self.user), "python3-starts")
 
         def lines():
             # Complete once the user's processes have ended: a start logs before it execs.
@@ -442,15 +428,10 @@ class Persistence(unittest.TestCase):
             with open(log) if os.path.exists(log) else open(os.devnull) as f:
                 return f.read().splitlines()
         try:
-            yield lines
+            with python3_first_on_path(self.user, '#!/bin/sh\nprintf \'%s\\n\' "$*" >> '
+                                       '"$HOME/python3-starts"\nexec /usr/bin/python3 "$@"\n'):
+                yield lines
         finally:
-            if saved is None:
-                os.unlink(bashrc)
-            else:
-                with open(bashrc, "wb") as f:
-                    f.write(saved)
-                os.chown(bashrc, pw.pw_uid, pw.pw_gid)
-            shutil.rmtree(wrap)
             if os.path.exists(log):
                 os.unlink(log)
 
