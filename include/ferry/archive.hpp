@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -131,6 +132,11 @@ public:
 
   // Newest first; records carry everything but the script bytes.
   [[nodiscard]] Expected<std::vector<RunRecord>> log(const LogFilter& filter);
+  // log(), one run at a time: `each` gets each run as it is read, so that memory holds one run
+  // whatever the archive holds. An error `each` returns ends the read, and is returned. `each`
+  // must not call this Archive.
+  [[nodiscard]] Expected<void> log_each(const LogFilter& filter,
+                                        const std::function<Expected<void>(RunRecord&&)>& each);
 
   // Newest first, for a listing: reads none of params, results and outputs, so it costs the
   // same whatever the runs hold. `with_output` is not used.

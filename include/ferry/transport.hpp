@@ -151,6 +151,9 @@ struct StagedRun {
   bool job_from_cache = false; // the job's bytes were already on the target
   std::uint64_t id = 0;        // the target's own name for the run (what it keeps of it)
   StopToken stop;              // asks the run's later steps to end within moments
+  // The job's entry in the target's job cache, found there but not as ferry leaves it (changed
+  // on the host) and made anew while the run was staged: its path, for a warning; else empty.
+  std::string job_cache_remade;
 };
 
 // How a launched run is followed.

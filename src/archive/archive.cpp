@@ -304,20 +304,32 @@ void bind_log_filter(Statement& stmt, const LogFilter& filter, const LogQuery& q
   }
 }
 
+// Every row of `stmt`, each made into an item by FROM_ROW and handed to EACH as it is read.
+template <typename FromRow, typename Each>
+Expected<void> each_row(Statement& stmt, Database& db, const fs::path& path, FromRow from_row,
+                        Each each)
+{
+  for (;;) {
+    FERRY_TRY_ASSIGN(const bool row, explained(stmt.step(), path, "read archive", &db));
+    if (!row) {
+      return {};
+    }
+    FERRY_TRY_ASSIGN(auto item, from_row(stmt, path));
+    FERRY_TRY(each(std::move(item)));
+  }
+}
+
 // Every row of `stmt`, each made into a T by FROM_ROW.
 template <typename T, typename FromRow>
 Expected<std::vector<T>> read_rows(Statement& stmt, Database& db, const fs::path& path,
                                    FromRow from_row)
 {
   std::vector<T> rows;
-  for (;;) {
-    FERRY_TRY_ASSIGN(const bool row, explained(stmt.step(), path, "read archive", &db));
-    if (!row) {
-      return rows;
-    }
-    FERRY_TRY_ASSIGN(auto item, from_row(stmt, path));
+  FERRY_TRY(each_row(stmt, db, path, from_row, [&rows](T&& item) -> Expected<void> {
     rows.push_back(std::move(item));
-  }
+    return {};
+  }));
+  return rows;
 }
 
 // The run with id RUN_ID (with its script's sha256); ErrorKind::failed when it is gone, which
@@ -408,20 +420,53 @@ Expected<void> load_file_blobs(Database& db, RunRecord& run, bool verify, const 
 
 Expected<std::vector<RunRecord>> Archive::log(const LogFilter& filter)
 {
+  std::vector<RunRecord> runs;
+  FERRY_TRY(log_each(filter, [&runs](RunRecord&& run) -> Expected<void> {
+    runs.push_back(std::move(run));
+    return {};
+  }));
+  return runs;
+}
+
+// The runs are chosen and ordered by rowid first, then read one by one: a query that selected
+// their records would sort them, BLOBs and all, in memory before it returned the first.
+Expected<void> Archive::log_each(const LogFilter& filter,
+                                 const std::function<Expected<void>(RunRecord&&)>& each)
+{
   std::lock_guard lock(m_impl->mutex);
   Database& db = m_impl->db;
   const fs::path& path = m_impl->path;
-  FERRY_TRY_ASSIGN(auto query,
-                   log_query(filter, filter.with_output ? archive::record_columns
-                                                        : archive::record_columns_without_output));
+  FERRY_TRY_ASSIGN(auto query, log_query(filter, "rowid"));
   FERRY_TRY_ASSIGN(const bool usable, m_impl->usable());
   if (!usable) {
-    return std::vector<RunRecord>{};
+    return {};
   }
   db.start_lock_wait(m_impl->lock_wait);
-  FERRY_TRY_ASSIGN(auto stmt, explained(db.prepare(query.sql), path, "read archive", &db));
-  bind_log_filter(stmt, filter, query);
-  return read_rows<RunRecord>(stmt, db, path, archive::record_from_row);
+  FERRY_TRY_ASSIGN(auto which, explained(db.prepare(query.sql), path, "read archive", &db));
+  bind_log_filter(which, filter, query);
+  std::vector<std::int64_t> rowids;
+  FERRY_TRY(each_row(
+      which, db, path,
+      [](const Statement& row, const fs::path&) -> Expected<std::int64_t> {
+        return row.column_int(0);
+      },
+      [&rowids](std::int64_t rowid) -> Expected<void> {
+        rowids.push_back(rowid);
+        return {};
+      }));
+  FERRY_TRY_ASSIGN(auto stmt,
+                   explained(db.prepare(fmt::format("SELECT {} FROM runs WHERE rowid = ?1",
+                                                    filter.with_output
+                                                        ? archive::record_columns
+                                                        : archive::record_columns_without_output)),
+                             path, "read archive", &db));
+  for (const std::int64_t rowid : rowids) {
+    stmt.reset();
+    stmt.bind(1, rowid);
+    // A run pruned since it was chosen is left out.
+    FERRY_TRY(each_row(stmt, db, path, archive::record_from_row, each));
+  }
+  return {};
 }
 
 Expected<std::vector<RunSummary>> Archive::list(const LogFilter& filter)

@@ -43,31 +43,29 @@ std::string duration_display(double seconds)
   return seconds < 10 ? fmt::format("{:.2f}s", seconds) : fmt::format("{:.0f}s", seconds);
 }
 
-// One line per run. The terminal's table reads small columns only (params, results and outputs
-// stay on disk); JSON Lines shows each run's whole record.
-Expected<Table> log_table(Archive& archive, const LogFilter& filter, bool as_json)
+// One line per run, read from small columns only (params, results and outputs stay on disk).
+Expected<Table> log_table(Archive& archive, const LogFilter& filter)
 {
   Table table;
   table.header = {"RUN", "STARTED", "JOB", "HOST", "STATUS", "TIME", "RESULT"};
-  const auto add_row = [&table](const RunRecord& run, std::string_view result_line) {
+  FERRY_TRY_ASSIGN(const auto runs, archive.list(filter));
+  for (const auto& [run, result_head] : runs) {
     table.rows.push_back({run.run_id, started_display(run.started_at), terminal_safe(run.job),
                           terminal_safe(target_label(run)), std::string(to_string(run.status)),
                           duration_display(run.duration_s),
-                          terminal_safe(result_digest(run, result_line, 60))});
-  };
-  if (as_json) {
-    FERRY_TRY_ASSIGN(const auto runs, archive.log(filter));
-    for (const auto& run : runs) {
-      add_row(run, run.result.is_null() ? "" : to_json_line(run.result));
-      table.objects.push_back(to_json(run));
-    }
-  } else {
-    FERRY_TRY_ASSIGN(const auto runs, archive.list(filter));
-    for (const auto& [run, result_head] : runs) {
-      add_row(run, result_head);
-    }
+                          terminal_safe(result_digest(run, result_head, 60))});
   }
   return table;
+}
+
+// JSON Lines: each run's whole record, a line as soon as it is read, so that memory holds one
+// run however many the archive has (issue 45 item 6: 852 MB for all of them at once).
+Expected<void> print_json_log(Context& ctx, Archive& archive, const LogFilter& filter)
+{
+  return archive.log_each(filter, [&ctx](RunRecord&& run) -> Expected<void> {
+    ctx.reporter().document({}, to_json(run));
+    return {};
+  });
 }
 
 LogFilter filter_of(const LogCommand& cmd)
@@ -148,8 +146,12 @@ Expected<ExitCode> run_log(Context& ctx, const LogCommand& cmd)
     FERRY_TRY_ASSIGN(filter.invocation, archive.resolve_invocation(cmd.invocation));
     filter.limit = *cmd.limit_option ? cmd.limit : 0; // an invocation's runs: all of them
   }
-  FERRY_TRY_ASSIGN(auto table, log_table(archive, filter, cmd.json));
-  if (table.rows.empty() && !cmd.json) {
+  if (cmd.json) {
+    FERRY_TRY(print_json_log(ctx, archive, filter));
+    return ExitCode::ok;
+  }
+  FERRY_TRY_ASSIGN(auto table, log_table(archive, filter));
+  if (table.rows.empty()) {
     const bool filtered =
         filter.job || filter.host || filter.status || filter.since || filter.invocation;
     ctx.reporter().note(

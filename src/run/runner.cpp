@@ -192,6 +192,19 @@ RunBundle bundle_of(const Run& run, bool cache_refused)
   return bundle;
 }
 
+// The warning for the job's entry in the host's job cache that was refused before the job ran:
+// its bytes no longer matched the job's sha256 (`mismatch`), or it was not as ferry leaves it.
+// Either way it was changed on the host since it appeared whole, by a rename.
+std::string refused_entry_message(const Run& run, std::string_view entry, bool mismatch)
+{
+  return fmt::format("{}: the job cache entry {} {} (a process on the host that runs as you "
+                     "changed it); ferry discarded it and sent the job again",
+                     run.session.label(), entry,
+                     mismatch ? "no longer matches the job's sha256"
+                              : "was not as ferry leaves it, a regular file of yours of mode 0400 "
+                                "and of the job's size");
+}
+
 // Phase 1: the run directory, the job and the launcher (params.json rides at its end), and the
 // job's files beside it, as the target stages them. `cache_refused`: the launcher of the run's
 // first attempt refused the job's entry in the host's job cache.
@@ -208,6 +221,10 @@ Expected<StagedRun> stage(const Run& run, bool cache_refused)
     run.record.blobs.emplace(file.sha256, file.bytes);
   }
   run.record.timings.upload = seconds_since(start);
+  if (!staged.job_cache_remade.empty()) {
+    add_warning(run.record, "job-cache-refused",
+                refused_entry_message(run, terminal_safe(staged.job_cache_remade), false));
+  }
   run.step(staged.job_from_cache ? "upload (the job from the host's cache)" : "upload",
            run.record.timings.upload);
   return staged;
@@ -260,15 +277,9 @@ void warn_of_refused_entries(const Run& run, ExecOutcome& outcome)
   std::string_view said = std::string_view(line).substr(k_standby_entry_refused_prefix.size());
   said = said.substr(0, said.find('\n'));
   const std::string_view entry = said.substr(0, said.find(' '));
-  const bool mismatch = said.ends_with(k_standby_entry_mismatch);
   add_warning(run.record, "job-cache-refused",
-              fmt::format("{}: the job cache entry {} {} (a process on the host that runs as you "
-                          "changed it); ferry discarded it and sent the job again",
-                          run.session.label(),
-                          is_shell_neutral_token(entry) ? std::string(entry) : "(unnamed)",
-                          mismatch ? "no longer matches the job's sha256"
-                                   : "was not as ferry leaves it, a regular file of yours of "
-                                     "mode 0400 and of the job's size"));
+              refused_entry_message(run, is_shell_neutral_token(entry) ? entry : "(unnamed)",
+                                    said.ends_with(k_standby_entry_mismatch)));
 }
 
 // What the exec left in the record: output, exit code, and ferry's notes about it.
@@ -627,10 +638,7 @@ bool cache_entry_refused(const Run& run, const ExecOutcome& outcome)
   const std::string named = is_shell_neutral_token(entry) ? std::string(entry) : "(unnamed)";
   const bool mismatch = line.ends_with(" does not match its sha256");
   add_warning(run.record, "job-cache-refused",
-              mismatch ? fmt::format("{}: the job cache entry {} no longer matches the job's "
-                                     "sha256 (a process on the host that runs as you changed "
-                                     "it); ferry discarded it and sent the job again",
-                                     run.session.label(), named)
+              mismatch ? refused_entry_message(run, named, true)
                        : fmt::format("{}: the job cache entry {} cannot be checked (the host has "
                                      "no sha256sum or shasum); ferry sent the job again",
                                      run.session.label(), named));

@@ -2,7 +2,10 @@
 // each, as `ferry run` records them) for tests/bench/archive_bench.sh. Prints the id of a run in
 // the middle of the archive, for `ferry show`.
 //
-//   ferry_make_archive PATH [N]      (N defaults to 100000; PATH must not exist yet)
+//   ferry_make_archive PATH [N [KIB]]   (N defaults to 100000; PATH must not exist yet)
+//
+// KIB (default 0): about that many KiB more of stdout in every run, for the memory of a command
+// that reads whole records (`ferry log --json`).
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -48,7 +51,7 @@ RunStatus status_of(long i)
   }
 }
 
-RunRecord make_run(long i, long n, const std::string* scripts)
+RunRecord make_run(long i, long n, const std::string* scripts, long pad_kib)
 {
   using namespace std::chrono;
   // One run a minute, ending now.
@@ -82,6 +85,9 @@ RunRecord make_run(long i, long n, const std::string* scripts)
   for (int line = 0; line < 20 + i % 40; ++line) {
     run.stdout_text += fmt::format("run {} line {}: bf16 {} tokens\n", i, line, 1000000 + i);
   }
+  for (long k = 0; k < pad_kib; ++k) {
+    run.stdout_text += fmt::format("{:<1023}\n", fmt::format("run {} padding {}", i, k));
+  }
   run.stderr_text = i % 10 == 0 ? "warning: something to note\n" : "";
   run.started_at = ferry::utc_iso(started);
   run.duration_s = 0.2 + static_cast<double>(i % 100) / 100.0;
@@ -94,14 +100,17 @@ RunRecord make_run(long i, long n, const std::string* scripts)
 
 int main(int argc, char** argv)
 {
-  if (argc < 2 || argc > 3) {
-    fmt::print(stderr, "usage: ferry_make_archive PATH [N]\n");
+  if (argc < 2 || argc > 4) {
+    fmt::print(stderr, "usage: ferry_make_archive PATH [N [KIB]]\n");
     return 2;
   }
   const std::filesystem::path path = argv[1];
-  const long n = argc == 3 ? std::strtol(argv[2], nullptr, 10) : 100000;
-  if (n <= 0 || std::filesystem::exists(path)) {
-    fmt::print(stderr, "ferry_make_archive: N must be positive and {} must not exist yet\n",
+  const long n = argc >= 3 ? std::strtol(argv[2], nullptr, 10) : 100000;
+  const long pad_kib = argc == 4 ? std::strtol(argv[3], nullptr, 10) : 0;
+  if (n <= 0 || pad_kib < 0 || std::filesystem::exists(path)) {
+    fmt::print(stderr,
+               "ferry_make_archive: N must be positive, KIB not negative, and {} must not "
+               "exist yet\n",
                path.string());
     return 2;
   }
@@ -117,7 +126,7 @@ int main(int argc, char** argv)
   const auto start = std::chrono::steady_clock::now();
   std::string middle_id;
   for (long i = 0; i < n; ++i) {
-    const RunRecord run = make_run(i, n, scripts);
+    const RunRecord run = make_run(i, n, scripts, pad_kib);
     if (i == n / 2) {
       middle_id = run.run_id;
     }

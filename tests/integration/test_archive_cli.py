@@ -188,6 +188,33 @@ class ArchiveCli(unittest.TestCase):
         self.assertLess(res.max_rss_kib, small.max_rss_kib + 6 * 1024,
                         f"peak RSS {res.max_rss_kib} KiB, {small.max_rss_kib} KiB without the big run")
 
+    def test_log_json_prints_each_record_as_it_reads_it(self):
+        # Issue 45 item 6: `log --json` held every record in memory before it printed the first
+        # (852 MB after 100k fetched outputs; SQLite sorted the records, outputs and all, before
+        # it returned one). Each line now goes out as its run is read: four runs of 2 MiB of
+        # output cost what one does, and the lines are as before.
+        job = write_job(self.tmp, "loud", 'import sys\nsys.stdout.write("caf\\u00e9 \\x1b[2J\\n" + "x" * (2 << 20))\n')
+        res = self.ferry("run", *[job] * 4, "--json")
+        self.assertEqual(res.code, 0, res)
+        one = self.ferry("log", "--json", "--limit", "1", env=memory_env())
+        res = self.ferry("log", "--json", "--limit", "0", env=memory_env())
+        self.assertEqual(res.code, 0, res)
+        lines = res.stdout.split(b"\n")
+        self.assertEqual((len(lines), lines[-1]), (5, b""))
+        records = [json.loads(line) for line in lines[:-1]]
+        self.assertEqual([r["started_at"] for r in records],
+                         sorted((r["started_at"] for r in records), reverse=True))
+        for line, rec in zip(lines, records):
+            # One compact line, members in order, the whole record as `show --json` gives it.
+            self.assertEqual(line, json.dumps(rec, separators=(",", ":"), sort_keys=True,
+                                              ensure_ascii=False).encode())
+            self.assertEqual(rec, json.loads(self.ferry("show", rec["run_id"], "--json").stdout))
+            self.assertTrue(rec["stdout"].startswith("caf\u00e9 \x1b[2J\nxxx"))
+        self.assertEqual(one.stdout, lines[0] + b"\n")
+        # All four at once held ~2 MiB more for each run after the first; one at a time, none.
+        self.assertLess(res.max_rss_kib, one.max_rss_kib + 4 * 1024,
+                        f"peak RSS {res.max_rss_kib} KiB for four runs, {one.max_rss_kib} KiB for one")
+
     def test_daemon_that_escapes_the_job_is_reported(self):
         job = write_job(self.tmp, "daemon", "setsid sleep 876 &\nsleep 0.3\necho done\n", interpreter="sh")
         try:

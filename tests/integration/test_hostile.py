@@ -595,6 +595,41 @@ class RunsKeptApart(unittest.TestCase):
         self.assert_honest_run_after_rewrite(job, sha)
         self.assertEqual(len(self.held()), 1)
 
+    def test_an_entry_changed_on_the_host_is_made_anew_with_a_warning_on_a_held_session(self):
+        # Issue 45 item 3: a held session staging the run over SFTP removed an entry that was not
+        # as ferry leaves it and made it anew without a word (the launcher and the python
+        # standby say what they refuse). The holder starts after the change, so that its sweep
+        # sees it (what a session listed it trusts for 10 minutes; the launcher hashes it anyway).
+        for damage in ("mode", "size"):
+            with self.subTest(damage=damage):
+                job, sha = self.honest_job("remade_" + damage)
+                res = self.ferry("run", job, "--json", "--persist", "0")
+                self.assertEqual(res.code, 0, res)
+                entry = os.path.join(self.base, f"ferry-job-{sha}.py")
+                if damage == "mode":
+                    os.chmod(entry, 0o666)
+                else:
+                    os.chmod(entry, 0o600)
+                    with open(entry, "ab") as f:
+                        f.write(b"#\n")
+                    os.chmod(entry, 0o400)
+                res = run_ferry("connect", self.srv.alias("bash"), "--ssh-config", self.srv.ssh_config,
+                                env=self.env)
+                self.assertEqual(res.code, 0, res)
+                res = self.ferry("-v", "run", job, "--json")
+                self.assertIn(b"using the connection held", res.stderr, res)
+                self.assertEqual((res.code, res.record["status"], res.record["stdout"]), (0, "ok", "honest\n"), res)
+                self.assertEqual([w["message"] for w in res.record.get("warnings", [])], [
+                    f"{self.srv.alias('bash')}: the job cache entry {entry} was not as ferry leaves it, "
+                    "a regular file of yours of mode 0400 and of the job's size (a process on the host "
+                    "that runs as you changed it); ferry discarded it and sent the job again"], res.record)
+                self.assertEqual(res.record["warnings"][0]["code"], "job-cache-refused")
+                st = os.lstat(entry)
+                self.assertEqual((st.st_mode & 0o170777, st.st_uid), (0o100400, os.lstat(self.base).st_uid))
+                with open(entry, "rb") as f:
+                    self.assertEqual(hashlib.sha256(f.read()).hexdigest(), sha)
+                run_ferry("disconnect", "--all", env=self.env)
+
     def test_a_job_cannot_read_or_write_the_python_standbys_stdin(self):
         standby = self.python_standby()
         thief = write_job(self.tmp, "thief", STEAL_STDIN)

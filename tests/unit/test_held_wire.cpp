@@ -129,6 +129,9 @@ TEST_CASE("holder messages: requests, files, listings and errors come back whole
   CHECK(staged.launcher.sentinel == "ferry-start-1");
   CHECK(staged.job_from_cache);
   CHECK(staged.id == 42);
+  CHECK(staged.job_cache_remade.empty());
+  run.job_cache_remade = "/base/ferry-job-ab.py";
+  CHECK(held::decode_run(round_trip(held::encode(run))).job_cache_remade == run.job_cache_remade);
 
   LaunchRequest request;
   request.output_cap = 7;

@@ -39,6 +39,7 @@ public:
   ExecOutcome outcome;
   std::function<void(FakeSession&, const std::string& run_dir)> during_exec;
   std::optional<Error> fail_put;
+  std::string job_cache_remade; // what stage says it found changed in the job cache
 
   json target() const override
   {
@@ -54,7 +55,9 @@ public:
       removed.push_back(dir);
       return Unexpected{written.error()};
     }
-    return staged_run(bundle, dir, stop);
+    StagedRun run = staged_run(bundle, dir, stop);
+    run.job_cache_remade = job_cache_remade;
+    return run;
   }
   Expected<ExecOutcome> launch(StagedRun& run, const LaunchRequest& request) override
   {
@@ -208,6 +211,27 @@ TEST_CASE("a job cache entry a python standby made anew before the run is warned
   CHECK(record.warnings[1]["code"] == "login-shell-output");
   CHECK_THAT(record.warnings[1]["message"].get<std::string>(),
              Catch::StartsWith("the login shell printed 19 bytes"));
+}
+
+TEST_CASE("a job cache entry the target made anew as it staged the run is warned of", "[runner]")
+{
+  FakeSession session;
+  session.job_cache_remade = "/home/u/.cache/ferry/runs/ferry-job-ab.py\x1b[2J";
+  session.during_exec = [](FakeSession& s, const std::string& dir) {
+    s.outcome.exit_code = 0;
+    s.files[dir + "/result.json"] = "{}";
+  };
+  const RunRecord record = run_job(session, test_job(), json::object(), RunOptions{});
+  CHECK(record.status == RunStatus::ok);
+  CHECK(session.executed.size() == 1);
+  REQUIRE(record.warnings.size() == 1);
+  CHECK(record.warnings[0]["code"] == "job-cache-refused");
+  const auto message = record.warnings[0]["message"].get<std::string>();
+  CHECK_THAT(message, Catch::StartsWith("gpu1: the job cache entry "
+                                        "/home/u/.cache/ferry/runs/ferry-job-ab.py"));
+  CHECK_THAT(message, Catch::Contains("was not as ferry leaves it, a regular file of yours of "
+                                      "mode 0400 and of the job's size"));
+  CHECK(message.find('\x1b') == std::string::npos); // what the host named reaches no terminal raw
 }
 
 TEST_CASE("a launcher that refuses the job's cache entry has the job sent again, once", "[runner]")

@@ -328,10 +328,14 @@ RunBundle decode_bundle(const Message& m)
 
 Message encode(const StagedRun& run)
 {
-  return {{"run_dir", run.run_dir},
-          {"launcher", encode(run.launcher)},
-          {"cached", run.job_from_cache},
-          {"id", run.id}};
+  Message m = {{"run_dir", run.run_dir},
+               {"launcher", encode(run.launcher)},
+               {"cached", run.job_from_cache},
+               {"id", run.id}};
+  if (!run.job_cache_remade.empty()) {
+    m["cache_remade"] = run.job_cache_remade;
+  }
+  return m;
 }
 
 StagedRun decode_run(const Message& m)
@@ -340,6 +344,9 @@ StagedRun decode_run(const Message& m)
   run.run_dir = m.at("run_dir").get<std::string>();
   run.launcher = decode_launcher(m.at("launcher"));
   run.job_from_cache = m.at("cached").get<bool>();
+  if (m.contains("cache_remade")) {
+    run.job_cache_remade = m.at("cache_remade").get<std::string>();
+  }
   run.id = m.at("id").get<std::uint64_t>();
   return run;
 }

@@ -63,6 +63,10 @@ public:
   // nullopt when put_job_file would upload.
   [[nodiscard]] std::optional<std::string>
   cached_job_entry(const std::string& path, std::string_view bytes, const std::string& sha256);
+  // The job cache entry that staging the run in `run_dir` (put_job_file, cached_job_entry) found
+  // at its name but not as ferry leaves it (its type, owner, mode or size changed on the host),
+  // and removed to make anew: its path, once; empty when there was none.
+  [[nodiscard]] std::string take_refused_entry(const std::string& run_dir);
   // Files made on the host by others, removed by name at the cleanup as put_file's are.
   void note_put(const std::string& path)
   {
@@ -82,7 +86,11 @@ public:
   [[nodiscard]] Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path);
   [[nodiscard]] Expected<bool> file_exists(const std::string& path);
   [[nodiscard]] Expected<void> remove_run_dir(const std::string& path);
-  void forget_run_dir(const std::string& path) { m_uploaded.erase(path); }
+  void forget_run_dir(const std::string& path)
+  {
+    m_uploaded.erase(path);
+    m_cache_refused.erase(path);
+  }
   // Closes the SFTP channel (the next request opens it again); false when none was open.
   bool suspend();
   // Called (the session's lock held) when the server refuses the SFTP channel: closes a channel
@@ -110,7 +118,18 @@ private:
   // A new file (O_EXCL: never through an existing name or link) with `mode`, written in place.
   [[nodiscard]] Expected<void> write_new(const std::string& path, std::string_view bytes,
                                          unsigned mode);
-  [[nodiscard]] bool job_cache_has(const std::string& name, std::size_t size);
+  // What a look at a job cache entry found: usable; missing; or something at its name that is
+  // not as ferry leaves it, now removed.
+  enum class CacheLook { usable, missing, refused };
+  [[nodiscard]] CacheLook job_cache_look(const std::string& name, std::size_t size);
+  [[nodiscard]] bool job_cache_has(const std::string& name, std::size_t size)
+  {
+    return job_cache_look(name, size) == CacheLook::usable;
+  }
+  // job_cache_has for the job file `path` of a run: an entry refused is noted for the run
+  // (take_refused_entry).
+  [[nodiscard]] bool job_cache_has_for(const std::string& path, const std::string& name,
+                                       std::size_t size);
   void job_cache_discard(const std::string& name);
   [[nodiscard]] std::optional<FetchedFile> not_regular(sftp_file file, const std::string& path);
   [[nodiscard]] Expected<void> job_cache_add(const std::string& name, std::string_view bytes);
@@ -163,7 +182,8 @@ private:
   std::string m_cache_missing; // the name a look last found missing, and when
   std::chrono::steady_clock::time_point m_cache_missing_at{};
   bool m_cache_off = false;
-  std::function<bool()> m_make_room; // on_refused
+  std::map<std::string, std::string> m_cache_refused; // run dir -> the entry refused staging it
+  std::function<bool()> m_make_room;                  // on_refused
 };
 
 } // namespace ferry::ssh

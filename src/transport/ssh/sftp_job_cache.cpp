@@ -39,7 +39,7 @@ Expected<bool> SftpFiles::put_job_file(const std::string& path, std::string_view
     FERRY_TRY(put_file(path, bytes));
     return false;
   }
-  const bool cached = job_cache_has(name, bytes.size());
+  const bool cached = job_cache_has_for(path, name, bytes.size());
   if (!cached) {
     if (auto added = job_cache_add(name, bytes); !added) {
       // A cache that cannot take the job (a directory at its name, a full disk): this session
@@ -66,10 +66,34 @@ std::optional<std::string> SftpFiles::cached_job_entry(const std::string& path,
 {
   const std::string name = job_cache_name(sha256, path.substr(path.rfind('/') + 1));
   if (m_base.empty() || !m_uid || m_cache_off || name.empty() || sha256_hex(bytes) != sha256 ||
-      !job_cache_has(name, bytes.size())) {
+      !job_cache_has_for(path, name, bytes.size())) {
     return std::nullopt;
   }
   return m_base + "/" + name;
+}
+
+std::string SftpFiles::take_refused_entry(const std::string& run_dir)
+{
+  const auto it = m_cache_refused.find(run_dir);
+  if (it == m_cache_refused.end()) {
+    return {};
+  }
+  std::string entry = std::move(it->second);
+  m_cache_refused.erase(it);
+  return entry;
+}
+
+// An entry found but not as ferry leaves it was changed on the host (an entry appears only
+// whole, by a rename): the run that wanted it says so (issue 45 item 3), as the launcher and the
+// python standby say what they refuse.
+bool SftpFiles::job_cache_has_for(const std::string& path, const std::string& name,
+                                  std::size_t size)
+{
+  const CacheLook look = job_cache_look(name, size);
+  if (look == CacheLook::refused) {
+    m_cache_refused[path.substr(0, path.rfind('/'))] = m_base + "/" + name;
+  }
+  return look == CacheLook::usable;
 }
 
 Expected<std::string> SftpFiles::cache_script(std::string_view file_name, std::string_view bytes)
@@ -134,10 +158,10 @@ Expected<bool> SftpFiles::job_cache_give_up(const std::string& path, std::string
 // removed, to be replaced. What the session's sweep listed, or this session checked or made, is
 // trusted for a while without another look. A run touches the entry once a day, so the cleanup
 // sees it in use.
-bool SftpFiles::job_cache_has(const std::string& name, std::size_t size)
+SftpFiles::CacheLook SftpFiles::job_cache_look(const std::string& name, std::size_t size)
 {
   if (!m_uid) {
-    return false; // nothing is trusted before the session knows whose the base is
+    return CacheLook::missing; // nothing is trusted before the session knows whose the base is
   }
   const std::string entry = m_base + "/" + name;
   sftp_session sftp = m_sftp.get();
@@ -147,17 +171,17 @@ bool SftpFiles::job_cache_has(const std::string& name, std::size_t size)
       known != m_cache_seen.end() && now - known->second.at < k_trusted_for) {
     seen = known->second;
   } else if (known == m_cache_seen.end() && now - m_cache_listed_at < k_trusted_for) {
-    return false; // not in the sweep's listing: missing
+    return CacheLook::missing; // not in the sweep's listing
   } else if (known == m_cache_seen.end() && name == m_cache_missing &&
              now - m_cache_missing_at < k_missing_for) {
-    return false; // a look a moment ago found it missing
+    return CacheLook::missing; // a look a moment ago found it missing
   } else {
     const auto armed = arm("look up the job cache entry " + entry);
     const Attributes attributes(sftp_lstat(sftp, entry.c_str()));
     if (!attributes) {
       m_cache_missing = name;
       m_cache_missing_at = now;
-      return false;
+      return CacheLook::missing;
     }
     seen = {(attributes->permissions & 07777) == k_job_cache_mode &&
                 trusted_file(attributes->type == SSH_FILEXFER_TYPE_REGULAR, attributes->uid,
@@ -168,7 +192,7 @@ bool SftpFiles::job_cache_has(const std::string& name, std::size_t size)
     const auto armed = arm("remove the job cache entry " + entry);
     sftp_unlink(sftp, entry.c_str()); // a directory stays: the rename onto it fails
     m_cache_seen.erase(name);
-    return false;
+    return CacheLook::refused;
   }
   if (const long long epoch = epoch_now(); job_cache_needs_touch(seen.mtime, epoch)) {
     const auto armed = arm("touch the job cache entry " + entry);
@@ -178,7 +202,7 @@ bool SftpFiles::job_cache_has(const std::string& name, std::size_t size)
   }
   seen.at = now;
   m_cache_seen[name] = seen;
-  return true;
+  return CacheLook::usable;
 }
 
 // A launcher refused the entry (its bytes no longer match their sha256): it goes, and is taken

@@ -478,6 +478,12 @@ Expected<StagedRun> SshSession::stage(const RunBundle& bundle, const StopToken& 
   }
   StagedRun run = staged_run(bundle, std::move(dir), stop);
   run.job_from_cache = *cached;
+  {
+    const std::lock_guard lock(m_mutex);
+    if (m_files) {
+      run.job_cache_remade = m_files->take_refused_entry(run.run_dir);
+    }
+  }
   return run;
 }
 
