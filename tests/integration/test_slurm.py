@@ -325,13 +325,13 @@ class SlurmTarget(unittest.TestCase):
             code, records, stderr = run.finish(30)
             took = time.monotonic() - t0
         self.assertEqual(code, 0, stderr)
+        self.assertGreater(followers, 0, "no follower script was ever seen on the login node")
+        self.assertEqual(most, 1, "the sweep's points were followed by scripts of their own")
         self.assertEqual(sorted(r["params"]["n"] for r in records), [1, 2, 3, 4], records)
         for r in records:
             self.assertEqual((r["status"], r["stdout"].startswith("point {")), ("ok", True), r)
             self.assertIn(f'"n":{r["params"]["n"]}}}', r["stdout"], r)
         self.assertEqual(len({r["target"]["slurm"]["array_job_id"] for r in records}), 1, records)
-        self.assertGreater(followers, 0, "no follower script was ever seen on the login node")
-        self.assertEqual(most, 1, "the sweep's points were followed by scripts of their own")
         self.assertLess(took, 30, stderr)
 
     def test_one_squeue_call_a_tick_serves_every_run_on_the_login_node(self):
