@@ -1,8 +1,8 @@
 # ferry's Slurm submit script (generated; runs under /bin/sh on the login node)
 # The source is src/remote/submit.sh; ferry fills in the @name@ fields, each already quoted for
 # sh where it is text. It submits the run's batch job with sbatch, or follows the job another
-# node slot of the same allocation (or another point of the same job array) submitted, and reports to ferry on stdout, one frame at a
-# time (docs/slurm.md):
+# node slot of the same allocation submitted, and reports to ferry on stdout, one frame at a time
+# (docs/slurm.md; a sweep's job array has a follower of its own, follow_array.sh):
 #   TAG job ID                  the job was submitted
 #   TAG state STATE REASON      squeue's view, about once a second (also ferry's heartbeat)
 #   TAG out N / TAG err N       then N bytes the launcher wrote to its stdout / stderr
@@ -26,7 +26,6 @@ set -f
 run_dir=@run_dir@
 tag=@tag@
 job=@job_id@
-task=@task@
 job_name=@job_name@
 end_marker=@end_marker@
 printf '%s\n' @sentinel@
@@ -304,8 +303,6 @@ if [ -z "$job" ]; then
     exit 3
     ;;
   esac
-  # A sweep's job array: this script follows its own point's task (ID_TASK).
-  [ -n "$task" ] && job=${job}_$task
 fi
 say job "$job"
 join_queue

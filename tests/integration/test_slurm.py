@@ -268,6 +268,72 @@ class SlurmTarget(unittest.TestCase):
         wait_for(lambda: len(point_jobs()) >= 4, 10, 0.5)
         self.assertEqual(point_jobs(), [f"{array}_{t}" for t in range(4)])
 
+    def array_tasks(self, name: str) -> list[dict]:
+        return [j for j in self.cluster.queue() if j["name"].startswith(f"ferry-{name}-")]
+
+    def test_ctrl_c_cancels_a_sweeps_whole_array_and_every_point_is_interrupted(self):
+        # Issue 43 item 6: one follower for the whole array; SIGINT cancels the array
+        # (scancel ARRAY), every point's record says interrupted, nothing stays on the nodes.
+        job = write_job(self.tmp, "array_nap", "echo started\nsleep 300\n", interpreter="sh",
+                        timeout=600, params="[params.n]\ntype = \"int\"")
+        run = self.background("run", job, "--sweep", "n=1,2,3", "--json")
+        running = lambda: [t for t in self.array_tasks("array_nap") if t["state"] == "RUNNING"]
+        self.assertTrue(wait_for(lambda: len(running()) == 3 and run.stderr().count(" running") >= 3,
+                                 30), (self.array_tasks("array_nap"), run.stderr()))
+        array = running()[0]["id"].split("_")[0]
+        jobs = [int(self.cluster.job(f"{array}_{k}")["JobId"]) for k in range(3)]
+        on_nodes = lambda: [p for j in jobs for p in self.cluster.job_processes(j)]
+        self.assertTrue(wait_for(lambda: all(self.cluster.job_processes(j) for j in jobs), 10))
+        t0 = time.monotonic()
+        run.proc.send_signal(signal.SIGINT)
+        code, records, stderr = run.finish(40)
+        took = time.monotonic() - t0
+        self.assertEqual(code, 130, stderr)
+        self.assertLess(took, 15, stderr)
+        self.assertEqual(sorted(r["params"]["n"] for r in records), [1, 2, 3], records)
+        for r in records:
+            slurm = r["target"]["slurm"]
+            self.assertEqual((r["status"], slurm["array_job_id"], slurm.get("state")),
+                             ("interrupted", array, "CANCELLED"), r)
+        self.assertTrue(wait_for(lambda: not self.array_tasks("array_nap"), 10),
+                        self.array_tasks("array_nap"))
+        self.assertTrue(wait_for(lambda: not on_nodes(), 15),
+                        self.cluster.describe_processes(on_nodes()))
+
+    def test_an_array_sweep_takes_one_channel_however_many_points(self):
+        # Issue 43 item 6: a login node that allows 3 channels (SFTP and two more) and a sweep of
+        # 4 points: one follower script follows every task of the array, so no point waits for a
+        # channel and all are done promptly.
+        job = write_job(self.tmp, "array_quick", 'echo "point $(cat "$FERRY_PARAMS")"\nsleep 1\n',
+                        interpreter="sh", params="[params.n]\ntype = \"int\"")
+        user = self.srv.user("bash")
+        followers, most = 0, 0
+        with SshServer(extra_config="MaxSessions 3", reset_users=False) as narrow:
+            run = Background(["run", job, "--sweep", "n=1,2,3,4", "--json", "--slurm",
+                              narrow.alias("bash"), "--ssh-config", narrow.ssh_config], self.env)
+            self.addCleanup(run.kill)
+            t0 = time.monotonic()
+            while run.proc.poll() is None and time.monotonic() - t0 < 60:
+                ps = subprocess.run(["ps", "-u", user, "-o", "args="], capture_output=True,
+                                    text=True).stdout.splitlines()
+                # One script per path (its subshells show the same command line); the class's
+                # TIMEOUT run on n3 has its submit script under SCRATCH.
+                now = {a for a in ps if re.search(r"\.ferry-(submit|follow-array)\.sh", a)
+                       and SCRATCH not in a}
+                followers, most = followers + bool(now), max(most, len(now))
+                time.sleep(0.05)
+            code, records, stderr = run.finish(30)
+            took = time.monotonic() - t0
+        self.assertEqual(code, 0, stderr)
+        self.assertGreater(followers, 0, "no follower script was ever seen on the login node")
+        self.assertEqual(most, 1, "the sweep's points were followed by scripts of their own")
+        self.assertEqual(sorted(r["params"]["n"] for r in records), [1, 2, 3, 4], records)
+        for r in records:
+            self.assertEqual((r["status"], r["stdout"].startswith("point {")), ("ok", True), r)
+            self.assertIn(f'"n":{r["params"]["n"]}}}', r["stdout"], r)
+        self.assertEqual(len({r["target"]["slurm"]["array_job_id"] for r in records}), 1, records)
+        self.assertLess(took, 30, stderr)
+
     def test_one_squeue_call_a_tick_serves_every_run_on_the_login_node(self):
         # Issue 43 item 6: the submit scripts of runs under way at once on a login node share
         # one squeue call per tick (a state file under the run base), instead of one each.

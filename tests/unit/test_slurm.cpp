@@ -1,8 +1,9 @@
 // The Slurm target's pieces that need no cluster: option checks and precedence, the [slurm]
-// table, the submit script's frames, the verdicts on how a job ended, the shared allocation and
-// the config file. The real cluster is tests/integration/test_slurm.py.
+// table, the submit script's frames, a job array's one follower, the verdicts on how a job ended,
+// the shared allocation and the config file. The real cluster is tests/integration/test_slurm.py.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "ferry/remote/launcher.hpp"
 #include "ferry/slurm_options.hpp"
 #include "transport/slurm/allocation.hpp"
+#include "transport/slurm/array_follow.hpp"
 #include "transport/slurm/cluster.hpp"
 #include "transport/slurm/frames.hpp"
 #include "transport/slurm/verdict.hpp"
@@ -203,6 +205,109 @@ TEST_CASE("a stream that is not frames is refused, not guessed at", "[slurm][fra
   CHECK(cut.midway());
 }
 
+TEST_CASE("a job array's frames name the task they are about", "[slurm][frames]")
+{
+  std::vector<std::string> seen;
+  std::string out;
+  slurm::FrameReader reader(
+      "T",
+      [&](const auto& words) {
+        seen.push_back(fmt::format("{}:{}", reader.task(), std::string(words[0])));
+      },
+      [&](OutputStream, std::string_view bytes) {
+        out += fmt::format("{}:{}", reader.task(), std::string(bytes));
+      },
+      true);
+  reader.feed("T job 42\nT 3 out 3\nab\nT 0 state RUNNING -\nT note squeue: 12 down\n"
+              "T 12 end COMPLETED 0:0 n1 scontrol\n");
+  CHECK_FALSE(reader.broken());
+  CHECK(seen == std::vector<std::string>{"-1:job", "0:state", "-1:note", "12:end"});
+  CHECK(out == "3:ab\n");
+  reader.feed("T 4\n");
+  CHECK_THAT(reader.broken().value_or(""), Catch::Contains("nothing after its task"));
+}
+
+namespace {
+
+// A point of a job array as SlurmSession::follow_point sees it, on a thread of its own.
+struct ArrayPoint {
+  ExecRequest request;
+  std::optional<slurm::Follow> follow;
+  std::string job;
+  std::atomic<int> cancels{0};
+  std::optional<ExecOutcome> outcome;
+
+  explicit ArrayPoint(std::chrono::milliseconds deadline)
+  {
+    request.end_marker = "END";
+    request.deadline = deadline;
+    request.stop = StopToken::make();
+    follow.emplace(request, "", [this](std::string id) { job = std::move(id); });
+  }
+  void run(slurm::ArrayFollow& array, int task)
+  {
+    array.enroll(task, *follow);
+    auto script = array.wait(task, request.stop, [this] { ++cancels; });
+    REQUIRE(script);
+    outcome = follow->outcome(std::move(*script), slurm::NodeRun{});
+  }
+};
+
+} // namespace
+
+TEST_CASE("one follower serves every point of a job array, each its own task", "[slurm]")
+{
+  slurm::ArrayFollow array(2);
+  ArrayPoint zero(std::chrono::hours(1));
+  ArrayPoint one(std::chrono::milliseconds(50));
+  std::atomic<bool> cancelled{false};
+  // The script: point 1 runs past its deadline and must be cancelled alone, point 0 goes on.
+  array.arm(
+      [&](const ExecRequest& script) -> Expected<ExecOutcome> {
+        script.on_output(OutputStream::out,
+                         "T job 42\nT 1 state RUNNING None\nT 0 out 6\nzero\n\n");
+        while (!cancelled) {
+          script.on_output(OutputStream::out, "T 1 out 4\none\n");
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        script.on_output(OutputStream::out, "T 1 end CANCELLED 0:15 n2 scontrol\n"
+                                            "T 0 end COMPLETED 0:0 n1 scontrol\n");
+        return ExecOutcome{};
+      },
+      ExecRequest{}, "T");
+  std::thread first([&] { zero.run(array, 0); });
+  std::thread second([&] { one.run(array, 1); });
+  for (int i = 0; i < 500 && one.cancels == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  cancelled = true;
+  first.join();
+  second.join();
+  CHECK(zero.job == "42_0");
+  CHECK(one.job == "42_1");
+  CHECK(zero.cancels == 0);
+  CHECK(one.cancels == 1);
+  REQUIRE(zero.outcome);
+  REQUIRE(one.outcome);
+  CHECK(zero.outcome->out.bytes == "zero\n\n");
+  CHECK(zero.outcome->end == ExecEnd::exited);
+  CHECK(one.outcome->out.bytes.starts_with("one\none\n"));
+  CHECK(one.outcome->end == ExecEnd::deadline);
+  CHECK(zero.follow->end()->state == "COMPLETED");
+  CHECK(one.follow->end()->state == "CANCELLED");
+}
+
+TEST_CASE("a job array that cannot be followed fails every point", "[slurm]")
+{
+  slurm::ArrayFollow array(2);
+  ArrayPoint zero(std::chrono::hours(1));
+  array.enroll(0, *zero.follow);
+  array.abandon("the login node refused the script");
+  auto script = array.wait(0, zero.request.stop, [] {});
+  REQUIRE_FALSE(script);
+  CHECK_THAT(script.error().message, Catch::Contains("the login node refused the script"));
+}
+
 TEST_CASE("how a Slurm job ended decides the run's verdict", "[slurm]")
 {
   using Kind = ExecOutcome::Verdict::Kind;
@@ -317,6 +422,16 @@ TEST_CASE("the submit script is filled with quoted fields and parses under sh", 
   CHECK(std::system(("sh -n " + path.string()).c_str()) == 0);
   std::filesystem::remove(path);
   CHECK_FALSE(remote_script("slurm_batch.sh").empty());
+  const std::string array =
+      fill_template(remote_script("follow_array.sh"), {{"run_dirs", "'/runs/a' '/runs/b c'"},
+                                                       {"tag", sh_quote("ferry-slurm-1")},
+                                                       {"job_name", sh_quote("ferry-a'b-1")},
+                                                       {"end_marker", sh_quote("ferry-end-1")},
+                                                       {"sentinel", sh_quote("ferry-submit-1")}});
+  CHECK(array.find("set -- '/runs/a' '/runs/b c'") != std::string::npos);
+  std::ofstream(path) << array;
+  CHECK(std::system(("sh -n " + path.string()).c_str()) == 0);
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("scontrol's one-line records become objects", "[slurm]")

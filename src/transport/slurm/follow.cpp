@@ -23,14 +23,13 @@ Follow::Follow(const ExecRequest& request, std::string tag, std::function<void(s
       m_out(capture_for(request, OutputStream::out)),
       m_err(capture_for(request, OutputStream::err)),
       m_frames(
-          std::move(tag), [this](const auto& words) { on_line(words); },
-          [this](OutputStream stream, std::string_view bytes) {
-            (stream == OutputStream::out ? m_out : m_err).feed(bytes);
-          })
+          std::move(tag), [this](const auto& words) { take_line(words); },
+          [this](OutputStream stream, std::string_view bytes) { take_bytes(stream, bytes); })
 {
 }
 
-ExecRequest Follow::script_request(std::vector<std::string> argv, std::string sentinel)
+ExecRequest follower_request(const ExecRequest& request, std::vector<std::string> argv,
+                             std::string sentinel, std::chrono::seconds grace)
 {
   ExecRequest script;
   script.argv = std::move(argv);
@@ -39,8 +38,15 @@ ExecRequest Follow::script_request(std::vector<std::string> argv, std::string se
   script.deadline = k_no_deadline;
   // After TERM the script cancels the job and waits for it to leave the queue (a few seconds):
   // KILL must not cut that short, or the job could outlive the run.
-  script.grace = std::max<std::chrono::steady_clock::duration>(m_request.grace, k_cancel_grace);
-  script.start_limit = m_request.start_limit;
+  script.grace = std::max<std::chrono::steady_clock::duration>(request.grace, grace);
+  script.start_limit = request.start_limit;
+  return script;
+}
+
+ExecRequest Follow::script_request(std::vector<std::string> argv, std::string sentinel)
+{
+  ExecRequest script =
+      follower_request(m_request, std::move(argv), std::move(sentinel), k_cancel_grace);
   script.stop = m_script_stop;
   script.on_output = [this](OutputStream stream, std::string_view bytes) {
     if (stream == OutputStream::out) {
@@ -49,6 +55,11 @@ ExecRequest Follow::script_request(std::vector<std::string> argv, std::string se
     watch_time();
   };
   return script;
+}
+
+void Follow::take_bytes(OutputStream stream, std::string_view bytes)
+{
+  (stream == OutputStream::out ? m_out : m_err).feed(bytes);
 }
 
 void Follow::note(const std::string& text) const
@@ -76,7 +87,7 @@ void Follow::watch_time()
   }
 }
 
-void Follow::on_line(const std::vector<std::string_view>& words)
+void Follow::take_line(const std::vector<std::string_view>& words)
 {
   const std::string_view kind = words[0];
   const std::string_view first = words.size() > 1 ? words[1] : std::string_view();
@@ -156,10 +167,10 @@ ExecOutcome Follow::outcome(ExecOutcome script, NodeRun run)
                               : std::nullopt) {
     outcome.exit_code = report->code;
   }
-  if (m_frames.broken()) {
-    outcome.verdict = ExecOutcome::Verdict{
-        ExecOutcome::Verdict::Kind::error,
-        fmt::format("the submit script's report made no sense ({})", *m_frames.broken())};
+  if (const auto& broken = m_frames.broken() ? m_frames.broken() : m_broken_elsewhere) {
+    outcome.verdict =
+        ExecOutcome::Verdict{ExecOutcome::Verdict::Kind::error,
+                             fmt::format("the submit script's report made no sense ({})", *broken)};
     return outcome;
   }
   run.node = m_node;

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "transport/exec_request.hpp"
 #include "transport/slurm/frames.hpp"
@@ -29,16 +30,24 @@ public:
   // The runner's outcome, from the script's.
   [[nodiscard]] ExecOutcome outcome(ExecOutcome script, NodeRun run);
 
+  // Fed by a job array's follower (ArrayFollow) instead of a script of its own: its frames about
+  // this point's task, the task named no more.
+  void take_line(const std::vector<std::string_view>& words);
+  void take_bytes(OutputStream stream, std::string_view bytes);
+  // The follower's report stopped making sense.
+  void take_broken(std::string why) { m_broken_elsewhere = std::move(why); }
+  // The run's stop request or ferry's deadline: stops the script (once).
+  void watch_time();
+  [[nodiscard]] const std::optional<ExecEnd>& stop_reason() const { return m_stop_reason; }
+
   [[nodiscard]] const std::string& job_id() const { return m_job_id; }
   [[nodiscard]] const std::string& node() const { return m_node; }
   [[nodiscard]] const std::optional<JobEnd>& end() const { return m_end; }
   [[nodiscard]] bool stopped_by_ferry() const { return m_stop_reason.has_value(); }
 
 private:
-  void on_line(const std::vector<std::string_view>& words);
   void on_state(std::string_view state, std::string_view reason);
   void on_end(const std::vector<std::string_view>& words);
-  void watch_time();
   void note(const std::string& text) const;
 
   const ExecRequest& m_request;
@@ -54,6 +63,14 @@ private:
   std::string m_node;
   std::optional<JobEnd> m_end;
   std::optional<Clock::time_point> m_running_since;
+  std::optional<std::string> m_broken_elsewhere;
 };
+
+// A script that follows jobs for `request`'s run: its own sentinel, no deadline of its own, at
+// least `grace` between TERM and KILL (it cancels the jobs meanwhile); neither stop nor output
+// handler yet.
+[[nodiscard]] ExecRequest follower_request(const ExecRequest& request,
+                                           std::vector<std::string> argv, std::string sentinel,
+                                           std::chrono::seconds grace);
 
 } // namespace ferry::slurm

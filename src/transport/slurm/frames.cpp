@@ -10,6 +10,14 @@ namespace ferry::slurm {
 
 namespace {
 constexpr std::size_t k_max_line = 4096;
+
+// "3" -> 3; -1 for anything but a plain number.
+int task_number(std::string_view word)
+{
+  int task = -1;
+  const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), task);
+  return !word.empty() && ec == std::errc() && end == word.data() + word.size() ? task : -1;
+}
 } // namespace
 
 std::vector<std::string_view> split_words(std::string_view line)
@@ -28,8 +36,9 @@ std::vector<std::string_view> split_words(std::string_view line)
   return words;
 }
 
-FrameReader::FrameReader(std::string tag, LineHandler on_line, BytesHandler on_bytes)
-    : m_tag(std::move(tag)), m_on_line(std::move(on_line)), m_on_bytes(std::move(on_bytes))
+FrameReader::FrameReader(std::string tag, LineHandler on_line, BytesHandler on_bytes, bool by_task)
+    : m_tag(std::move(tag)), m_on_line(std::move(on_line)), m_on_bytes(std::move(on_bytes)),
+      m_by_task(by_task)
 {
 }
 
@@ -66,7 +75,15 @@ void FrameReader::header(std::string_view line)
     m_broken = fmt::format("an unexpected line \"{}\"", shorten(line, 120));
     return;
   }
-  const std::vector<std::string_view> rest(words.begin() + 1, words.end());
+  std::vector<std::string_view> rest(words.begin() + 1, words.end());
+  m_task = m_by_task ? task_number(rest[0]) : -1;
+  if (m_task >= 0) {
+    rest.erase(rest.begin());
+    if (rest.empty()) {
+      m_broken = fmt::format("a frame with nothing after its task \"{}\"", shorten(line, 120));
+      return;
+    }
+  }
   if (rest[0] != "out" && rest[0] != "err") {
     m_on_line(rest);
     return;

@@ -2,7 +2,8 @@
 // session of its own per slot); exec submits the run's job with sbatch through the submit script
 // and follows it; the slots of one target share each run's allocation (docs/slurm.md). A sweep's
 // points are one job array: they run at once on one session, each on its own fleet thread, and
-// meet like node slots before point 0 submits the array.
+// meet like node slots; then one script on one channel submits the array and follows every task
+// (ArrayFollow), each point taking its own task's part.
 #include <atomic>
 #include <map>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "ferry/text.hpp"
 #include "ferry/util.hpp"
 #include "transport/slurm/allocation.hpp"
+#include "transport/slurm/array_follow.hpp"
 #include "transport/slurm/cluster.hpp"
 #include "transport/slurm/follow.hpp"
 
@@ -26,6 +28,7 @@ using slurm::Follow;
 using slurm::SharedAllocation;
 
 constexpr std::string_view k_submit_script = ".ferry-submit.sh";
+constexpr std::string_view k_array_script = ".ferry-follow-array.sh";
 constexpr std::string_view k_batch_script = ".ferry-batch.sh";
 constexpr std::string_view k_sbatch_args = ".ferry-sbatch-args";
 
@@ -68,7 +71,6 @@ struct ScriptFields {
   std::string run_dir;
   std::string tag;
   std::string job_id; // empty: submit
-  std::string task;   // submitting a job array: the task this script follows
   std::string job_name;
   std::string end_marker;
   std::string sentinel;
@@ -80,11 +82,27 @@ std::string submit_script(const ScriptFields& fields)
                                                        {"run_dir", sh_quote(fields.run_dir)},
                                                        {"tag", sh_quote(fields.tag)},
                                                        {"job_id", sh_quote(fields.job_id)},
-                                                       {"task", sh_quote(fields.task)},
                                                        {"job_name", sh_quote(fields.job_name)},
                                                        {"end_marker", sh_quote(fields.end_marker)},
                                                        {"sentinel", sh_quote(fields.sentinel)},
                                                    });
+}
+
+// The follower of a job array: `dirs` are the points' run directories, in task order.
+std::string array_script(const ScriptFields& fields, const std::vector<std::string>& dirs)
+{
+  std::string quoted;
+  for (const auto& dir : dirs) {
+    quoted += (quoted.empty() ? "" : " ") + sh_quote(dir);
+  }
+  return fill_template(remote_script("follow_array.sh"),
+                       {
+                           {"run_dirs", quoted},
+                           {"tag", sh_quote(fields.tag)},
+                           {"job_name", sh_quote(fields.job_name)},
+                           {"end_marker", sh_quote(fields.end_marker)},
+                           {"sentinel", sh_quote(fields.sentinel)},
+                       });
 }
 
 // One run's state: a session runs one at a time, except a sweep's job array, whose points run
@@ -118,6 +136,9 @@ public:
         m_allocation(std::move(allocation)), m_login(ssh::make_remote(m_target.login))
   {
     m_login->without_job_cache();
+    if (m_array) {
+      m_follower = std::make_unique<slurm::ArrayFollow>(m_target.array_points);
+    }
   }
   SlurmSession(const SlurmSession&) = delete;
   SlurmSession& operator=(const SlurmSession&) = delete;
@@ -180,9 +201,14 @@ private:
   }
   void start_round(const RunBundle& bundle);
   std::string array_spec() const;
+  Expected<void> put_submission(const std::string& run_dir, const std::vector<std::string>& dirs);
   Expected<std::string> submit_or_wait(const std::string& run_dir, const ExecRequest& request);
   Expected<ExecOutcome> follow(const ExecRequest& request, const std::string& run_dir,
                                const std::string& job_id);
+  Expected<ExecOutcome> follow_point(const ExecRequest& request, const std::string& run_dir);
+  Expected<void> arm_follower(const ExecRequest& request, const std::string& run_dir);
+  Expected<ExecOutcome> settle(RunState& run, slurm::Follow& follow, ExecOutcome script,
+                               const std::string& run_dir);
   void on_job(std::string id);
 
   std::shared_ptr<const SlurmTarget> m_shared_target;
@@ -191,6 +217,7 @@ private:
   const bool m_array; // a sweep's points as one job array
   std::shared_ptr<SharedAllocation> m_allocation;
   std::unique_ptr<ssh::Remote> m_login;
+  std::unique_ptr<slurm::ArrayFollow> m_follower; // an array's (it uses m_login till it ends)
   StopToken m_stop;
   nlohmann::json m_cluster;     // `check`: what the login node says about the cluster
   int m_round = -1;             // the last round of a session that runs one run at a time
@@ -321,16 +348,23 @@ Expected<std::string> SlurmSession::submit_or_wait(const std::string& run_dir,
   run.joined = true;
   FERRY_TRY_ASSIGN(const auto dirs, m_allocation->join(run.round, run.slot, run_dir, request.stop));
   if (run.slot != 0) {
-    FERRY_TRY_ASSIGN(auto id, m_allocation->job_of(run.round, request.stop));
-    return m_array ? fmt::format("{}_{}", id, run.slot) : id;
+    return m_allocation->job_of(run.round, request.stop);
   }
+  FERRY_TRY(put_submission(run_dir, dirs));
+  return std::string(); // submitted by this slot's submit script
+}
+
+// The batch script and sbatch's arguments, in the run directory of slot 0 (point 0).
+Expected<void> SlurmSession::put_submission(const std::string& run_dir,
+                                            const std::vector<std::string>& dirs)
+{
+  const RunState& run = mine();
   SlurmOptions options = run.options;
   options.time_min = run.time_min;
   FERRY_TRY(m_login->put_file(run_dir + "/" + std::string(k_batch_script),
                               remote_script("slurm_batch.sh")));
-  FERRY_TRY(m_login->put_file(run_dir + "/" + std::string(k_sbatch_args),
-                              sbatch_args_file(options, run.job_name, dirs, array_spec())));
-  return std::string(); // submitted by this slot's submit script
+  return m_login->put_file(run_dir + "/" + std::string(k_sbatch_args),
+                           sbatch_args_file(options, run.job_name, dirs, array_spec()));
 }
 
 Expected<ExecOutcome> SlurmSession::launch(StagedRun& staged, const LaunchRequest& launch)
@@ -341,6 +375,9 @@ Expected<ExecOutcome> SlurmSession::launch(StagedRun& staged, const LaunchReques
   run.time_min = run.options.time_min.value_or(slurm_minutes_for(
       run.timeout_s,
       static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(request.grace).count())));
+  if (m_array) {
+    return follow_point(request, run_dir);
+  }
   auto job_id = submit_or_wait(run_dir, request);
   if (!job_id) {
     if (run.slot == 0) {
@@ -353,13 +390,54 @@ Expected<ExecOutcome> SlurmSession::launch(StagedRun& staged, const LaunchReques
     // Whatever happened, the others stop waiting (a no-op once the id is out).
     m_allocation->abandon(run.round,
                           outcome ? "sbatch did not submit the job" : outcome.error().message);
-    if (m_array && request.stop.stop_requested() && !run.job_id.empty()) {
-      // Interrupted: the whole array goes, also the tasks of points whose follower has not
-      // started (waiting for a channel of the login node).
-      slurm::cancel_job(*m_login, array_of(run.job_id));
-    }
   }
   return outcome;
+}
+
+// A point of a job array: once every point is staged, point 0 readies the one script that submits
+// the array and follows every task; each point then takes its own task's frames and keeps its own
+// deadline, cancelling its task alone when it passes (Ctrl-C stops the script, which cancels the
+// whole array).
+Expected<ExecOutcome> SlurmSession::follow_point(const ExecRequest& request,
+                                                 const std::string& run_dir)
+{
+  RunState& run = mine();
+  run.joined = true;
+  auto joined = arm_follower(request, run_dir);
+  if (!joined) {
+    m_follower->abandon(joined.error().message);
+    return Unexpected<Error>{joined.error()};
+  }
+  // The job id comes on the follower's thread: it is this point's, not that thread's.
+  slurm::Follow follow(request, std::string(),
+                       [&run](std::string id) { run.job_id = std::move(id); });
+  m_follower->enroll(run.slot, follow);
+  FERRY_TRY_ASSIGN(auto script, m_follower->wait(run.slot, request.stop, [&] {
+    slurm::cancel_job(*m_login, follow.job_id());
+  }));
+  return settle(run, follow, std::move(script), run_dir);
+}
+
+Expected<void> SlurmSession::arm_follower(const ExecRequest& request, const std::string& run_dir)
+{
+  const RunState& run = mine();
+  FERRY_TRY_ASSIGN(const auto dirs, m_allocation->join(run.round, run.slot, run_dir, request.stop));
+  if (run.slot != 0) {
+    return {};
+  }
+  FERRY_TRY(put_submission(run_dir, dirs));
+  const std::string nonce = random_hex(12);
+  const ScriptFields fields{run_dir,      "ferry-slurm-" + nonce, {},
+                            run.job_name, request.end_marker,     "ferry-submit-" + nonce};
+  const std::string path = run_dir + "/" + std::string(k_array_script);
+  FERRY_TRY(m_login->put_file(path, array_script(fields, dirs)));
+  // After TERM the script cancels the array and reports every task's end.
+  ExecRequest script = slurm::follower_request(request, {"/bin/sh", path}, fields.sentinel,
+                                               std::chrono::seconds(30));
+  script.stop = request.stop;
+  m_follower->arm([this](const ExecRequest& req) { return m_login->exec(req); }, std::move(script),
+                  fields.tag);
+  return {};
 }
 
 // The submit script said the job's id: slot 0 passes it on to the others (for an array, the
@@ -369,7 +447,7 @@ void SlurmSession::on_job(std::string id)
   RunState& run = mine();
   run.job_id = id;
   if (run.slot == 0) {
-    m_allocation->submitted(run.round, m_array ? array_of(id) : std::move(id));
+    m_allocation->submitted(run.round, std::move(id));
   }
 }
 
@@ -378,19 +456,21 @@ Expected<ExecOutcome> SlurmSession::follow(const ExecRequest& request, const std
 {
   RunState& run = mine();
   const std::string nonce = random_hex(12);
-  ScriptFields fields{run_dir,
-                      "ferry-slurm-" + nonce,
-                      job_id,
-                      m_array && job_id.empty() ? std::to_string(run.slot) : std::string(),
-                      run.job_name,
-                      request.end_marker,
-                      "ferry-submit-" + nonce};
+  ScriptFields fields{run_dir,      "ferry-slurm-" + nonce, job_id,
+                      run.job_name, request.end_marker,     "ferry-submit-" + nonce};
   FERRY_TRY(m_login->put_file(run_dir + "/" + std::string(k_submit_script), submit_script(fields)));
   run.job_id = job_id;
   Follow follow(request, fields.tag, [this](std::string id) { on_job(std::move(id)); });
   FERRY_TRY_ASSIGN(auto script, m_login->exec(follow.script_request(
                                     {"/bin/sh", run_dir + "/" + std::string(k_submit_script)},
                                     fields.sentinel)));
+  return settle(run, follow, std::move(script), run_dir);
+}
+
+// The run's part of what the script saw: its job, node and end, and the runner's outcome.
+Expected<ExecOutcome> SlurmSession::settle(RunState& run, slurm::Follow& follow, ExecOutcome script,
+                                           const std::string& run_dir)
+{
   run.job_id = follow.job_id();
   run.node = follow.node();
   run.end = follow.end();
