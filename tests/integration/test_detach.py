@@ -118,7 +118,7 @@ class Detach(unittest.TestCase):
             self.assertEqual(f.read(), "fetched bytes\n")
         self.assertFalse(os.path.exists(run_dir), f"{run_dir} was not removed")
         shown = self.ferry("show", rec["run_id"], "--json")
-        self.assertEqual((shown.code, shown.record["status"]), (0, "ok"), shown)
+        self.assertEqual((shown.code, json.loads(shown.stdout)["status"]), (0, "ok"), shown)
 
     def test_detach_then_attach_from_another_process(self):
         (rec,), took = self.detach(self.job)
@@ -135,7 +135,7 @@ class Detach(unittest.TestCase):
         first = self.popen_attach(rec["run_id"])
         time.sleep(0.7)
         first.send_signal(signal.SIGKILL)
-        first.wait()
+        first.communicate()
         # The job finishes while the second client is stopped; it collects on SIGCONT.
         second = self.popen_attach(rec["run_id"])
         time.sleep(0.3)
