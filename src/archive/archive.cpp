@@ -578,16 +578,15 @@ Expected<void> Archive::forget_detached(std::string_view run_id)
   std::lock_guard lock(m_impl->mutex);
   Database& db = m_impl->db;
   db.start_lock_wait(m_impl->lock_wait);
-  return explained(retry_while_locked(db,
-                                      [&]() -> SqliteResult<> {
-                                        FERRY_TRY_ASSIGN(
-                                            auto stmt,
-                                            db.prepare(
-                                                "DELETE FROM detached_runs WHERE run_id = ?"));
-                                        stmt.bind(1, run_id);
-                                        return stmt.run();
-                                      }),
-                   m_impl->path, fmt::format("forget detached run {}", run_id), &db);
+  return explained(
+      retry_while_locked(db,
+                         [&]() -> SqliteResult<> {
+                           FERRY_TRY_ASSIGN(
+                               auto stmt, db.prepare("DELETE FROM detached_runs WHERE run_id = ?"));
+                           stmt.bind(1, run_id);
+                           return stmt.run();
+                         }),
+      m_impl->path, fmt::format("forget detached run {}", run_id), &db);
 }
 
 } // namespace ferry

@@ -142,11 +142,7 @@ CREATE TABLE detached_runs (
 
 // Append new versions here; never edit a step that has shipped.
 constexpr std::array steps{
-    Migration{1, v1},
-    Migration{2, v2},
-    Migration{3, v3},
-    Migration{4, v4},
-    Migration{5, v5},
+    Migration{1, v1}, Migration{2, v2}, Migration{3, v3}, Migration{4, v4}, Migration{5, v5},
 };
 
 static_assert(application_id == 1179800153, "v1 writes application_id as a decimal literal");

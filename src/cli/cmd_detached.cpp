@@ -48,7 +48,8 @@ Expected<RunRecord> find_detached(Archive& archive, const std::string& ref)
     if (id == ref) {
       return std::move(run);
     }
-    if (id.starts_with(ref) || (dash != std::string_view::npos && id.substr(dash + 1).starts_with(ref))) {
+    if (id.starts_with(ref) ||
+        (dash != std::string_view::npos && id.substr(dash + 1).starts_with(ref))) {
       matches.push_back(&run);
     }
   }
@@ -93,8 +94,7 @@ RunOptions options_of(const RunRecord& run, bool verbose)
   options.result_cap = recorded.value("result_cap", std::size_t{64} << 20);
   options.fetch = detached.value("fetch", std::vector<std::string>{});
   options.out_dir = detached.value("out_dir", std::string("ferry-out/{run_id}/{host}"));
-  options.archive_outputs_max =
-      detached.value("archive_outputs_max", std::uint64_t{16} << 20);
+  options.archive_outputs_max = detached.value("archive_outputs_max", std::uint64_t{16} << 20);
   options.invocation = run.invocation;
   return options;
 }
@@ -127,16 +127,15 @@ Expected<ExitCode> collect(Context& ctx, const DetachedCommand& cmd, bool stop)
   observer.run_started({host, job_name});
   RunOptions options = options_of(running, ctx.global.verbose);
   if (!stop) {
-    options.on_output = [&observer, &host, &job_name](OutputStream stream,
-                                                      std::string_view bytes) {
+    options.on_output = [&observer, &host, &job_name](OutputStream stream, std::string_view bytes) {
       observer.run_output({host, job_name}, stream, bytes);
     };
   }
   const std::string run_id = running.run_id;
   FERRY_TRY_ASSIGN(Attached attached, attach_run(*session, job, std::move(running), options, stop));
   if (attached.end == Attached::End::detached) {
-    view.note(fmt::format("detached from run {}; it goes on (`ferry attach {}` again)", run_id,
-                          run_id));
+    view.note(
+        fmt::format("detached from run {}; it goes on (`ferry attach {}` again)", run_id, run_id));
     return ExitCode::interrupted;
   }
   if (attached.end == Attached::End::gone) {
@@ -155,7 +154,7 @@ Expected<ExitCode> collect(Context& ctx, const DetachedCommand& cmd, bool stop)
   std::fflush(stdout);
   // `stop` did what it was asked: the run is recorded `interrupted`, and that is no failure.
   return stop && attached.record.status == RunStatus::interrupted ? ExitCode::ok
-                                                                   : observer.exit_code();
+                                                                  : observer.exit_code();
 }
 
 // What `ps` says of one run, looked at on its host.
@@ -187,9 +186,8 @@ Expected<ExitCode> list_detached(Context& ctx, const DetachedCommand& cmd)
   std::vector<std::future<std::string>> states;
   states.reserve(runs.size());
   for (const auto& run : runs) {
-    states.push_back(std::async(std::launch::async, [&ctx, &cmd, &run] {
-      return host_state(ctx, cmd.ssh, run);
-    }));
+    states.push_back(std::async(std::launch::async,
+                                [&ctx, &cmd, &run] { return host_state(ctx, cmd.ssh, run); }));
   }
   Table table;
   table.header = {"RUN", "JOB", "HOST", "STARTED", "STATE"};
@@ -198,11 +196,11 @@ Expected<ExitCode> list_detached(Context& ctx, const DetachedCommand& cmd)
     table.rows.push_back({runs[i].run_id, runs[i].job, terminal_safe(runs[i].host_label),
                           runs[i].started_at, state});
     table.objects.push_back({{"run_id", runs[i].run_id},
-                      {"job", runs[i].job},
-                      {"host", runs[i].host_label},
-                      {"started_at", runs[i].started_at},
-                      {"state", state.substr(0, state.find(':'))},
-                      {"detail", state}});
+                             {"job", runs[i].job},
+                             {"host", runs[i].host_label},
+                             {"started_at", runs[i].started_at},
+                             {"state", state.substr(0, state.find(':'))},
+                             {"detail", state}});
   }
   if (runs.empty() && !cmd.json) {
     ctx.reporter().note("no detached runs wait for collection");

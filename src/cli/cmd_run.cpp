@@ -31,8 +31,8 @@ struct RunCommand {
   bool fold = false;
   bool no_fold = false;
   bool keep_remote = false;
-  bool detach = false;          // --detach
-  std::string keep_for = "7d";  // --keep-for
+  bool detach = false;         // --detach
+  std::string keep_for = "7d"; // --keep-for
   bool no_archive = false;
   std::size_t output_cap_mib = 16;
   EnvironmentOptions environment;  // --env, --interpreter

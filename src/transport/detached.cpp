@@ -14,7 +14,8 @@ Expected<FetchedFile> HostSession::fetch_from(const StagedRun& run, const std::s
 {
   std::uint64_t skipped = 0;
   return fetch(run, rel, [&](std::string_view chunk) -> Expected<void> {
-    const auto skip = static_cast<std::size_t>(std::min<std::uint64_t>(offset - skipped, chunk.size()));
+    const auto skip =
+        static_cast<std::size_t>(std::min<std::uint64_t>(offset - skipped, chunk.size()));
     skipped += skip;
     chunk.remove_prefix(skip);
     return chunk.empty() ? Expected<void>{} : sink(chunk);
@@ -41,7 +42,8 @@ std::optional<int> done_code(std::string_view line)
 {
   int code = 0;
   const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), code);
-  if (ec != std::errc() || end == line.data() || (end != line.data() + line.size() && *end != ' ')) {
+  if (ec != std::errc() || end == line.data() ||
+      (end != line.data() + line.size() && *end != ' ')) {
     return std::nullopt;
   }
   return code;
