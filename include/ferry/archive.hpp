@@ -130,6 +130,14 @@ public:
   // Safe to call from several threads (calls on one Archive are serialized).
   [[nodiscard]] Expected<RecordOutcome> record(const RunRecord& run);
 
+  // Detached runs not yet collected (`ferry run --detach`, docs/record.md "The life of a run"):
+  // kept apart from the finished runs, with the job's bytes, until `attach` or `stop` records the
+  // final run (record()) and forgets the detached one.
+  [[nodiscard]] Expected<void> record_detached(const RunRecord& run);
+  // Newest first, each with its script bytes.
+  [[nodiscard]] Expected<std::vector<RunRecord>> detached_runs();
+  [[nodiscard]] Expected<void> forget_detached(std::string_view run_id);
+
   // Newest first; records carry everything but the script bytes.
   [[nodiscard]] Expected<std::vector<RunRecord>> log(const LogFilter& filter);
   // log(), one run at a time: `each` gets each run as it is read, so that memory holds one run

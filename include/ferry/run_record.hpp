@@ -77,6 +77,10 @@ struct RunRecord {
   // The GPUs the launcher picked and locked for the job (--gpus), [{"index","uuid"}]; absent from
   // the JSON record when empty.
   nlohmann::json gpus = nlohmann::json::array();
+  // A detached run not yet collected (`ferry run --detach`): where it runs and what attach needs
+  // ({"run_dir","sentinel","end_marker","keep_for_s","fetch","out_dir","archive_outputs_max"});
+  // the JSON record's status is then `running`. Null for every other record.
+  nlohmann::json detached;
 
   // Not part of the JSON record: the exact bytes that ran, the name they travelled under, and
   // the result file's bytes as they came back.

@@ -47,6 +47,9 @@ struct RunOptions {
   std::optional<int> gpus;
   int wait_gpus_s = 0;
   bool gpus_by_scheduler = false;
+  // --detach: the run is started apart from ferry and its record says so (RunRecord::detached);
+  // once finished, it waits this many seconds on the host for `ferry attach`.
+  std::optional<long long> detach_keep_for_s;
 };
 
 // The record's "options" (docs/record.md): the options the run is made with, defaults applied,
@@ -65,6 +68,21 @@ void log_step(const RunOptions& options, std::string_view host, std::string_view
 // The run: every failure ends up in the record, never as an exception.
 [[nodiscard]] RunRecord run_job(HostSession& session, const Job& job, const nlohmann::json& params,
                                 const RunOptions& options);
+
+// `ferry attach` and `ferry stop`: a detached run (RunRecord::detached) followed to its end on
+// `session`, then collected as a run that was never detached (outputs fetched, the run directory
+// removed). `stop` sends the job TERM (KILL after the grace) first and records it interrupted.
+struct Attached {
+  enum class End {
+    collected, // `record` is the run's final record
+    detached,  // ferry was interrupted while it followed: the run goes on, nothing changed
+    gone,      // the run directory is not on the host any more
+  };
+  End end = End::collected;
+  RunRecord record;
+};
+[[nodiscard]] Expected<Attached> attach_run(HostSession& session, const Job& job, RunRecord record,
+                                            const RunOptions& options, bool stop);
 
 // The variables and the interpreter a run on `host` gets (see RunOptions).
 struct JobSetup {

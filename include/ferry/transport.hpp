@@ -154,6 +154,8 @@ struct StagedRun {
   // The job's entry in the target's job cache, found there but not as ferry leaves it (changed
   // on the host) and made anew while the run was staged: its path, for a warning; else empty.
   std::string job_cache_remade;
+  // Words after `/bin/sh RUN_DIR/launch.sh` (`stop` for ferry stop); none for a run.
+  std::vector<std::string> launcher_args;
 };
 
 // How a launched run is followed.
@@ -211,6 +213,12 @@ public:
   // piece by piece. `bytes` of the result stays empty (fetch_capped keeps them).
   [[nodiscard]] virtual Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
                                                     const ChunkSink& sink) = 0;
+  // The same from byte `offset` on (a detached run's output files, read as they grow). This
+  // default reads the file from its start and passes on only what lies past `offset`.
+  [[nodiscard]] virtual Expected<FetchedFile> fetch_from(const StagedRun& run,
+                                                         const std::string& rel,
+                                                         std::uint64_t offset,
+                                                         const ChunkSink& sink);
   // The entries of the directory `rel` ("" for the run directory) as lstat sees them; nullopt
   // when it does not exist.
   [[nodiscard]] virtual Expected<std::optional<std::vector<DirEntry>>>
@@ -219,6 +227,30 @@ public:
   // the run forgotten.
   [[nodiscard]] virtual Expected<void> finish(StagedRun& run, Finish how) = 0;
 };
+
+// A detached run (docs/run-protocol.md, "Detached runs") followed through its files: the output
+// files read on from where the last look stopped, every `poll`, until the done file is there.
+struct FollowRequest {
+  std::size_t output_cap = 16u << 20;
+  std::size_t report_cap = 64 * 1024;
+  std::chrono::milliseconds poll{500};
+  StopToken stop;       // stopped: following ends (the job goes on)
+  OutputSink on_output; // optional: the job's output as it is read
+};
+enum class FollowEnd {
+  done,    // the launcher wrote its done file: the outcome is whole
+  stopped, // the follower was stopped (Ctrl-C): nothing of the run was touched
+  gone,    // the run directory is not there (collected, or removed by the sweep)
+};
+struct Followed {
+  FollowEnd end = FollowEnd::done;
+  ExecOutcome outcome; // done: as a launch that ended would give it
+};
+[[nodiscard]] Expected<Followed> follow_detached(HostSession& session, const StagedRun& run,
+                                                 const FollowRequest& request);
+// Whether the detached run's directory is there and its done file in it: nullopt for no directory.
+[[nodiscard]] Expected<std::optional<bool>> detached_done(HostSession& session,
+                                                          const StagedRun& run);
 
 // fetch, its bytes kept: at most `cap` + 1 of them (more than the cap means it is over it).
 [[nodiscard]] Expected<FetchedFile> fetch_capped(HostSession& session, const StagedRun& run,

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -36,6 +37,11 @@ private:
 // "20261129T141215Z" (compact) and "2026-11-29T14:12:15.123Z" (ISO 8601).
 [[nodiscard]] std::string utc_compact(std::chrono::system_clock::time_point t);
 [[nodiscard]] std::string utc_iso(std::chrono::system_clock::time_point t);
+// Seconds from a time utc_iso wrote ("YYYY-MM-DDTHH:MM:SS.mmmZ") to now; nullopt for other text.
+[[nodiscard]] std::optional<double> seconds_since_utc(std::string_view iso);
+// A duration as `--keep-for` takes it: seconds, or a number with s, m, h, d or w ("90s", "7d");
+// nullopt for anything else, 0, or more than `max_s`.
+[[nodiscard]] std::optional<long long> parse_duration_s(std::string_view text, long long max_s);
 
 [[nodiscard]] Expected<std::string> read_file(const std::filesystem::path& path);
 

@@ -553,3 +553,85 @@ Expected<ArchiveStats> Archive::stats(int largest)
 }
 
 } // namespace ferry
+
+namespace ferry {
+
+Expected<void> Archive::record_detached(const RunRecord& run)
+{
+  std::lock_guard lock(m_impl->mutex);
+  Database& db = m_impl->db;
+  const fs::path& path = m_impl->path;
+  FERRY_TRY_ASSIGN(const bool is_usable, m_impl->usable());
+  if (!is_usable || !m_impl->writable) {
+    return fail(ErrorKind::failed, "cannot record detached run {}: archive {} is not writable",
+                run.run_id, path.string());
+  }
+  db.start_lock_wait(m_impl->lock_wait);
+  const std::string record = to_json_line(to_json(run, false));
+  return explained(retry_while_locked(db,
+                                      [&]() -> SqliteResult<> {
+                                        FERRY_TRY_ASSIGN(
+                                            auto stmt,
+                                            db.prepare("INSERT OR REPLACE INTO detached_runs("
+                                                       "run_id, host_label, started_at, record, "
+                                                       "script) VALUES (?, ?, ?, ?, ?)"));
+                                        stmt.bind(1, run.run_id)
+                                            .bind(2, run.host_label)
+                                            .bind(3, run.started_at)
+                                            .bind(4, record)
+                                            .bind_blob(5, run.script);
+                                        return stmt.run();
+                                      }),
+                   path, fmt::format("record detached run {}", run.run_id), &db);
+}
+
+Expected<std::vector<RunRecord>> Archive::detached_runs()
+{
+  std::lock_guard lock(m_impl->mutex);
+  Database& db = m_impl->db;
+  const fs::path& path = m_impl->path;
+  FERRY_TRY_ASSIGN(const bool is_usable, m_impl->usable());
+  std::vector<RunRecord> runs;
+  if (!is_usable) {
+    return runs;
+  }
+  db.start_lock_wait(m_impl->lock_wait);
+  FERRY_TRY_ASSIGN(auto stmt,
+                   explained(db.prepare("SELECT record, script, host_label FROM detached_runs "
+                                        "ORDER BY started_at DESC, run_id DESC"),
+                             path, "read detached runs", &db));
+  for (;;) {
+    FERRY_TRY_ASSIGN(const bool row, explained(stmt.step(), path, "read detached runs", &db));
+    if (!row) {
+      break;
+    }
+    const auto parsed = nlohmann::json::parse(stmt.column_view(0), nullptr, false);
+    auto run = run_record_from_json(parsed);
+    if (!run) {
+      return fail(ErrorKind::failed, "archive {}: a detached run's record is damaged: {}",
+                  path.string(), run.error().message);
+    }
+    run->script = stmt.column_bytes(1);
+    run->host_label = stmt.column_bytes(2);
+    runs.push_back(std::move(*run));
+  }
+  return runs;
+}
+
+Expected<void> Archive::forget_detached(std::string_view run_id)
+{
+  std::lock_guard lock(m_impl->mutex);
+  Database& db = m_impl->db;
+  db.start_lock_wait(m_impl->lock_wait);
+  return explained(
+      retry_while_locked(db,
+                         [&]() -> SqliteResult<> {
+                           FERRY_TRY_ASSIGN(
+                               auto stmt, db.prepare("DELETE FROM detached_runs WHERE run_id = ?"));
+                           stmt.bind(1, run_id);
+                           return stmt.run();
+                         }),
+      m_impl->path, fmt::format("forget detached run {}", run_id), &db);
+}
+
+} // namespace ferry

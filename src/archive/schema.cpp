@@ -126,12 +126,23 @@ CREATE TABLE run_invocations (
 CREATE INDEX run_invocations_by_invocation ON run_invocations(invocation);
 )sql";
 
+// Version 5: detached runs not yet collected (`ferry run --detach`): the JSON record as `running`
+// (with its `detached` member: where the run is and what `ferry attach` needs) and the job's bytes.
+// A table apart from `runs`, so that a run is in `runs` once, with its final record; `attach` and
+// `stop` move it there and remove it here.
+constexpr std::string_view v5 = R"sql(
+CREATE TABLE detached_runs (
+  run_id     TEXT PRIMARY KEY NOT NULL,
+  host_label TEXT NOT NULL,
+  started_at TEXT NOT NULL,
+  record     TEXT NOT NULL,
+  script     BLOB NOT NULL
+);
+)sql";
+
 // Append new versions here; never edit a step that has shipped.
 constexpr std::array steps{
-    Migration{1, v1},
-    Migration{2, v2},
-    Migration{3, v3},
-    Migration{4, v4},
+    Migration{1, v1}, Migration{2, v2}, Migration{3, v3}, Migration{4, v4}, Migration{5, v5},
 };
 
 static_assert(application_id == 1179800153, "v1 writes application_id as a decimal literal");

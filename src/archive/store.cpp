@@ -40,8 +40,8 @@ std::string small_record(const RunRecord& run)
                                 result, stdout_text, stderr_text, stdout_truncated,
                                 stderr_truncated, started_at, duration_s, timings, replay_of,
                                 ferry_version, warnings, client, env, interpreter, options, files,
-                                outputs, summary, gpus, script, result_bytes, script_name, blobs,
-                                host_label, unreachable, failure, invocation] = run;
+                                outputs, summary, gpus, detached, script, result_bytes, script_name,
+                                blobs, host_label, unreachable, failure, invocation] = run;
   const RunRecord head{.run_id = run_id,
                        .job = job,
                        .job_sha256 = job_sha256,
@@ -69,6 +69,7 @@ std::string small_record(const RunRecord& run)
                        .outputs = outputs,
                        .summary = summary,
                        .gpus = gpus,
+                       .detached = detached,
                        .script = {},
                        .result_bytes = {},
                        .script_name = script_name,

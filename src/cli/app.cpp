@@ -134,6 +134,7 @@ void add_commands(CLI::App& app, Context& ctx)
   add_mcp_command(app, ctx);
   add_connect_command(app, ctx);
   add_disconnect_command(app, ctx);
+  add_detached_commands(app, ctx);
   add_help_command(app, ctx);
   add_completion_command(app, ctx);
 }

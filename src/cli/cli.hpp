@@ -87,6 +87,7 @@ void add_mcp_command(CLI::App& app, Context& ctx);
 void add_completion_command(CLI::App& app, Context& ctx);
 void add_connect_command(CLI::App& app, Context& ctx);
 void add_disconnect_command(CLI::App& app, Context& ctx);
+void add_detached_commands(CLI::App& app, Context& ctx); // attach, stop, ps
 // `ferry __hold SPEC`: a connection holder (started by ferry itself; docs/persistence.md).
 [[nodiscard]] int holder_main(std::string_view spec);
 

@@ -1,5 +1,6 @@
 #include <charconv>
 
+#include "cli/detached.hpp"
 #include "cli/execute.hpp"
 #include "cli/retry.hpp"
 #include "cli/targets.hpp"
@@ -30,6 +31,8 @@ struct RunCommand {
   bool fold = false;
   bool no_fold = false;
   bool keep_remote = false;
+  bool detach = false;         // --detach
+  std::string keep_for = "7d"; // --keep-for
   bool no_archive = false;
   std::size_t output_cap_mib = 16;
   EnvironmentOptions environment;  // --env, --interpreter
@@ -218,6 +221,30 @@ Expected<void> set_gpu_options(RunOptions& options, TargetOptions& target, const
   return {};
 }
 
+constexpr long long k_max_keep_for_s = 365LL * 24 * 3600;
+
+// --detach's --keep-for, checked; detached runs are for SSH hosts and --local, kept in the
+// archive to be collected.
+Expected<long long> detach_keep_for(const RunCommand& cmd)
+{
+  if (!cmd.target.slurm.login.empty()) {
+    return fail(ErrorKind::usage, "--detach is for SSH hosts and --local; under --slurm the "
+                                  "scheduler already keeps the job apart from ferry");
+  }
+  if (cmd.no_archive) {
+    return fail(ErrorKind::usage, "--detach needs the archive: `ferry attach` finds the run there; "
+                                  "leave out --no-archive");
+  }
+  const auto keep_for = parse_duration_s(cmd.keep_for, k_max_keep_for_s);
+  if (!keep_for) {
+    return fail(ErrorKind::usage,
+                "--keep-for {}: give a duration from 1s to 365d (a number of seconds, or with s, "
+                "m, h, d or w: 90m, 7d)",
+                terminal_safe(cmd.keep_for));
+  }
+  return *keep_for;
+}
+
 Expected<std::vector<Job>> find_jobs(const RunCommand& cmd, const JobPath& path)
 {
   std::vector<Job> jobs;
@@ -267,8 +294,13 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   options.out_dir = cmd.out_dir;
   options.archive_outputs_max = cmd.archive_outputs_max_mib << 20;
   const int parallel = batch_parallel(cmd.target, cmd.parallel, sessions.size());
-  return execute_runs(ctx, sessions, runs, options, {!cmd.no_archive, parallel, swept_keys(cmd)},
-                      ctx.reporter());
+  const BatchOptions batch{!cmd.no_archive, parallel, swept_keys(cmd)};
+  if (cmd.detach) {
+    FERRY_TRY_ASSIGN(options.detach_keep_for_s, detach_keep_for(cmd));
+    DetachView view(ctx.reporter(), cmd.json);
+    return execute_runs(ctx, sessions, runs, options, batch, view);
+  }
+  return execute_runs(ctx, sessions, runs, options, batch, ctx.reporter());
 }
 
 // Files alongside (`--file`, `--max-upload`) and files back (`--fetch`, `--out`,
@@ -350,6 +382,15 @@ void add_run_command(CLI::App& app, Context& ctx)
   sub->add_flag("--keep-remote", cmd->keep_remote,
                 "keep the run directory on the host and print its path");
   sub->add_flag("--no-archive", cmd->no_archive, "do not record the runs in the archive");
+  auto* detach = sub->add_flag(
+      "--detach", cmd->detach,
+      "start the runs apart from ferry, print their ids and exit at once; `ferry attach RUN` "
+      "follows and collects one, `ferry ps` lists them, `ferry stop RUN` stops one");
+  sub->add_option("--keep-for", cmd->keep_for,
+                  "how long a finished detached run waits on its host for `ferry attach` before "
+                  "the host's sweep removes it (90m, 12h, 7d)")
+      ->capture_default_str()
+      ->needs(detach);
   sub->add_option("--output-cap", cmd->output_cap_mib, "MiB kept of each of stdout and stderr")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));

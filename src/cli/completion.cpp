@@ -70,6 +70,7 @@ const std::map<std::string, CompletionKind, std::less<>>& kinds_by_name()
       {"max-upload", {ValueKind::free_text, {}}},
       {"archive-outputs-max", {ValueKind::free_text, {}}},
       {"wait-gpus", {ValueKind::free_text, {}}},
+      {"keep-for", {ValueKind::free_text, {}}},
       // Slurm's options: the cluster's own names, which ferry cannot know without asking it.
       {"partition", {ValueKind::free_text, {}}},
       {"gres", {ValueKind::free_text, {}}},

@@ -42,6 +42,49 @@ export FERRY_RUN_DIR FERRY_PARAMS FERRY_RESULT FERRY_JOB
 printf '%s\n' @sentinel@
 printf '%s\n' @sentinel@ >&2
 cd "$FERRY_RUN_DIR" || exit 125
+# --detach (docs/run-protocol.md, "Detached runs"): @detach@ is the seconds a finished run waits
+# for collection, empty for a run ferry follows on this channel. This launcher then starts itself
+# again as `launch.sh detached` in a session of its own, its output going to files of the run
+# directory, says `detached PID` and exits: closing the channel stops nothing. `launch.sh stop`
+# (ferry stop) sends TERM to the detached launcher named in the state file, which stops the job
+# as on an interrupt.
+detach=@detach@
+if [ "${1-}" = stop ]; then
+  if [ -e "$FERRY_RUN_DIR"/@done_file@ ]; then
+    printf 'stop finished\n'
+    exit 0
+  fi
+  pid=
+  read -r pid rest <"$FERRY_RUN_DIR"/@state_file@ 2>/dev/null
+  case $pid in '' | *[!0-9]*) pid= ;; esac
+  # A pid that now names another process (the launcher died and its pid was reused) is left alone.
+  if [ -n "$pid" ] && [ -r /proc/"$pid"/cmdline ] &&
+    ! tr '\000' '\n' </proc/"$pid"/cmdline | grep -qxF "$FERRY_RUN_DIR"/@launch_file@; then
+    pid=
+  fi
+  if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then
+    printf 'stop sent\n'
+  else
+    printf 'stop gone\n'
+  fi
+  exit 0
+fi
+if [ -n "$detach" ] && [ "${1-}" != detached ]; then
+  if command -v setsid >/dev/null 2>&1; then
+    (trap - PIPE; exec setsid /bin/sh "$FERRY_RUN_DIR"/@launch_file@ detached) \
+      </dev/null >"$FERRY_RUN_DIR"/@stdout_file@ 2>"$FERRY_RUN_DIR"/@stderr_file@ &
+  else
+    (trap '' HUP; trap - PIPE; exec /bin/sh "$FERRY_RUN_DIR"/@launch_file@ detached) \
+      </dev/null >"$FERRY_RUN_DIR"/@stdout_file@ 2>"$FERRY_RUN_DIR"/@stderr_file@ &
+  fi
+  printf 'detached %s\n' "$!"
+  exit 0
+fi
+# The detached launcher always leaves a done file, even when it refuses the run before the job
+# starts (no interpreter, a refused job cache entry, no free GPUs): `CODE early` then.
+if [ -n "$detach" ]; then
+  trap 'early=$?; [ -e "$FERRY_RUN_DIR"/@done_file@ ] || { printf "%s early\n" "$early" >"$FERRY_RUN_DIR"/@done_file@.tmp && mv -f "$FERRY_RUN_DIR"/@done_file@.tmp "$FERRY_RUN_DIR"/@done_file@; } 2>/dev/null' EXIT
+fi
 # params.json, then who runs here and for how long at most, for ferry's sweep of directories
 # nobody will clean up: a run directory is only removed once this launcher is gone and that many
 # seconds have passed since the directory last changed (`+SECONDS`: no clock is read). Both are
@@ -173,15 +216,26 @@ send_result() {
     printf 'result none\n'
   fi
 }
+# A detached run keeps its directory for `ferry attach`: the state file then gives the seconds it
+# waits for collection (the sweep removes it after), and the done file, renamed into place last,
+# says the report in the output file is whole.
+finish_detached() {
+  printf 'clean kept\n' 2>/dev/null
+  { printf '%s +%s\n' "$$" "$detach" >"$FERRY_RUN_DIR"/@state_file@; } 2>/dev/null || :
+  { printf '%s %s\n' "$1" "$2" >"$FERRY_RUN_DIR"/@done_file@.tmp &&
+    mv -f "$FERRY_RUN_DIR"/@done_file@.tmp "$FERRY_RUN_DIR"/@done_file@; } 2>/dev/null || :
+  exit "$1"
+}
 finish() {
   gpu_release
-  if ! printf '%s %s %s\n' @end_marker@ "$1" "$2" 2>/dev/null; then
+  if ! printf '%s %s %s\n' @end_marker@ "$1" "$2" 2>/dev/null && [ -z "$detach" ]; then
     rm -rf "$FERRY_RUN_DIR"
     exit "$1"
   fi
   if [ -n "$gpu_report" ]; then printf 'gpus%s\n' "$gpu_report" 2>/dev/null; fi
   send_result 2>/dev/null
   cd / || :
+  if [ -n "$detach" ]; then finish_detached "$1" "$2"; fi
   if [ @keep@ = 1 ] || [ "$result_left" = 1 ]; then
     rm -f "$FERRY_RUN_DIR"/@state_file@ 2>/dev/null
     printf 'clean kept\n' 2>/dev/null
@@ -211,7 +265,11 @@ stop() {
 trap 'stop @timeout_exit@ timeout' USR1
 trap 'stop 143 stopped' TERM
 trap 'stop 130 stopped' INT
-trap 'stop 129 stopped' HUP
+if [ -n "$detach" ]; then
+  trap '' HUP # nobody's terminal or channel: a hangup stops nothing
+else
+  trap 'stop 129 stopped' HUP
+fi
 wait "$job" 2>/dev/null
 status=$?
 trap '' TERM INT HUP USR1

@@ -334,13 +334,23 @@ std::string gpu_picker(const LauncherSpec& spec)
                         {"gpus_refused_exit", std::to_string(k_launcher_gpus_refused_exit)}});
 }
 
+// The seconds a detached run waits for collection, or '' for a run the channel follows.
+std::string detach_field(const LauncherSpec& spec)
+{
+  const auto detach = spec.env.find(k_launcher_detach_var);
+  if (detach == spec.env.end() || !whole_number<long long>(detach->second)) {
+    return "''";
+  }
+  return detach->second;
+}
+
 // One `set -- "$@" 'NAME=value'` line a variable: the value is quoted text, never code.
 std::string env_lines(const std::map<std::string, std::string>& env)
 {
   std::string lines;
   for (const auto& [name, value] : env) {
-    if (name == k_launcher_gpus_var) {
-      continue; // the launcher's own request, not the job's
+    if (name == k_launcher_gpus_var || name == k_launcher_detach_var) {
+      continue; // the launcher's own requests, not the job's
     }
     lines += "set -- \"$@\" " + sh_quote(name + "=" + value) + "\n";
   }
@@ -437,6 +447,10 @@ std::string make_launcher(const LauncherSpec& spec)
                            {"cache_refused_exit", std::to_string(k_launcher_cache_refused_exit)},
                            {"standby", standby_line(spec)},
                            {"gpu_picker", gpu_picker(spec)},
+                           {"detach", detach_field(spec)},
+                           {"stdout_file", k_detached_stdout},
+                           {"stderr_file", k_detached_stderr},
+                           {"done_file", k_detached_done},
                        }) +
          spec.params;
 }

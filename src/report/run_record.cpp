@@ -180,7 +180,8 @@ Json to_json(const RunRecord& r, bool with_streams)
   j["job_sha256"] = r.job_sha256;
   j["target"] = r.target;
   j["params"] = r.params;
-  j["status"] = to_string(r.status);
+  // A detached run not yet collected is `running` (docs/record.md, "The life of a run").
+  j["status"] = r.detached.is_null() ? to_string(r.status) : std::string_view("running");
   j["exit_code"] = r.exit_code ? Json(*r.exit_code) : Json(nullptr);
   j["error"] = r.error ? Json(*r.error) : Json(nullptr);
   j["result"] = r.result;
@@ -222,6 +223,9 @@ Json to_json(const RunRecord& r, bool with_streams)
   if (!r.client.is_null()) {
     j["client"] = r.client;
   }
+  if (!r.detached.is_null()) {
+    j["detached"] = r.detached;
+  }
   j["env"] = r.env;
   if (!r.interpreter.empty()) {
     j["interpreter"] = r.interpreter;
@@ -262,7 +266,12 @@ Expected<RunRecord> run_record_from_json(const Json& j)
     r.job_sha256 = j.value("job_sha256", "");
     r.target = j.value("target", Json::object());
     r.params = j.value("params", Json::object());
-    const auto status = run_status_from(j.at("status").get<std::string>());
+    const auto detached = j.find("detached");
+    if (detached != j.end() && detached->is_object()) {
+      r.detached = *detached;
+    }
+    const auto status = r.detached.is_null() ? run_status_from(j.at("status").get<std::string>())
+                                             : std::optional<RunStatus>(RunStatus::error);
     if (!status) {
       return fail(ErrorKind::failed, "run record {}: unknown status '{}'", r.run_id,
                   j.at("status").get<std::string>());

@@ -11,6 +11,20 @@ ArchivingObserver::ArchivingObserver(ArchivingSettings settings, RunObserver& vi
 
 void ArchivingObserver::record(RunRecord& record)
 {
+  if (!record.detached.is_null()) { // `run --detach`: kept apart until `attach` collects it
+    if (auto stored = m_settings.archive->record_detached(record); !stored) {
+      if (m_settings.on_error) {
+        m_settings.on_error(
+            {stored.error().kind, stored.error().message +
+                                      " — `ferry attach` cannot find this run; "
+                                      "its run directory is " +
+                                      record.detached.value("run_dir", std::string())});
+      }
+      return;
+    }
+    m_archived.insert(record.run_id);
+    return;
+  }
   auto stored = m_settings.archive->record(record);
   if (!stored) {
     if (m_settings.on_error) {

@@ -188,6 +188,10 @@ RunBundle bundle_of(const Run& run, bool cache_refused)
       slurm.gpus = std::to_string(gpus); // the scheduler allocates them
     }
   }
+  if (run.options.detach_keep_for_s) {
+    launcher.env[k_launcher_detach_var] = std::to_string(*run.options.detach_keep_for_s);
+    launcher.keep_run_dir = true;
+  }
   bundle.scheduler = slurm_options_json(slurm);
   return bundle;
 }
@@ -683,6 +687,29 @@ void finish_run(const Run& run, const StagedRun& staged, FinishGuard& guard, Exe
   collect(run, executed, staged, report);
 }
 
+// The launcher of a --detach run started itself apart from the channel and said so.
+bool started_detached(const Run& run, const ExecOutcome& outcome)
+{
+  return run.options.detach_keep_for_s && outcome.end == ExecEnd::exited &&
+         outcome.exit_code == 0 && outcome.out.saw_sentinel &&
+         outcome.out.bytes.starts_with(k_detached_line);
+}
+
+// What `ferry attach` needs to find the run again and collect it as this run would have been.
+void record_detached(const Run& run, const StagedRun& staged)
+{
+  run.record.status = RunStatus::ok; // the JSON record says `running` while `detached` is set
+  run.record.detached = {{"run_dir", staged.run_dir},
+                         {"sentinel", staged.launcher.sentinel},
+                         {"end_marker", staged.launcher.end_marker},
+                         {"keep_for_s", *run.options.detach_keep_for_s},
+                         {"fetch", run.options.fetch},
+                         // Absolute: `attach` may run in another directory.
+                         {"out_dir", fs::absolute(run.options.out_dir).string()},
+                         {"archive_outputs_max", run.options.archive_outputs_max},
+                         {"script_name", run.job.file_name}};
+}
+
 void run_phases(Run& run)
 {
   for (bool cache_refused = false;; cache_refused = true) {
@@ -701,6 +728,10 @@ void run_phases(Run& run)
     auto executed = execute(run, *staged);
     if (!executed) {
       return conclude_failure(run, executed.error());
+    }
+    if (started_detached(run, *executed)) {
+      guard.left_to_launcher(); // the directory stays for `ferry attach`
+      return record_detached(run, *staged);
     }
     if (cache_refused || !cache_entry_refused(run, *executed)) {
       return finish_run(run, *staged, guard, *executed);
@@ -758,6 +789,83 @@ RunRecord unstarted_run(const Job& job, const json& params, const HostSession& s
   RunRecord record = new_record(job, params, session);
   conclude(record, status, std::move(error));
   return record;
+}
+
+namespace {
+
+// The detached run as the record tells it: enough of a staged run to read and remove its files.
+StagedRun detached_staged(const RunRecord& record, const RunOptions& options)
+{
+  const json& detached = record.detached;
+  StagedRun staged;
+  staged.run_dir = detached.value("run_dir", "");
+  staged.launcher.run_dir = staged.run_dir;
+  staged.launcher.sentinel = detached.value("sentinel", "");
+  staged.launcher.end_marker = detached.value("end_marker", "");
+  // Never the python standby: `launch.sh stop` runs as launch.sh.
+  staged.launcher.env[k_launcher_detach_var] = "0";
+  staged.stop = options.stop;
+  return staged;
+}
+
+// `launch.sh stop`: TERM to the detached launcher, which stops the job (KILL after the grace) and
+// writes its done file. Its answer, "stop sent|finished|gone", is only for -v.
+Expected<void> send_stop(const Run& run, StagedRun& staged)
+{
+  staged.launcher_args = {k_launcher_stop_arg};
+  LaunchRequest request;
+  request.deadline = std::chrono::seconds(30);
+  auto sent = run.session.launch(staged, request);
+  staged.launcher_args.clear();
+  FERRY_TRY_ASSIGN(const ExecOutcome outcome, std::move(sent));
+  run.step(fmt::format("stop: {}", terminal_safe(trim(outcome.out.bytes))), 0);
+  return {};
+}
+
+} // namespace
+
+Expected<Attached> attach_run(HostSession& session, const Job& job, RunRecord record,
+                              const RunOptions& options, bool stop)
+{
+  const json params = record.params;
+  Run run{session,
+          job,
+          params,
+          options,
+          record,
+          options.timeout_s.value_or(job.meta.timeout_s),
+          job_setup(job, options, session.label())};
+  StagedRun staged = detached_staged(record, options);
+  const auto start = Clock::now();
+  if (stop) {
+    FERRY_TRY(send_stop(run, staged));
+  }
+  FollowRequest follow;
+  follow.output_cap = options.output_cap;
+  follow.report_cap = std::min(options.result_cap, k_default_result_frame_limit) + k_report_slack;
+  follow.stop = options.stop;
+  follow.on_output = options.on_output;
+  FERRY_TRY_ASSIGN(Followed followed, follow_detached(session, staged, follow));
+  if (followed.end == FollowEnd::stopped) {
+    return Attached{Attached::End::detached, std::move(record)};
+  }
+  if (followed.end == FollowEnd::gone) {
+    return Attached{Attached::End::gone, std::move(record)};
+  }
+  record.detached = nullptr;
+  record.timings.exec = seconds_since(start);
+  {
+    FinishGuard guard(run, staged);
+    finish_run(run, staged, guard, followed.outcome);
+  }
+  if (stop) {
+    conclude(record, RunStatus::interrupted, "stopped by `ferry stop`; the job was stopped");
+  }
+  if (!job.meta.summary.empty() && !record.result.is_null()) {
+    record.summary = result_summary(record.result, job.meta.summary);
+  }
+  record.duration_s = seconds_since_utc(record.started_at).value_or(record.duration_s);
+  return Attached{Attached::End::collected, std::move(record)};
 }
 
 RunRecord run_job(HostSession& session, const Job& job, const json& params,

@@ -177,6 +177,7 @@ ExecRequest launcher_request(const StagedRun& run, const LaunchRequest& request)
 {
   ExecRequest exec;
   exec.argv = {"/bin/sh", run.run_dir + "/" + k_launcher_file};
+  exec.argv.insert(exec.argv.end(), run.launcher_args.begin(), run.launcher_args.end());
   exec.sentinel = run.launcher.sentinel;
   exec.end_marker = run.launcher.end_marker;
   exec.output_cap = request.output_cap;

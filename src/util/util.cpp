@@ -1,4 +1,6 @@
 #include <cerrno>
+#include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -208,6 +210,49 @@ std::string env_or(const char* name, std::string_view fallback)
 double seconds_since(std::chrono::steady_clock::time_point start)
 {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+} // namespace ferry
+
+namespace ferry {
+
+std::optional<double> seconds_since_utc(std::string_view iso)
+{
+  const std::string text(iso);
+  std::tm tm{};
+  int millis = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon,
+                  &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &millis) != 7) {
+    return std::nullopt;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  const auto then =
+      std::chrono::system_clock::from_time_t(timegm(&tm)) + std::chrono::milliseconds(millis);
+  return std::chrono::duration<double>(std::chrono::system_clock::now() - then).count();
+}
+
+std::optional<long long> parse_duration_s(std::string_view text, long long max_s)
+{
+  static constexpr std::pair<char, long long> units[] = {
+      {'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}, {'w', 7 * 86400}};
+  long long unit = 1;
+  if (!text.empty()) {
+    for (const auto& [suffix, seconds] : units) {
+      if (text.back() == suffix) {
+        unit = seconds;
+        text.remove_suffix(1);
+        break;
+      }
+    }
+  }
+  long long count = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), count);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || count <= 0 ||
+      count > max_s / unit) {
+    return std::nullopt;
+  }
+  return count * unit;
 }
 
 } // namespace ferry

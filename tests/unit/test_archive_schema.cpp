@@ -376,3 +376,31 @@ TEST_CASE("archive: a blob that no longer matches its sha256 is refused when ver
   REQUIRE_FALSE(missing);
   CHECK(contains(missing.error().message, "missing"));
 }
+
+TEST_CASE("archive: a detached run waits apart from the runs until it is collected",
+          "[archive][schema][detach]")
+{
+  TempDir tmp;
+  const auto path = tmp / "archive.db";
+  RunRecord running = make_run("20260102T030405Z-0000000d");
+  running.detached = {{"run_dir", "/home/u/.cache/ferry/runs/ferry-x"}, {"keep_for_s", 60}};
+  running.script = "#!/bin/sh\necho detached\n";
+  Archive archive = open_archive(path);
+  REQUIRE(archive.record_detached(running));
+  CHECK(to_json(running)["status"] == "running");
+  auto waiting = archive.detached_runs();
+  REQUIRE(waiting);
+  REQUIRE(waiting->size() == 1);
+  CHECK(waiting->front().run_id == running.run_id);
+  CHECK(waiting->front().detached == running.detached);
+  CHECK(waiting->front().script == running.script);
+  CHECK(waiting->front().host_label == running.host_label);
+  CHECK_FALSE(archive.resolve(running.run_id)); // not among the finished runs
+  RunRecord collected = running;
+  collected.detached = nullptr;
+  record(archive, collected);
+  REQUIRE(archive.forget_detached(running.run_id));
+  CHECK(archive.detached_runs()->empty());
+  CHECK(archive.load(running.run_id)->status == collected.status);
+  CHECK(to_json(*archive.load(running.run_id)).count("detached") == 0);
+}

@@ -13,6 +13,7 @@
 #include "ferry/params.hpp"
 #include "ferry/suggest.hpp"
 #include "ferry/text.hpp"
+#include "ferry/util.hpp"
 
 using namespace ferry;
 using nlohmann::json;
@@ -342,4 +343,31 @@ TEST_CASE("every option and argument of every command has a completion kind", "[
     check(*command, command->get_name());
   }
   CHECK(unknown == std::vector<std::string>{});
+}
+
+TEST_CASE("--keep-for takes seconds or a number with a unit, within its bounds", "[detach]")
+{
+  constexpr long long year = 365LL * 24 * 3600;
+  CHECK(ferry::parse_duration_s("1s", year) == 1);
+  CHECK(ferry::parse_duration_s("45", year) == 45);
+  CHECK(ferry::parse_duration_s("90m", year) == 5400);
+  CHECK(ferry::parse_duration_s("12h", year) == 43200);
+  CHECK(ferry::parse_duration_s("7d", year) == 604800);
+  CHECK(ferry::parse_duration_s("2w", year) == 1209600);
+  CHECK(ferry::parse_duration_s("365d", year) == year);
+  for (const char* bad : {"", "0", "0s", "-1", "d", "7x", "1.5h", "7 d", " 7d", "366d", "53w",
+                          "99999999999999999999", "9223372036854775807w"}) {
+    INFO(bad);
+    CHECK_FALSE(ferry::parse_duration_s(bad, year));
+  }
+}
+
+TEST_CASE("the seconds since a record's started_at", "[detach]")
+{
+  const auto now = std::chrono::system_clock::now();
+  const auto since = ferry::seconds_since_utc(ferry::utc_iso(now - std::chrono::seconds(90)));
+  REQUIRE(since);
+  CHECK(*since > 89);
+  CHECK(*since < 100);
+  CHECK_FALSE(ferry::seconds_since_utc("yesterday"));
 }

@@ -374,3 +374,19 @@ TEST_CASE("terminal_safe leaves text and shows controls", "[text]")
                       "evil") == "\\u{202E}evil"); // right-to-left override
   CHECK(terminal_safe("\xff") == "\\xff");
 }
+
+TEST_CASE("a detach request reaches the launcher, not the job, and keeps the run off the standby",
+          "[launcher][detach]")
+{
+  LauncherSpec spec = python_launcher("/r/ferry-1-ab", "j.py", "j", "S");
+  CHECK(make_launcher(spec).find("\ndetach=''\n") != std::string::npos);
+  spec.env[k_launcher_detach_var] = "604800";
+  const std::string text = make_launcher(spec);
+  CHECK(text.find("\ndetach=604800\n") != std::string::npos);
+  CHECK(text.find("FERRY_DETACH") == std::string::npos); // not one of the job's variables
+  CHECK(text.substr(text.find('\n') + 1, 2) == "#\n");
+  CHECK_FALSE(runs_on_standby(spec));
+  // Anything but digits is no detach request (nothing of it reaches the shell).
+  spec.env[k_launcher_detach_var] = "1; rm -rf ~";
+  CHECK(make_launcher(spec).find("\ndetach=''\n") != std::string::npos);
+}

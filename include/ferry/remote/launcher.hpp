@@ -73,6 +73,20 @@ inline constexpr int k_gpu_memory_free_mib = 1024;
 inline constexpr int k_launcher_gpus_refused_exit = 75;
 inline constexpr const char* k_launcher_gpus_refused_prefix = "ferry-launcher: GPUs: ";
 
+// --detach (docs/run-protocol.md, "Detached runs"): the launcher starts itself again apart from
+// the channel and exits at once. The request travels in the spec's `env` as the GPU request does:
+// k_launcher_detach_var's value is the seconds the finished run waits for collection (digits).
+// The detached launcher's stdout and stderr go to the output files, its report too; the done file
+// ("CODE CAUSE", CAUSE `early` when the job never started) is renamed into place last.
+inline constexpr const char* k_launcher_detach_var = "FERRY_DETACH";
+inline constexpr const char* k_detached_stdout = ".ferry-stdout";
+inline constexpr const char* k_detached_stderr = ".ferry-stderr";
+inline constexpr const char* k_detached_done = ".ferry-done";
+// What the launcher says on the channel when it detached: "detached PID".
+inline constexpr std::string_view k_detached_line = "detached ";
+// The launcher's argument for `ferry stop`; it answers "stop sent|finished|gone".
+inline constexpr const char* k_launcher_stop_arg = "stop";
+
 [[nodiscard]] std::string make_launcher(const LauncherSpec& spec);
 
 // How the launcher says the job ended, after the end marker on stdout:

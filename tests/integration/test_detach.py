@@ -1,0 +1,216 @@
+"""Detached runs (issue 44 items 1-3; docs/record.md, "The life of a run"): `ferry run --detach`
+returns at once with the run's id, the job runs on apart from ferry, and `ferry attach` (another
+ferry process) follows and collects it as a run that was never detached: killed or stopped
+attaching clients lose nothing, `ferry stop` stops the job, `ferry ps` lists what waits, and a
+finished run that waits past --keep-for is removed by the host's sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ferry_harness import ferry_bin, run_ferry, write_job  # noqa: E402
+from sshd_fixture import SshServer  # noqa: E402
+
+SHELL = "dash"
+FLEET = ["dash", "bash", "zsh"]
+
+# Prints, waits for $1 seconds' worth of ticks, leaves an output and a result.
+JOB = r"""
+echo "start $FERRY_JOB"
+echo "to stderr" >&2
+sleep 2
+mkdir -p out
+echo "fetched bytes" >out/a.txt
+printf '{"n": 7}\n' >"$FERRY_RESULT"
+echo end
+"""
+
+QUICK = r"""
+echo quick
+"""
+
+LONG = r"""
+echo long
+sleep 30
+"""
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class Detach(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = SshServer().start()
+        cls.tmp = tempfile.mkdtemp(prefix="ferry-detach-")
+        os.chmod(cls.tmp, 0o755)
+        cls.env = {"FERRY_ARCHIVE": os.path.join(cls.tmp, "archive.db"), "FERRY_PERSIST": "0"}
+        cls.job = write_job(cls.tmp, "detached_job", JOB, interpreter="sh", timeout=30,
+                            params='outputs = ["out/*"]')
+        cls.quick = write_job(cls.tmp, "quick_job", QUICK, interpreter="sh", timeout=30)
+        cls.long = write_job(cls.tmp, "long_job", LONG, interpreter="sh", timeout=60)
+        cls.out = os.path.join(cls.tmp, "out")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def tearDown(self):
+        for shell in FLEET:
+            SshServer.kill_user_processes(SshServer.user(shell))
+
+    def ssh(self):
+        return ["--ssh-config", self.srv.ssh_config]
+
+    def ferry(self, *args, timeout=60):
+        return run_ferry(*args, env=self.env, timeout=timeout)
+
+    def detach(self, job, *args, shells=(SHELL,)):
+        hosts = [a for s in shells for a in ("--host", self.srv.alias(s))]
+        started = time.monotonic()
+        res = self.ferry("run", job, *hosts, *self.ssh(), "--detach", "--json", "--out",
+                         self.out + "/{run_id}", *args)
+        self.assertEqual(res.code, 0, res)
+        records = res.records
+        self.assertEqual(len(records), len(shells), res)
+        for rec in records:
+            self.assertEqual(rec["status"], "running", rec)
+            self.assertTrue(os.path.isdir(rec["detached"]["run_dir"]), rec)
+        return records, time.monotonic() - started
+
+    def attach_argv(self, run_id):
+        return [ferry_bin(), "attach", run_id, "--json", *self.ssh()]
+
+    def popen_attach(self, run_id):
+        return subprocess.Popen(self.attach_argv(run_id), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, env={**os.environ, **self.env})
+
+    def ps(self) -> dict[str, str]:
+        res = self.ferry("ps", "--json", *self.ssh())
+        self.assertEqual(res.code, 0, res)
+        return {row["run_id"]: row["state"] for row in (json.loads(line) for line in res.stdout.splitlines())}
+
+    def assertCollected(self, rec, run_dir):
+        self.assertEqual(rec["status"], "ok", rec)
+        self.assertNotIn("detached", rec)
+        self.assertEqual(rec["result"], {"n": 7})
+        self.assertIn("start detached_job\n", rec["stdout"])
+        self.assertTrue(rec["stdout"].endswith("end\n"), rec["stdout"])
+        self.assertEqual(rec["stderr"], "to stderr\n")
+        self.assertEqual([o["path"] for o in rec["outputs"]], ["out/a.txt"], rec)
+        with open(os.path.join(self.out, rec["run_id"], "out", "a.txt")) as f:
+            self.assertEqual(f.read(), "fetched bytes\n")
+        self.assertFalse(os.path.exists(run_dir), f"{run_dir} was not removed")
+        shown = self.ferry("show", rec["run_id"], "--json")
+        self.assertEqual((shown.code, json.loads(shown.stdout)["status"]), (0, "ok"), shown)
+
+    def test_detach_then_attach_from_another_process(self):
+        (rec,), took = self.detach(self.job)
+        self.assertLess(took, 2, "ferry run --detach waited for the job")
+        self.assertEqual(self.ps().get(rec["run_id"]), "running")
+        res = self.ferry("attach", rec["run_id"][-8:], "--json", *self.ssh())
+        self.assertEqual(res.code, 0, res)
+        self.assertCollected(res.record, rec["detached"]["run_dir"])
+        self.assertEqual(res.record["invocation"], rec["invocation"])
+        self.assertNotIn(rec["run_id"], self.ps())
+
+    def test_killed_then_stopped_attach_loses_nothing(self):
+        (rec,), _ = self.detach(self.job)
+        first = self.popen_attach(rec["run_id"])
+        time.sleep(0.7)
+        first.send_signal(signal.SIGKILL)
+        first.communicate()
+        # The job finishes while the second client is stopped; it collects on SIGCONT.
+        second = self.popen_attach(rec["run_id"])
+        time.sleep(0.3)
+        second.send_signal(signal.SIGSTOP)
+        wait_for(lambda: os.path.exists(os.path.join(rec["detached"]["run_dir"], ".ferry-done")), 10,
+                 "the detached job to finish")
+        second.send_signal(signal.SIGCONT)
+        out, err = second.communicate(timeout=30)
+        self.assertEqual(second.returncode, 0, err)
+        self.assertCollected(json.loads(out), rec["detached"]["run_dir"])
+
+    def test_ctrl_c_detaches_again_and_stop_stops_the_job(self):
+        (rec,), _ = self.detach(self.long)
+        attach = self.popen_attach(rec["run_id"])
+        time.sleep(0.7)
+        attach.send_signal(signal.SIGINT)
+        _, err = attach.communicate(timeout=10)
+        self.assertEqual(attach.returncode, 130, err)
+        self.assertEqual(self.ps().get(rec["run_id"]), "running")
+        user = SshServer.user(SHELL)
+        started = time.monotonic()
+        res = self.ferry("stop", "last", "--json", *self.ssh())
+        self.assertEqual(res.code, 0, res)
+        self.assertLess(time.monotonic() - started, 10)
+        self.assertEqual(res.record["status"], "interrupted", res)
+        self.assertIn("long\n", res.record["stdout"])
+        self.assertFalse(os.path.exists(rec["detached"]["run_dir"]))
+        self.assertEqual(SshServer.wait_no_processes(user, 5), [], SshServer.describe_processes(user))
+        self.assertNotIn(rec["run_id"], self.ps())
+
+    def test_a_finished_run_waits_for_keep_for_then_the_sweep_removes_it(self):
+        detached_at = time.monotonic()
+        (short,), _ = self.detach(self.quick, "--keep-for", "1s", "--timeout", "1")
+        (kept,), _ = self.detach(self.quick)
+        for rec in (short, kept):
+            done = os.path.join(rec["detached"]["run_dir"], ".ferry-done")
+            wait_for(lambda: os.path.exists(done), 10, f"{done}")
+        self.assertEqual(self.ps()[short["run_id"]], "finished")
+        # Both finished two minutes ago, as the sweep sees it: past 1 s, not past 7 days.
+        past = time.time() - 120
+        for rec in (short, kept):
+            os.utime(rec["detached"]["run_dir"], (past, past))
+        swept = self.ferry("run", self.quick, "--host", self.srv.alias(SHELL), *self.ssh(), "--json")
+        self.assertEqual(swept.code, 0, swept)
+        self.assertFalse(os.path.exists(short["detached"]["run_dir"]), "the expired run was not swept")
+        self.assertTrue(os.path.exists(kept["detached"]["run_dir"]), "a run within --keep-for was swept")
+        # `ps` says expired once the run's timeout, grace and --keep-for have passed since it started.
+        time.sleep(max(0.0, detached_at + 4.3 - time.monotonic()))
+        self.assertEqual(self.ps()[short["run_id"]], "expired")
+        gone = self.ferry("attach", short["run_id"], *self.ssh())
+        self.assertEqual(gone.code, 1, gone)
+        self.assertIn(b"is gone from", gone.stderr)
+        res = self.ferry("attach", kept["run_id"], "--json", *self.ssh())
+        self.assertEqual((res.code, res.record["stdout"]), (0, "quick\n"), res)
+
+    def test_a_fleet_detaches_with_one_id_per_run_and_each_is_attached(self):
+        records, _ = self.detach(self.job, shells=FLEET)
+        self.assertEqual(len({r["run_id"] for r in records}), 3)
+        self.assertEqual(len({r["invocation"] for r in records}), 1)
+        for rec in records:
+            res = self.ferry("attach", rec["run_id"], "--json", *self.ssh())
+            self.assertEqual(res.code, 0, res)
+            self.assertCollected(res.record, rec["detached"]["run_dir"])
+            self.assertEqual(res.record["target"]["host"], rec["target"]["host"])
+
+    def test_local_detach_and_attach(self):
+        res = self.ferry("run", self.job, "--local", "--detach", "--json", "--out", self.out + "/{run_id}")
+        self.assertEqual(res.code, 0, res)
+        rec = res.record
+        self.assertEqual((rec["status"], rec["target"]), ("running", {"local": True}))
+        self.assertEqual(self.ps().get(rec["run_id"]), "running")
+        done = self.ferry("attach", rec["run_id"], "--json")
+        self.assertEqual(done.code, 0, done)
+        self.assertCollected(done.record, rec["detached"]["run_dir"])
+
+
+if __name__ == "__main__":
+    unittest.main()
