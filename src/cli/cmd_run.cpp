@@ -326,6 +326,19 @@ void add_bundle_options(CLI::App& sub, RunCommand& cmd)
       ->check(CLI::Range(0, 1 << 20));
 }
 
+void add_detach_options(CLI::App& sub, RunCommand& cmd)
+{
+  auto* detach = sub.add_flag(
+      "--detach", cmd.detach,
+      "start the runs apart from ferry, print their ids and exit at once; `ferry attach RUN` "
+      "follows and collects one, `ferry ps` lists them, `ferry stop RUN` stops one");
+  sub.add_option("--keep-for", cmd.keep_for,
+                 "how long a finished detached run waits on its host for `ferry attach` before "
+                 "the host's sweep removes it (90m, 12h, 7d)")
+      ->capture_default_str()
+      ->needs(detach);
+}
+
 } // namespace
 
 void add_run_command(CLI::App& app, Context& ctx)
@@ -382,15 +395,7 @@ void add_run_command(CLI::App& app, Context& ctx)
   sub->add_flag("--keep-remote", cmd->keep_remote,
                 "keep the run directory on the host and print its path");
   sub->add_flag("--no-archive", cmd->no_archive, "do not record the runs in the archive");
-  auto* detach = sub->add_flag(
-      "--detach", cmd->detach,
-      "start the runs apart from ferry, print their ids and exit at once; `ferry attach RUN` "
-      "follows and collects one, `ferry ps` lists them, `ferry stop RUN` stops one");
-  sub->add_option("--keep-for", cmd->keep_for,
-                  "how long a finished detached run waits on its host for `ferry attach` before "
-                  "the host's sweep removes it (90m, 12h, 7d)")
-      ->capture_default_str()
-      ->needs(detach);
+  add_detach_options(*sub, *cmd);
   sub->add_option("--output-cap", cmd->output_cap_mib, "MiB kept of each of stdout and stderr")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
