@@ -153,39 +153,7 @@ EOF
   done
 }
 
-field() {
-  printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1
-}
-
-# Task $1's final state: scontrol while the controller knows it, sacct (a moment behind) after.
-final_state() {
-  info=$(scontrol -o show job "$1" 2>/dev/null)
-  state=$(field JobState "$info")
-  code=$(field ExitCode "$info")
-  nodes=$(field NodeList "$info")
-  source=scontrol
-  if [ -z "$state" ]; then
-    source=sacct
-    tries=0
-    while [ "$tries" -lt 20 ]; do
-      row=$(sacct -n -P -X -j "$1" -o State,ExitCode,NodeList 2>/dev/null | head -n 1)
-      state=${row%%|*}
-      state=${state%% *} # "CANCELLED by 1000"
-      case $state in
-      COMPLETED | FAILED | TIMEOUT | CANCELLED | OUT_OF_MEMORY | NODE_FAIL | BOOT_FAIL | DEADLINE | PREEMPTED) break ;;
-      esac
-      sleep "$tick"
-      tries=$((tries + 1))
-    done
-    rest=${row#*|}
-    code=${rest%%|*}
-    nodes=${rest#*|}
-  fi
-  if [ -z "$state" ]; then
-    state=UNKNOWN
-    source=none
-  fi
-}
+@slurm_state@
 
 # Task $1 has ended: its launcher's last line can reach this machine's view of the file a little
 # later (NFS); wait for it briefly (not when the array was cancelled: the wait was had once), then

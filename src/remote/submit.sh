@@ -230,45 +230,13 @@ poll() {
   esac
 }
 
-field() {
-  printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1
-}
-
-# The final state: scontrol while the controller knows the job, sacct (a moment behind) after.
-final_state() {
-  info=$(scontrol -o show job "$job" 2>/dev/null)
-  state=$(field JobState "$info")
-  code=$(field ExitCode "$info")
-  nodes=$(field NodeList "$info")
-  source=scontrol
-  if [ -z "$state" ]; then
-    source=sacct
-    tries=0
-    while [ "$tries" -lt 20 ]; do
-      row=$(sacct -n -P -X -j "$job" -o State,ExitCode,NodeList 2>/dev/null | head -n 1)
-      state=${row%%|*}
-      state=${state%% *} # "CANCELLED by 1000"
-      case $state in
-      COMPLETED | FAILED | TIMEOUT | CANCELLED | OUT_OF_MEMORY | NODE_FAIL | BOOT_FAIL | DEADLINE | PREEMPTED) break ;;
-      esac
-      sleep "$tick"
-      tries=$((tries + 1))
-    done
-    rest=${row#*|}
-    code=${rest%%|*}
-    nodes=${rest#*|}
-  fi
-  if [ -z "$state" ]; then
-    state=UNKNOWN
-    source=none
-  fi
-}
+@slurm_state@
 
 # The launcher's last line can reach this machine's view of the file a little after the job
 # ended (NFS); wait for it briefly, then send the rest.
 finish() {
   leave_queue
-  final_state
+  final_state "$job"
   if [ -f "$run_dir/.ferry-node" ]; then
     tries=0
     [ "$stopping" = 1 ] && tries=8 # ferry waits only briefly now

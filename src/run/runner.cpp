@@ -109,6 +109,18 @@ struct Run {
   }
 };
 
+Run run_of(HostSession& session, const Job& job, const json& params, const RunOptions& options,
+           RunRecord& record)
+{
+  return Run{session,
+             job,
+             params,
+             options,
+             record,
+             options.timeout_s.value_or(job.meta.timeout_s),
+             job_setup(job, options, session.label())};
+}
+
 // Finishes the run when it leaves its scope, whichever way it leaves: the run directory is
 // removed unless the launcher removed it or will (or --keep-remote keeps it).
 class FinishGuard {
@@ -828,13 +840,7 @@ Expected<Attached> attach_run(HostSession& session, const Job& job, RunRecord re
                               const RunOptions& options, bool stop)
 {
   const json params = record.params;
-  Run run{session,
-          job,
-          params,
-          options,
-          record,
-          options.timeout_s.value_or(job.meta.timeout_s),
-          job_setup(job, options, session.label())};
+  Run run = run_of(session, job, params, options, record);
   StagedRun staged = detached_staged(record, options);
   const auto start = Clock::now();
   if (stop) {
@@ -876,13 +882,7 @@ RunRecord run_job(HostSession& session, const Job& job, const json& params,
   record.replay_of = options.replay_of;
   record.invocation = options.invocation;
   record.options = recorded_options(options, job);
-  Run run{session,
-          job,
-          params,
-          options,
-          record,
-          options.timeout_s.value_or(job.meta.timeout_s),
-          job_setup(job, options, session.label())};
+  Run run = run_of(session, job, params, options, record);
   for (const auto& [name, value] : run.setup.env) {
     record.env.push_back(name);
   }

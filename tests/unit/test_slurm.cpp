@@ -408,13 +408,14 @@ TEST_CASE("the node slots of an allocation meet before it is submitted", "[slurm
 
 TEST_CASE("the submit script is filled with quoted fields and parses under sh", "[slurm]")
 {
-  const std::string script =
-      fill_template(remote_script("submit.sh"), {{"run_dir", sh_quote("/runs/ferry-x")},
-                                                 {"tag", sh_quote("ferry-slurm-1")},
-                                                 {"job_id", sh_quote("")},
-                                                 {"job_name", sh_quote("ferry-a'b-1")},
-                                                 {"end_marker", sh_quote("ferry-end-1")},
-                                                 {"sentinel", sh_quote("ferry-submit-1")}});
+  const std::string script = fill_template(
+      remote_script("submit.sh"), {{"slurm_state", std::string(remote_script("slurm_state.sh"))},
+                                   {"run_dir", sh_quote("/runs/ferry-x")},
+                                   {"tag", sh_quote("ferry-slurm-1")},
+                                   {"job_id", sh_quote("")},
+                                   {"job_name", sh_quote("ferry-a'b-1")},
+                                   {"end_marker", sh_quote("ferry-end-1")},
+                                   {"sentinel", sh_quote("ferry-submit-1")}});
   CHECK(script.find("run_dir='/runs/ferry-x'") != std::string::npos);
   CHECK(script.find("job_name='ferry-a'\\''b-1'") != std::string::npos);
   const auto path = std::filesystem::temp_directory_path() / "ferry-unit-submit.sh";
@@ -423,12 +424,15 @@ TEST_CASE("the submit script is filled with quoted fields and parses under sh", 
   std::filesystem::remove(path);
   CHECK_FALSE(remote_script("slurm_batch.sh").empty());
   const std::string array =
-      fill_template(remote_script("follow_array.sh"), {{"run_dirs", "'/runs/a' '/runs/b c'"},
-                                                       {"tag", sh_quote("ferry-slurm-1")},
-                                                       {"job_name", sh_quote("ferry-a'b-1")},
-                                                       {"end_marker", sh_quote("ferry-end-1")},
-                                                       {"sentinel", sh_quote("ferry-submit-1")}});
+      fill_template(remote_script("follow_array.sh"),
+                    {{"slurm_state", std::string(remote_script("slurm_state.sh"))},
+                     {"run_dirs", "'/runs/a' '/runs/b c'"},
+                     {"tag", sh_quote("ferry-slurm-1")},
+                     {"job_name", sh_quote("ferry-a'b-1")},
+                     {"end_marker", sh_quote("ferry-end-1")},
+                     {"sentinel", sh_quote("ferry-submit-1")}});
   CHECK(array.find("set -- '/runs/a' '/runs/b c'") != std::string::npos);
+  CHECK(array.find("final_state() {") != std::string::npos);
   std::ofstream(path) << array;
   CHECK(std::system(("sh -n " + path.string()).c_str()) == 0);
   std::filesystem::remove(path);

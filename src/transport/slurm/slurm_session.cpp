@@ -76,9 +76,16 @@ struct ScriptFields {
   std::string sentinel;
 };
 
+// What submit.sh and follow_array.sh share: the final state of a job (src/remote/slurm_state.sh).
+std::string slurm_state()
+{
+  return std::string(remote_script("slurm_state.sh"));
+}
+
 std::string submit_script(const ScriptFields& fields)
 {
   return fill_template(remote_script("submit.sh"), {
+                                                       {"slurm_state", slurm_state()},
                                                        {"run_dir", sh_quote(fields.run_dir)},
                                                        {"tag", sh_quote(fields.tag)},
                                                        {"job_id", sh_quote(fields.job_id)},
@@ -97,6 +104,7 @@ std::string array_script(const ScriptFields& fields, const std::vector<std::stri
   }
   return fill_template(remote_script("follow_array.sh"),
                        {
+                           {"slurm_state", slurm_state()},
                            {"run_dirs", quoted},
                            {"tag", sh_quote(fields.tag)},
                            {"job_name", sh_quote(fields.job_name)},
