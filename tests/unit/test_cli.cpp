@@ -345,7 +345,8 @@ TEST_CASE("every option and argument of every command has a completion kind", "[
   CHECK(unknown == std::vector<std::string>{});
 }
 
-TEST_CASE("the --keep-for option takes seconds or a number with a unit, within its bounds", "[detach]")
+TEST_CASE("the --keep-for option takes seconds or a number with a unit, within its bounds",
+          "[detach]")
 {
   constexpr long long year = 365LL * 24 * 3600;
   CHECK(ferry::parse_duration_s("1s", year) == 1);
