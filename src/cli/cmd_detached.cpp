@@ -1,6 +1,6 @@
 // Detached runs (docs/cli.md, "ferry attach", "ferry stop", "ferry ps"): `run --detach` starts
 // them, these commands find them in the archive, follow or stop them on their host, and collect
-// them as runs that were never detached.
+// them as runs that were never detached (the work itself: src/run/detached_runs.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +15,7 @@
 #include "ferry/text.hpp"
 #include "ferry/util.hpp"
 #include "run/archiving.hpp"
+#include "run/detached_runs.hpp"
 
 namespace ferry::cli {
 
@@ -27,42 +28,6 @@ struct DetachedCommand {
   HostTargets ssh;
   bool json = false;
 };
-
-// The detached run REF names: its id, a unique prefix of it (or of its random part), or `last`.
-Expected<RunRecord> find_detached(Archive& archive, const std::string& ref)
-{
-  FERRY_TRY_ASSIGN(auto runs, archive.detached_runs());
-  if (runs.empty()) {
-    return fail(ErrorKind::usage,
-                "no detached run '{}': none waits for collection (`ferry run JOB --detach` "
-                "starts one; `ferry log` lists the collected ones)",
-                terminal_safe(ref));
-  }
-  if (ref == "last") {
-    return std::move(runs.front());
-  }
-  std::vector<RunRecord*> matches;
-  for (auto& run : runs) {
-    const std::string_view id = run.run_id;
-    const auto dash = id.rfind('-');
-    if (id == ref) {
-      return std::move(run);
-    }
-    if (id.starts_with(ref) ||
-        (dash != std::string_view::npos && id.substr(dash + 1).starts_with(ref))) {
-      matches.push_back(&run);
-    }
-  }
-  if (matches.size() == 1) {
-    return std::move(*matches.front());
-  }
-  std::string listed;
-  for (const auto& run : runs) {
-    listed += fmt::format("\n  {} {} {}", run.run_id, run.job, run.host_label);
-  }
-  return fail(ErrorKind::usage, "{} detached run '{}'; `ferry ps` lists them:{}",
-              matches.empty() ? "no" : "more than one", terminal_safe(ref), listed);
-}
 
 // A new session to the run's target: this machine, or its SSH host as the record names it, with
 // the SSH options given now (a direct connection, not a held one).
@@ -81,30 +46,6 @@ Expected<std::unique_ptr<HostSession>> session_for(Context& ctx, const HostTarge
   return session;
 }
 
-// The options the run was made with, as its record kept them.
-RunOptions options_of(const RunRecord& run, bool verbose)
-{
-  RunOptions options;
-  const json& recorded = run.options;
-  const json& detached = run.detached;
-  options.verbose = verbose;
-  options.timeout_s = recorded.value("timeout_s", 300);
-  options.grace_s = recorded.value("grace_s", 2);
-  options.output_cap = recorded.value("output_cap", std::size_t{16} << 20);
-  options.result_cap = recorded.value("result_cap", std::size_t{64} << 20);
-  options.fetch = detached.value("fetch", std::vector<std::string>{});
-  options.out_dir = detached.value("out_dir", std::string("ferry-out/{run_id}/{host}"));
-  options.archive_outputs_max = detached.value("archive_outputs_max", std::uint64_t{16} << 20);
-  options.invocation = run.invocation;
-  return options;
-}
-
-Expected<Job> job_of(const RunRecord& run)
-{
-  const std::string name = run.detached.value("script_name", run.job);
-  return parse_job(run.job, name.empty() ? run.job : name, "archive", run.script);
-}
-
 // Follows the run to its end and collects it (or stops it first); the final record goes into
 // the archive in place of the detached one.
 Expected<ExitCode> collect(Context& ctx, const DetachedCommand& cmd, bool stop)
@@ -121,59 +62,23 @@ Expected<ExitCode> collect(Context& ctx, const DetachedCommand& cmd, bool stop)
   settings.on_error = [&view](const Error& error) { view.error(error); };
   settings.on_note = [&view](std::string_view text) { view.note(text); };
   ArchivingObserver observer(std::move(settings), view);
-  const std::string host = running.host_label;
-  const std::string job_name = running.job;
-  observer.batch_started({1, 1, {}});
-  observer.run_started({host, job_name});
-  RunOptions options = options_of(running, ctx.global.verbose);
-  if (!stop) {
-    options.on_output = [&observer, &host, &job_name](OutputStream stream, std::string_view bytes) {
-      observer.run_output({host, job_name}, stream, bytes);
-    };
-  }
+  CollectRequest request;
+  request.stop = stop;
+  request.show_output = !stop;
+  request.verbose = ctx.global.verbose;
+  request.on_error = [&view](const Error& error) { view.error(error); };
   const std::string run_id = running.run_id;
-  FERRY_TRY_ASSIGN(Attached attached, attach_run(*session, job, std::move(running), options, stop));
+  FERRY_TRY_ASSIGN(const Attached attached,
+                   collect_detached(archive, *session, job, std::move(running), request, observer));
   if (attached.end == Attached::End::detached) {
     view.note(
         fmt::format("detached from run {}; it goes on (`ferry attach {}` again)", run_id, run_id));
     return ExitCode::interrupted;
   }
-  if (attached.end == Attached::End::gone) {
-    return fail(ErrorKind::failed,
-                "run {} is gone from {}: its run directory {} is not there (collected by another "
-                "ferry, or removed by the host's sweep after --keep-for {} s); `ferry ps` says "
-                "which",
-                run_id, host, attached.record.detached.value("run_dir", std::string()),
-                attached.record.detached.value("keep_for_s", 0LL));
-  }
-  observer.run_finished(attached.record);
-  observer.batch_finished();
-  if (auto forgotten = archive.forget_detached(run_id); !forgotten) {
-    view.error(forgotten.error());
-  }
   std::fflush(stdout);
   // `stop` did what it was asked: the run is recorded `interrupted`, and that is no failure.
   return stop && attached.record.status == RunStatus::interrupted ? ExitCode::ok
                                                                   : observer.exit_code();
-}
-
-// What `ps` says of one run, looked at on its host.
-std::string host_state(Context& ctx, const HostTargets& ssh, const RunRecord& run)
-{
-  auto session = session_for(ctx, ssh, run);
-  if (!session) {
-    return "unreachable: " + session.error().message;
-  }
-  StagedRun staged;
-  staged.run_dir = run.detached.value("run_dir", std::string());
-  auto done = detached_done(**session, staged);
-  if (!done) {
-    return "unknown: " + done.error().message;
-  }
-  if (!*done) {
-    return expired_by_now(run) ? "expired" : "gone";
-  }
-  return **done ? "finished" : "running";
 }
 
 Expected<ExitCode> list_detached(Context& ctx, const DetachedCommand& cmd)
@@ -186,8 +91,9 @@ Expected<ExitCode> list_detached(Context& ctx, const DetachedCommand& cmd)
   std::vector<std::future<std::string>> states;
   states.reserve(runs.size());
   for (const auto& run : runs) {
-    states.push_back(std::async(std::launch::async,
-                                [&ctx, &cmd, &run] { return host_state(ctx, cmd.ssh, run); }));
+    states.push_back(std::async(std::launch::async, [&ctx, &cmd, &run] {
+      return host_state([&](const RunRecord& r) { return session_for(ctx, cmd.ssh, r); }, run);
+    }));
   }
   Table table;
   table.header = {"RUN", "JOB", "HOST", "STARTED", "STATE"};
@@ -211,14 +117,6 @@ Expected<ExitCode> list_detached(Context& ctx, const DetachedCommand& cmd)
 }
 
 } // namespace
-
-bool expired_by_now(const RunRecord& run)
-{
-  const long long most = run.options.value("timeout_s", 300LL) + run.options.value("grace_s", 2LL) +
-                         run.detached.value("keep_for_s", 0LL);
-  const auto started = seconds_since_utc(run.started_at);
-  return started && *started > static_cast<double>(most);
-}
 
 void add_detached_commands(CLI::App& app, Context& ctx)
 {

@@ -8,11 +8,6 @@
 
 namespace ferry::cli {
 
-// Whether a detached run's directory would have been swept by now, had it finished in time: its
-// timeout, grace and --keep-for have all passed since it started. `ps` then says `expired` of a
-// run directory that is gone, rather than `gone`.
-[[nodiscard]] bool expired_by_now(const RunRecord& run);
-
 // `run --detach`'s view: one line per run started, its id (`--json`: its record, `running`);
 // a run that did not start is shown as `run` shows it.
 class DetachView final : public RunObserver {

@@ -1,0 +1,56 @@
+#pragma once
+// Detached runs (docs/record.md, "The life of a run") for every front end: `ferry attach`,
+// `stop` and `ps` (src/cli/cmd_detached.cpp) and `ferry mcp`'s run tools find them in the
+// archive, look at them on their host, and collect them as runs that were never detached.
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ferry/archive.hpp"
+#include "ferry/fleet.hpp"
+#include "ferry/runner.hpp"
+#include "ferry/transport.hpp"
+
+namespace ferry {
+
+// The detached run REF names: its id, a unique prefix of it (or of its random part), or `last`.
+[[nodiscard]] Expected<RunRecord> find_detached(Archive& archive, const std::string& ref);
+
+// The options the run was made with, as its record kept them.
+[[nodiscard]] RunOptions options_of(const RunRecord& run, bool verbose);
+
+// The job the record carries (its script, as it ran).
+[[nodiscard]] Expected<Job> job_of(const RunRecord& run);
+
+// Whether a detached run's directory would have been swept by now, had it finished in time: its
+// timeout, grace and --keep-for have all passed since it started. `ps` then says `expired` of a
+// run directory that is gone, rather than `gone`.
+[[nodiscard]] bool expired_by_now(const RunRecord& run);
+
+// A new, connected session to the run's target.
+using DetachedSessionFor =
+    std::function<Expected<std::unique_ptr<HostSession>>(const RunRecord& run)>;
+
+// What `ps` says of one run, looked at on its host: `running`, `finished`, `gone`, `expired`,
+// or `unreachable: WHY` / `unknown: WHY`.
+[[nodiscard]] std::string host_state(const DetachedSessionFor& session_for, const RunRecord& run);
+
+// How to collect a detached run.
+struct CollectRequest {
+  bool stop = false;       // `ferry stop`: TERM (KILL after the grace) first
+  bool show_output = true; // the observer hears the output as it is read
+  bool verbose = false;    // `-v`
+  StopToken interrupt;     // stopped: following ends and the run goes on (Attached::detached)
+  std::function<void(const Error&)> on_error; // the archive could not forget the detached entry
+};
+
+// Follows `running` to its end on `session` and collects it (or stops it first): `observer` (an
+// ArchivingObserver, which puts the final record into the archive) hears it as one batch of one
+// run, and the archive forgets the detached entry. A run whose directory is gone is an error
+// that says why it may be.
+[[nodiscard]] Expected<Attached> collect_detached(Archive& archive, HostSession& session,
+                                                  const Job& job, RunRecord running,
+                                                  const CollectRequest& request,
+                                                  RunObserver& observer);
+
+} // namespace ferry
