@@ -50,18 +50,23 @@ private:
 
 } // namespace
 
-CallOutcome run_call(SessionPool& pool, const CallArchive& archive, const CallSetup& setup,
-                     RunObserver& observer)
+ArchivingSettings archiving_settings(const CallArchive& archive, const nlohmann::json& client)
 {
-  Collector collector(observer, setup.targets);
   ArchivingSettings settings;
   settings.archive = archive.archive;
-  settings.client = setup.client;
+  settings.client = client;
   settings.on_error = [](const Error& error) { stderr_line("error: ", error.message); };
   settings.on_note = [](std::string_view text) { stderr_line("", text); };
   settings.not_archived_hint = "the client gets the run's result without a resource";
   settings.warn_in_record = true;
-  ArchivingObserver archiving(std::move(settings), collector);
+  return settings;
+}
+
+CallOutcome run_call(SessionPool& pool, const CallArchive& archive, const CallSetup& setup,
+                     RunObserver& observer)
+{
+  Collector collector(observer, setup.targets);
+  ArchivingObserver archiving(archiving_settings(archive, setup.client), collector);
   PooledSessions sessions(pool, setup.targets);
   run_fleet(sessions, {{setup.job, setup.params}}, k_parallel_targets, setup.options, archiving);
   if (archive.max_size) {

@@ -11,6 +11,7 @@
 
 #include "ferry/archive.hpp"
 #include "ferry/fleet.hpp"
+#include "run/archiving.hpp"
 #include "run/session_pool.hpp"
 
 namespace ferry::mcp {
@@ -37,6 +38,11 @@ struct CallOutcome {
   std::vector<RunRecord> runs; // in the order of setup.targets
   std::vector<bool> archived;
 };
+
+// How a call's runs are archived: with the client that asked, problems noted on stderr and in
+// the run's warnings.
+[[nodiscard]] ArchivingSettings archiving_settings(const CallArchive& archive,
+                                                   const nlohmann::json& client);
 
 // Archive failures are noted on stderr and in the run's warnings; the runs go on.
 [[nodiscard]] CallOutcome run_call(SessionPool& pool, const CallArchive& archive,

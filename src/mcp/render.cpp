@@ -72,8 +72,25 @@ void add_outputs(std::string& text, const RunRecord& run, bool archived, std::st
   }
 }
 
+// A run started with `detach: true`: where it runs and how to follow it.
+std::string render_detached(const RunRecord& run, bool archived)
+{
+  std::string text =
+      fmt::format("{}: running (detached), run {}\n", shown(run.host_label), run.run_id);
+  text += fmt::format("follow it with ferry_run_state, ferry_run_output and ferry_run_result "
+                      "(argument run: \"{}\"); ferry_run_stop stops it\n",
+                      run.run_id);
+  if (!archived) {
+    text += "(the archive did not take this run: the run tools cannot find it)\n";
+  }
+  return text;
+}
+
 std::string render_run(const RunRecord& run, bool archived, std::string_view out_dir)
 {
+  if (!run.detached.is_null()) {
+    return render_detached(run, archived);
+  }
   std::string text = status_line(run) + "\n";
   if (run.error) {
     text += "error: " + shown(*run.error) + "\n";
@@ -108,14 +125,22 @@ std::string summary(const Job& job, const std::vector<RunRecord>& runs)
 {
   const auto ok = std::count_if(runs.begin(), runs.end(),
                                 [](const RunRecord& r) { return r.status == RunStatus::ok; });
+  const auto detached = std::count_if(runs.begin(), runs.end(),
+                                      [](const RunRecord& r) { return !r.detached.is_null(); });
+  if (detached > 0) {
+    return fmt::format("{} on {} target{}: {} started detached, {} not started\n\n", job.name,
+                       runs.size(), runs.size() == 1 ? "" : "s", detached,
+                       runs.size() - static_cast<std::size_t>(detached));
+  }
   return fmt::format("{} on {} target{}: {} ok, {} not ok\n\n", job.name, runs.size(),
                      runs.size() == 1 ? "" : "s", ok, runs.size() - static_cast<std::size_t>(ok));
 }
 
 json structured_run(const RunRecord& run)
 {
+  // A detached run's record says `running` (docs/record.md), and so does this.
   json entry = {{"target", run.host_label},
-                {"status", to_string(run.status)},
+                {"status", run.detached.is_null() ? json(to_string(run.status)) : json("running")},
                 {"exit_code", run.exit_code ? json(*run.exit_code) : json(nullptr)},
                 {"run_id", run.run_id},
                 {"error", run.error ? json(*run.error) : json(nullptr)},
@@ -211,7 +236,7 @@ json call_result(const Job& job, const std::vector<RunRecord>& runs,
   }
   content.push_back({{"type", "text"}, {"text", text}});
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    if (i < archived.size() && archived[i]) {
+    if (i < archived.size() && archived[i] && runs[i].detached.is_null()) {
       content.push_back(
           {{"type", "resource_link"},
            {"uri", run_uri(runs[i].run_id)},
@@ -222,7 +247,10 @@ json call_result(const Job& job, const std::vector<RunRecord>& runs,
     }
   }
   json result = {{"content", content}, {"isError", failed}};
-  if (job.meta.result_schema) {
+  // The run ids of a detached call are for a program to take, whatever the job declares.
+  const bool detached = std::any_of(runs.begin(), runs.end(),
+                                    [](const RunRecord& r) { return !r.detached.is_null(); });
+  if (job.meta.result_schema || detached) {
     result["structuredContent"] = {{"runs", structured_runs}};
   }
   return result;

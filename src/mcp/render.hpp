@@ -1,7 +1,8 @@
 #pragma once
 // What a tools/call returns: a text rendering of every run (status, exit code, run id, bounded
 // excerpts of the result and the output), links to the archived runs, and, for a job that
-// declares a result schema, the runs as structuredContent.
+// declares a result schema (or for a call with `detach: true`: each run's id and `running`), the
+// runs as structuredContent.
 #include <string>
 #include <string_view>
 #include <vector>

@@ -1,6 +1,7 @@
 #include "mcp/server.hpp"
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "mcp/json_rpc.hpp"
 #include "mcp/render.hpp"
 #include "mcp/resources.hpp"
+#include "mcp/run_tools.hpp"
 #include "mcp/tools.hpp"
 
 namespace ferry::mcp {
@@ -46,8 +48,10 @@ std::string instructions(const std::vector<std::string>& targets)
       "nothing you send can name another host, a file path to run, an interpreter or a "
       "command, and parameters reach the host as a JSON file, never through a shell. A run "
       "that fails comes back as a tool result with isError set, its error and output "
-      "excerpts. Every call is archived; recent runs are resources ferry://runs/RUN_ID.",
-      joined(targets), k_all_targets);
+      "excerpts. Every call is archived; recent runs are resources ferry://runs/RUN_ID. A "
+      "job tool called with detach: true starts the job and returns its run id at once; {} "
+      "follow that run.",
+      joined(targets), k_all_targets, run_tool_names());
 }
 
 // A string the client sent, kept short: it goes into every record of its calls.
@@ -77,6 +81,9 @@ public:
       m_tools.push_back(tool_definition(job, m_targets));
       m_jobs[job.name] = &job;
     }
+    for (auto& tool : run_tool_definitions()) {
+      m_tools.push_back(std::move(tool));
+    }
   }
 
   ExitCode run(LineReader& reader);
@@ -90,8 +97,11 @@ private:
   void answer(const Incoming& message);
   json initialize(const json& params);
   void call_tool(const Incoming& message);
+  bool room_for_call(const Incoming& message);
   void start_call(const Incoming& message, const Job& job, CallPlan plan);
-  void run_worker(const json& id, Call& call, const CallSetup& setup, const Job& job);
+  void start_run_tool(const Incoming& message, RunTool tool);
+  void start_worker(const Incoming& message, const std::string& name, std::size_t runs,
+                    std::function<json(Call&)> work);
   void answer_resource(const Incoming& message);
   void set_level(const Incoming& message);
   void cancel(const json& params);
@@ -269,34 +279,85 @@ void Server::call_tool(const Incoming& message)
     refuse(message.id, RpcError::invalid_params, "tools/call needs \"name\", a string");
     return;
   }
+  const auto arguments = message.params.find("arguments");
+  const json given = arguments == message.params.end() ? json(nullptr) : *arguments;
+  if (const auto tool = run_tool(name->get<std::string>())) {
+    if (room_for_call(message)) {
+      start_run_tool(message, *tool);
+    }
+    return;
+  }
   const auto job = m_jobs.find(name->get<std::string>());
   if (job == m_jobs.end()) {
     refuse(message.id, RpcError::invalid_params,
            fmt::format("Unknown tool: {}", shorten(name->get<std::string>(), 80)));
     return;
   }
-  const auto arguments = message.params.find("arguments");
-  auto plan = plan_call(*job->second,
-                        arguments == message.params.end() ? json(nullptr) : *arguments, m_targets);
+  auto plan = plan_call(*job->second, given, m_targets);
   if (!plan) {
     reply(message.id, error_result(plan.error().message));
     return;
   }
+  if (room_for_call(message)) {
+    start_call(message, *job->second, std::move(plan).value());
+  }
+}
+
+// Whether a call with this request id may start now; else it is answered.
+bool Server::room_for_call(const Incoming& message)
+{
   if (m_calls.count(message.id.dump()) != 0) {
     refuse(message.id, RpcError::invalid_request,
            fmt::format("request id {} belongs to a call still running", message.id.dump()));
-    return;
+    return false;
   }
   if (m_calls.size() >= m_config.max_calls) {
     reply(message.id, error_result(fmt::format("{} calls are running already, the most ferry mcp "
                                                "runs at once; wait for one to finish",
                                                m_config.max_calls)));
-    return;
+    return false;
   }
-  start_call(message, *job->second, std::move(plan).value());
+  return true;
 }
 
 void Server::start_call(const Incoming& message, const Job& job, CallPlan plan)
+{
+  CallSetup setup;
+  setup.job = &job;
+  setup.params = std::move(plan.params);
+  setup.targets = std::move(plan.targets);
+  setup.options = m_config.run_options;
+  setup.client = m_client;
+  if (plan.detach) { // as `run --detach`: started, recorded `running`, and answered at once
+    setup.options.detach_keep_for_s = k_detach_keep_for_s;
+  }
+  const std::size_t runs = setup.targets.size();
+  start_worker(message, job.name, runs, [this, setup = std::move(setup), &job](Call& call) {
+    CallSetup mine = setup;
+    mine.options.stop = call.stop;
+    CallOutcome outcome = run_call(m_pool, m_config.archive, mine, *call.reporter);
+    return call_result(job, outcome.runs, outcome.archived, m_config.run_options.out_dir);
+  });
+}
+
+void Server::start_run_tool(const Incoming& message, RunTool tool)
+{
+  const auto arguments = message.params.find("arguments");
+  json given = arguments == message.params.end() ? json(nullptr) : *arguments;
+  const std::string name = message.params["name"].get<std::string>();
+  start_worker(message, name, 1, [this, tool, given = std::move(given)](Call& call) {
+    RunToolSetup setup;
+    setup.archive = &m_config.archive;
+    setup.targets = &m_config.targets;
+    setup.client = m_client;
+    setup.stop = call.stop;
+    return call_run_tool(tool, given, setup, *call.reporter);
+  });
+}
+
+// The call's work on a worker of its own; its result is the response (none once cancelled).
+void Server::start_worker(const Incoming& message, const std::string& name, std::size_t runs,
+                          std::function<json(Call&)> work)
 {
   auto call = std::make_unique<Call>();
   json token;
@@ -304,37 +365,23 @@ void Server::start_call(const Incoming& message, const Job& job, CallPlan plan)
       meta != message.params.end() && meta->is_object() && meta->contains("progressToken")) {
     token = (*meta)["progressToken"];
   }
-  call->reporter =
-      std::make_unique<CallReporter>(m_writer, token, m_level, job.name, plan.targets.size());
-  CallSetup setup;
-  setup.job = &job;
-  setup.params = std::move(plan.params);
-  setup.targets = std::move(plan.targets);
-  setup.options = m_config.run_options;
-  setup.options.stop = call->stop;
-  setup.client = m_client;
+  call->reporter = std::make_unique<CallReporter>(m_writer, token, m_level, name, runs);
   Call& running = *call;
-  running.worker = std::thread([this, id = message.id, &running, setup = std::move(setup), &job] {
-    run_worker(id, running, setup, job);
+  running.worker = std::thread([this, id = message.id, &running, work = std::move(work)] {
+    json result;
+    try {
+      result = work(running);
+    } catch (const std::exception& e) {
+      result = error_result(fmt::format("ferry mcp: internal error: {}", e.what()));
+    }
+    running.reporter->close();
+    // A cancelled request gets no response (MCP, "Cancellation").
+    if (!running.cancelled) {
+      reply(id, std::move(result));
+    }
+    running.done = true;
   });
   m_calls[message.id.dump()] = std::move(call);
-}
-
-void Server::run_worker(const json& id, Call& call, const CallSetup& setup, const Job& job)
-{
-  json result;
-  try {
-    CallOutcome outcome = run_call(m_pool, m_config.archive, setup, *call.reporter);
-    result = call_result(job, outcome.runs, outcome.archived, m_config.run_options.out_dir);
-  } catch (const std::exception& e) {
-    result = error_result(fmt::format("ferry mcp: internal error: {}", e.what()));
-  }
-  call.reporter->close();
-  // A cancelled request gets no response (MCP, "Cancellation").
-  if (!call.cancelled) {
-    reply(id, std::move(result));
-  }
-  call.done = true;
 }
 
 void Server::answer_resource(const Incoming& message)

@@ -7,6 +7,7 @@
 #include "ferry/params.hpp"
 #include "ferry/run_record.hpp"
 #include "ferry/text.hpp"
+#include "mcp/run_tools.hpp"
 
 namespace ferry::mcp {
 
@@ -124,7 +125,8 @@ std::string tool_description(const Job& job, const std::vector<std::string>& tar
     names += (names.empty() ? "" : ", ") + target;
   }
   text += fmt::format("\n\nRuns on: {} (argument `target`, or \"{}\"). Timeout {} s. The job "
-                      "file and its parameters travel as files; no shell parses them.",
+                      "file and its parameters travel as files; no shell parses them. With "
+                      "`detach: true` the call returns the run id at once.",
                       names, k_all_targets, job.meta.timeout_s);
   return text;
 }
@@ -211,10 +213,18 @@ std::optional<std::string> tool_refusal(const Job& job)
     return fmt::format("its name is not a valid MCP tool name (1 to 128 of [A-Za-z0-9_.-]); "
                        "rename the file");
   }
+  if (is_run_tool(job.name)) {
+    return fmt::format("ferry mcp has a tool of that name for detached runs; rename the file");
+  }
   if (job.param(k_target_argument) != nullptr) {
     return fmt::format("it declares a parameter named '{}', which is the argument that picks the "
                        "target; rename the parameter",
                        k_target_argument);
+  }
+  if (job.param(k_detach_argument) != nullptr) {
+    return fmt::format("it declares a parameter named '{}', which is the argument that detaches "
+                       "the run; rename the parameter",
+                       k_detach_argument);
   }
   return std::nullopt;
 }
@@ -230,6 +240,12 @@ json input_schema(const Job& job, const std::vector<std::string>& targets)
     }
   }
   properties[std::string(k_target_argument)] = target_schema(targets);
+  properties[std::string(k_detach_argument)] = {
+      {"type", "boolean"},
+      {"default", false},
+      {"description", fmt::format("true: start the job, return its run id at once and leave it "
+                                  "running; {} follow it by that id",
+                                  run_tool_names())}};
   if (targets.size() != 1) {
     required.push_back(k_target_argument);
   }
@@ -245,7 +261,8 @@ std::optional<json> output_schema(const Job& job)
   if (!job.meta.result_schema) {
     return std::nullopt;
   }
-  const json status = run_status_names();
+  json status = run_status_names();
+  status.push_back("running"); // a detached run, just started
   json run = {{"type", "object"},
               {"properties",
                {{"target", {{"type", "string"}}},
@@ -282,6 +299,15 @@ Expected<CallPlan> plan_call(const Job& job, const json& arguments,
   }
   json given = arguments.is_null() ? json::object() : arguments;
   given.erase(std::string(k_target_argument));
+  bool detach = false;
+  if (const auto flag = given.find(k_detach_argument); flag != given.end()) {
+    if (!flag->is_boolean()) {
+      return fail(ErrorKind::usage, "{}: argument '{}' must be true or false, not {}", job.name,
+                  k_detach_argument, shown_value(*flag));
+    }
+    detach = flag->get<bool>();
+    given.erase(flag);
+  }
   auto params = resolve_params(job, {}, given, "arguments");
   if (!params) {
     return fail(ErrorKind::usage, "{}: {}", job.name, params.error().message);
@@ -290,7 +316,7 @@ Expected<CallPlan> plan_call(const Job& job, const json& arguments,
   if (!chosen) {
     return fail(ErrorKind::usage, "{}: {}", job.name, chosen.error().message);
   }
-  return CallPlan{std::move(chosen).value(), std::move(params).value()};
+  return CallPlan{std::move(chosen).value(), std::move(params).value(), detach};
 }
 
 } // namespace ferry::mcp

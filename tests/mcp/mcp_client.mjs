@@ -58,7 +58,26 @@ function failure(error) {
   return { error: { code: error?.code ?? null, message: String(error?.message ?? error) } };
 }
 
-async function call(step) {
+// The run id of step `index`'s result (a call with detach: true): its first run's.
+function runIdOf(steps, index) {
+  return steps[index]?.result?.structuredContent?.runs?.[0]?.run_id;
+}
+
+const textOf = (result) => (result?.content ?? []).filter((c) => c.type === "text").map((c) => c.text).join("");
+
+// A call; with `untilText`, made again (up to `tries` times, 300 ms apart) until its text has it.
+async function call(step, done) {
+  const args = step.runFromStep === undefined ? step.arguments : { ...step.arguments, run: runIdOf(done, step.runFromStep) };
+  let outcome;
+  for (let i = 0; i < (step.tries ?? 1); i++) {
+    if (i > 0) await sleep(300);
+    outcome = await callOnce({ ...step, arguments: args });
+    if (!step.untilText || textOf(outcome.result).includes(step.untilText)) break;
+  }
+  return outcome;
+}
+
+async function callOnce(step) {
   const progress = [];
   const controller = new AbortController();
   if (step.cancelOnLine) {
@@ -104,7 +123,7 @@ async function runStep(step, done) {
     case "listTools":
       return { result: await client.listTools() };
     case "call":
-      return call(step);
+      return call(step, done);
     case "ping":
       if (step.delayMs) await sleep(step.delayMs);
       return { result: await client.ping() };

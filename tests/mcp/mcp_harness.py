@@ -251,6 +251,27 @@ exit 3
 echo "sleeping"
 sleep 30
 '''),
+    # Says so, then waits (up to 30 s) for the file `gate` to appear: a test decides when it
+    # ends (a detached run, looked at while it runs).
+    "gated": dict(body='''
+import json, os, time
+with open(os.environ["FERRY_PARAMS"], encoding="utf-8") as f:
+    gate = json.load(f)["gate"]
+print("waiting for the gate", flush=True)
+deadline = time.time() + 30
+while not os.path.exists(gate) and time.time() < deadline:
+    time.sleep(0.1)
+print("through the gate", flush=True)
+with open(os.environ["FERRY_RESULT"], "w", encoding="utf-8") as f:
+    json.dump({"opened": os.path.exists(gate)}, f)
+''', params='''
+[params.gate]
+type = "string"
+required = true
+[result_schema]
+type = "object"
+required = ["opened"]
+'''),
     # Says where it runs, then waits to be stopped.
     "waiter": dict(timeout=120, body='''
 import os, sys, time

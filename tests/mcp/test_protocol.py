@@ -104,18 +104,23 @@ sleep 100
         write_job(jobs, "picky", "print(1)\n", params='[params.target]\ntype = "string"')
         write_job(jobs, "has space", "print(1)\n")
         write_job(jobs, "shapeless", "print(1)\n", params='result_schema = "object"')
+        write_job(jobs, "ferry_run_state", "print(1)\n")
+        write_job(jobs, "detacher", "print(1)\n", params='[params.detach]\ntype = "bool"')
         server = RawServer(["--local", "--jobs", jobs, "--archive", self.archive], self.env)
         self.addCleanup(server.kill)
         server.initialize()
         server.request(1, "tools/list")
         names = [t["name"] for t in server.response(1)["result"]["tools"]]
         self.assertIn("fine", names)
-        self.assertEqual([n for n in names if n in ("picky", "has space", "shapeless")], [])
+        self.assertEqual([n for n in names if n in ("picky", "has space", "shapeless", "detacher")], [])
+        self.assertEqual(names.count("ferry_run_state"), 1)  # ferry's own tool, not the job
         self.assertEqual(server.close(), 0)
         stderr = server.stderr_text()
         self.assertIn("job picky left out: it declares a parameter named 'target'", stderr)
         self.assertIn("job has space left out: its name is not a valid MCP tool name", stderr)
         self.assertIn("job shapeless left out:", stderr)
+        self.assertIn("job ferry_run_state left out: ferry mcp has a tool of that name", stderr)
+        self.assertIn("job detacher left out: it declares a parameter named 'detach'", stderr)
         self.assertIn("result_schema must be a table", stderr)
 
     def test_malformed_and_unknown(self):

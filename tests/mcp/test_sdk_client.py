@@ -25,6 +25,7 @@ from sshd_fixture import SHELLS, SshServer  # noqa: E402
 
 CLIENT = {"name": "ferry-mcp-test", "version": "1.2.3"}
 READY = re.compile(r"ready pid=(\d+) dir=(\S+)")
+RUN_TOOLS = ["ferry_run_state", "ferry_run_output", "ferry_run_result", "ferry_run_stop"]
 SCHEMA_TYPES = {"int": "integer", "float": "number", "bool": "boolean", "string": "string",
                 "list": "array"}
 
@@ -141,7 +142,10 @@ class Local(McpTestCase):
         tools = {t["name"]: t for t in report["steps"][0]["result"]["tools"]}
         names = [json.loads(line)["name"] for line in self.ferry("jobs", "--json").stdout.splitlines()]
         self.assertIn("kv_calc", names)
-        self.assertEqual(sorted(tools), sorted(names))  # one tool per job, and nothing else
+        # One tool per job, and the tools for detached runs.
+        self.assertEqual(sorted(tools), sorted(names + RUN_TOOLS))
+        for name in RUN_TOOLS:
+            self.assertEqual(tools.pop(name)["inputSchema"]["required"], ["run"])
         for name, tool in tools.items():
             with self.subTest(tool=name):
                 meta = json.loads(self.ferry("jobs", name, "--json").stdout)
@@ -152,6 +156,10 @@ class Local(McpTestCase):
                                "minItems": 1, "uniqueItems": True}],
                     "default": "local",
                     "description": tool["inputSchema"]["properties"]["target"]["description"]}
+                properties["detach"] = {
+                    "type": "boolean", "default": False,
+                    "description": tool["inputSchema"]["properties"]["detach"]["description"]}
+                self.assertIn("ferry_run_result", properties["detach"]["description"])
                 expected = {"type": "object", "properties": properties,
                             "additionalProperties": False}
                 required = [p["name"] for p in meta["params"] if p["required"] and p["default"] is None]
@@ -358,6 +366,82 @@ class Local(McpTestCase):
             self.assertIn("evil", text)
             self.assertNotRegex(text, "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
         self.assertIn("stdout:\n\\x1b]52;c;ZXZpbA==", texts[0])
+
+    def test_detached_call_returns_the_run_id_and_the_run_tools_follow_it(self):
+        """detach: true answers while the job still runs; the run tools give its state and its
+        output so far, and its result once it ends, collected as `ferry attach` collects it:
+        archived as a normal call's run, its run directory removed (issue 44.4)."""
+        gate = os.path.join(self.tmp, "gate-result")
+        run = {"runFromStep": 1}
+        report = self.client([
+            {"op": "listTools"},  # the SDK checks structuredContent against the outputSchema
+            {"op": "call", "name": "gated", "arguments": {"gate": gate, "detach": True}},
+            {"op": "call", "name": "ferry_run_state", "arguments": {}, **run},
+            {"op": "call", "name": "ferry_run_output", "arguments": {}, **run,
+             "untilText": "waiting for the gate", "tries": 50},
+            {"op": "call", "name": "ferry_run_result", "arguments": {}, **run},
+            {"op": "run", "argv": ["touch", gate]},
+            {"op": "call", "name": "ferry_run_result", "arguments": {"wait_s": 30}, **run},
+            {"op": "call", "name": "ferry_run_state", "arguments": {}, **run},
+        ])
+        started = report["steps"][1]["result"]
+        self.assertFalse(started["isError"], text_of(started))
+        (run_info,) = started["structuredContent"]["runs"]
+        run_id = run_info["run_id"]
+        self.assertEqual((run_info["target"], run_info["status"], run_info["exit_code"]),
+                         ("local", "running", None))
+        self.assertIn(f"local: running (detached), run {run_id}", text_of(started))
+        state = report["steps"][2]["result"]
+        self.assertEqual((state["structuredContent"]["state"], state["structuredContent"]["job"]),
+                         ("running", "gated"))
+        self.assertIn(f"run {run_id} (gated on local", text_of(state))
+        output = report["steps"][3]["result"]
+        self.assertEqual(output["structuredContent"]["state"], "running")
+        self.assertIn("stdout:\nwaiting for the gate\n", text_of(output))
+        self.assertNotIn("through the gate", text_of(output))
+        early = report["steps"][4]["result"]
+        self.assertFalse(early["isError"], text_of(early))
+        self.assertEqual(early["structuredContent"], {"run_id": run_id, "state": "running"})
+        self.assertIn("still running", text_of(early))
+        # Collected: the result as the job call would have given it, and archived so.
+        result, row = self.one_run(report["steps"][6])
+        self.assertEqual(run_ids(result), [run_id])
+        self.assertIn("local: ok (exit 0", text_of(result))
+        self.assertEqual(result["structuredContent"]["runs"][0]["result"], {"opened": True})
+        self.assertEqual(row["result"], {"opened": True})
+        self.assertIn("stdout:\nwaiting for the gate\nthrough the gate\n", text_of(result))
+        log = self.ferry("log", "--json")
+        self.assertIn(run_id, log.stdout, log.stderr)
+        self.assertTrue(report["steps"][7]["result"]["isError"])
+        self.assertIn(f"no detached run '{run_id}'", text_of(report["steps"][7]["result"]))
+        self.assertEqual(self.ferry("ps", "--json").stdout.count(run_id), 0)
+        self.assertEqual(os.listdir(self.runs), [])
+
+    def test_detached_run_stopped_and_bad_run_arguments(self):
+        gate = os.path.join(self.tmp, "gate-never")
+        report = self.client([
+            {"op": "call", "name": "gated", "arguments": {"gate": gate, "detach": True}},
+            {"op": "call", "name": "ferry_run_output", "arguments": {}, "runFromStep": 0,
+             "untilText": "waiting for the gate", "tries": 50},
+            {"op": "call", "name": "ferry_run_stop", "arguments": {}, "runFromStep": 0},
+            {"op": "call", "name": "gated", "arguments": {"gate": gate, "detach": 1}},
+            {"op": "call", "name": "ferry_run_state", "arguments": {}},
+            {"op": "call", "name": "ferry_run_result", "arguments": {"run": "x", "wait_s": -1}},
+            {"op": "call", "name": "ferry_run_state", "arguments": {"run": "nosuchrun"}},
+        ])
+        result, row = self.one_run(report["steps"][2], "interrupted")
+        self.assertIn("stopped by `ferry stop`", row["error"])
+        self.assertIn("stdout:\nwaiting for the gate\n", text_of(result))
+        refusals = [text_of(step["result"]) for step in report["steps"][3:]]
+        self.assertEqual(refusals[:3], [
+            "gated: argument 'detach' must be true or false, not 1",
+            "ferry_run_state: argument 'run' is required: the run id a call with detach: true "
+            "returned, a unique prefix of it, or \"last\"",
+            "ferry_run_result: argument 'wait_s' must be a whole number of seconds from 0 to "
+            "600, not -1"])
+        self.assertIn("no detached run 'nosuchrun'", refusals[3])
+        self.assertTrue(all(step["result"]["isError"] for step in report["steps"][3:]))
+        self.assertEqual(os.listdir(self.runs), [])
 
     def test_failing_job(self):
         report = self.client([{"op": "call", "name": "boom", "arguments": {}}])
