@@ -16,18 +16,21 @@ void stderr_line(std::string_view kind, std::string_view text)
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-// Passes every event on to the call's reporter and keeps each target's record.
+// Passes every event on to the call's reporter and keeps each target's record. A detached
+// run's only output is the launcher's `detached PID` line: not the job's, so not passed on.
 class Collector final : public RunObserver {
 public:
-  Collector(RunObserver& view, const std::vector<std::string>& targets)
-      : m_view(view), m_targets(targets), m_runs(targets.size())
+  Collector(RunObserver& view, const std::vector<std::string>& targets, bool detached)
+      : m_view(view), m_targets(targets), m_runs(targets.size()), m_detached(detached)
   {
   }
 
   void run_started(const RunRef& run) override { m_view.run_started(run); }
   void run_output(const RunRef& run, OutputStream stream, std::string_view bytes) override
   {
-    m_view.run_output(run, stream, bytes);
+    if (!m_detached) {
+      m_view.run_output(run, stream, bytes);
+    }
   }
   void run_note(const RunRef& run, std::string_view text) override { m_view.run_note(run, text); }
   void progress(const FleetProgress& progress) override { m_view.progress(progress); }
@@ -46,6 +49,7 @@ private:
   RunObserver& m_view;
   const std::vector<std::string>& m_targets;
   std::vector<RunRecord> m_runs;
+  bool m_detached;
 };
 
 } // namespace
@@ -65,7 +69,7 @@ ArchivingSettings archiving_settings(const CallArchive& archive, const nlohmann:
 CallOutcome run_call(SessionPool& pool, const CallArchive& archive, const CallSetup& setup,
                      RunObserver& observer)
 {
-  Collector collector(observer, setup.targets);
+  Collector collector(observer, setup.targets, setup.options.detach_keep_for_s.has_value());
   ArchivingObserver archiving(archiving_settings(archive, setup.client), collector);
   PooledSessions sessions(pool, setup.targets);
   run_fleet(sessions, {{setup.job, setup.params}}, k_parallel_targets, setup.options, archiving);

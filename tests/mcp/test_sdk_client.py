@@ -391,6 +391,8 @@ class Local(McpTestCase):
         self.assertEqual((run_info["target"], run_info["status"], run_info["exit_code"]),
                          ("local", "running", None))
         self.assertIn(f"local: running (detached), run {run_id}", text_of(started))
+        # The launcher's `detached PID` line is not the job's output: no live line for it.
+        self.assertEqual(report["steps"][1]["logs"], [])
         state = report["steps"][2]["result"]
         self.assertEqual((state["structuredContent"]["state"], state["structuredContent"]["job"]),
                          ("running", "gated"))
@@ -418,23 +420,29 @@ class Local(McpTestCase):
         self.assertEqual(os.listdir(self.runs), [])
 
     def test_detached_run_stopped_and_bad_run_arguments(self):
-        gate = os.path.join(self.tmp, "gate-never")
+        """ferry_run_stop stops a detached run as `ferry stop` does: the job's process ends, the
+        run is archived as interrupted, its run directory removed."""
         report = self.client([
-            {"op": "call", "name": "gated", "arguments": {"gate": gate, "detach": True}},
+            {"op": "call", "name": "waiter", "arguments": {"detach": True}},
             {"op": "call", "name": "ferry_run_output", "arguments": {}, "runFromStep": 0,
-             "untilText": "waiting for the gate", "tries": 50},
+             "untilText": "ready pid=", "tries": 50},
             {"op": "call", "name": "ferry_run_stop", "arguments": {}, "runFromStep": 0},
-            {"op": "call", "name": "gated", "arguments": {"gate": gate, "detach": 1}},
+            {"op": "call", "name": "echo", "arguments": {"text": "x", "detach": 1}},
             {"op": "call", "name": "ferry_run_state", "arguments": {}},
             {"op": "call", "name": "ferry_run_result", "arguments": {"run": "x", "wait_s": -1}},
             {"op": "call", "name": "ferry_run_state", "arguments": {"run": "nosuchrun"}},
         ])
+        ready = READY.search(text_of(report["steps"][1]["result"]))
+        self.assertIsNotNone(ready, report["steps"][1])
         result, row = self.one_run(report["steps"][2], "interrupted")
+        self.assertEqual(row["job"], "waiter")
         self.assertIn("stopped by `ferry stop`", row["error"])
-        self.assertIn("stdout:\nwaiting for the gate\n", text_of(result))
+        self.assertIn("stdout:\nready pid=", text_of(result))
+        self.assertTrue(wait_until(lambda: not pid_alive(int(ready.group(1))), 30), ready.group(0))
+        self.assertFalse(os.path.exists(ready.group(2)), ready.group(2))
         refusals = [text_of(step["result"]) for step in report["steps"][3:]]
         self.assertEqual(refusals[:3], [
-            "gated: argument 'detach' must be true or false, not 1",
+            "echo: argument 'detach' must be true or false, not 1",
             "ferry_run_state: argument 'run' is required: the run id a call with detach: true "
             "returned, a unique prefix of it, or \"last\"",
             "ferry_run_result: argument 'wait_s' must be a whole number of seconds from 0 to "
