@@ -623,6 +623,25 @@ class OverSsh(McpTestCase):
                 self.assert_cancelled(report, 2 * i, "waiter", self.srv.alias(shell))
                 self.assertEqual(SshServer.run_dirs(self.srv.user(shell)), [])
 
+    def test_detached_run_over_ssh_outlives_its_server_and_is_stopped(self):
+        """A run detached on an SSH target goes on after the server that started it exits; the
+        next server's run tools find it on its host and stop it, leaving nothing there."""
+        target = {"target": self.srv.alias("bash")}
+        started = self.client([{"op": "call", "name": "waiter", "arguments": {**target, "detach": True}}])
+        (run,) = started["steps"][0]["result"]["structuredContent"]["runs"]
+        self.assertEqual(run["status"], "running", started["steps"][0])
+        report = self.client([
+            {"op": "call", "name": "ferry_run_output", "arguments": {"run": run["run_id"]},
+             "untilText": "ready pid=", "tries": 50},
+            {"op": "call", "name": "ferry_run_state", "arguments": {"run": run["run_id"][-8:]}},
+            {"op": "call", "name": "ferry_run_stop", "arguments": {"run": run["run_id"]}},
+        ])
+        self.assertIn("ready pid=", text_of(report["steps"][0]["result"]))
+        self.assertEqual(report["steps"][1]["result"]["structuredContent"]["state"], "running")
+        _, row = self.one_run(report["steps"][2], "interrupted")
+        self.assertEqual(row["host_label"], self.srv.alias("bash"))
+        self.assertEqual(SshServer.run_dirs(self.srv.user("bash")), [])
+
     def test_client_disappears_mid_call_over_ssh(self):
         server = RawServer([*self.target_args, "--jobs", self.jobs, "--archive", self.archive],
                            self.env)
