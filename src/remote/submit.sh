@@ -232,18 +232,14 @@ poll() {
 
 @slurm_state@
 
-# The launcher's last line can reach this machine's view of the file a little after the job
-# ended (NFS); wait for it briefly, then send the rest.
+# Sends the rest once the launcher's last line is here, then how the job ended.
 finish() {
   leave_queue
   final_state "$job"
-  if [ -f "$run_dir/.ferry-node" ]; then
-    tries=0
-    [ "$stopping" = 1 ] && tries=8 # ferry waits only briefly now
-    while [ "$tries" -lt 12 ] && ! tail -c 4096 "$run_dir/.ferry-stdout" 2>/dev/null | grep -F -q "$end_marker"; do
-      sleep "$tick"
-      tries=$((tries + 1))
-    done
+  if [ "$stopping" = 1 ]; then
+    await_end "$run_dir" 4 # ferry waits only briefly now
+  else
+    await_end "$run_dir" 12
   fi
   more=1
   while [ "$more" = 1 ]; do forward_all; done
@@ -252,26 +248,7 @@ finish() {
   say end "$state" "${code:--}" "$(printf '%s' "${nodes:--}" | tr ' ' '_')" "$source"
 }
 
-if [ -z "$job" ]; then
-  set --
-  while IFS= read -r arg || [ -n "$arg" ]; do
-    set -- "$@" "$arg"
-  done <"$run_dir/.ferry-sbatch-args"
-  submitted=$(sbatch "$@" </dev/null)
-  status=$?
-  job=${submitted%%;*}
-  if [ "$stopping" = 1 ]; then
-    cancel 8
-    exit 130
-  fi
-  [ "$status" = 0 ] || exit 3 # sbatch said why on stderr
-  case $job in
-  '' | *[!0-9_]*)
-    printf 'sbatch printed no job id: %s\n' "$submitted" >&2
-    exit 3
-    ;;
-  esac
-fi
+[ -n "$job" ] || submit "$run_dir/.ferry-sbatch-args"
 say job "$job"
 join_queue
 
