@@ -10,6 +10,7 @@
 #include "cli/cli.hpp"
 #include "cli/detached.hpp"
 #include "cli/execute.hpp"
+#include "cli/slurm_cli.hpp"
 #include "ferry/runner.hpp"
 #include "ferry/sessions.hpp"
 #include "ferry/text.hpp"
@@ -72,6 +73,10 @@ Expected<std::unique_ptr<HostSession>> session_for(Context& ctx, const HostTarge
   if (run.target.value("local", false)) {
     return make_local_session(LocalTarget{});
   }
+  FERRY_TRY_ASSIGN(auto slurm, detached_slurm_session(ctx, ssh, run));
+  if (slurm) {
+    return slurm; // its login node, following its job
+  }
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   HostTargets target = ssh;
   target.persist_s = 0;
@@ -131,6 +136,9 @@ Expected<ExitCode> collect(Context& ctx, const DetachedCommand& cmd, bool stop)
       observer.run_output({host, job_name}, stream, bytes);
     };
   }
+  options.on_note = [&observer, &host, &job_name](std::string_view text) {
+    observer.run_note({host, job_name}, text); // a scheduler's: the job pending
+  };
   const std::string run_id = running.run_id;
   FERRY_TRY_ASSIGN(Attached attached, attach_run(*session, job, std::move(running), options, stop));
   if (attached.end == Attached::End::detached) {
@@ -160,6 +168,9 @@ Expected<ExitCode> collect(Context& ctx, const DetachedCommand& cmd, bool stop)
 // What `ps` says of one run, looked at on its host.
 std::string host_state(Context& ctx, const HostTargets& ssh, const RunRecord& run)
 {
+  if (auto slurm = detached_slurm_ps(ctx, ssh, run)) {
+    return *slurm;
+  }
   auto session = session_for(ctx, ssh, run);
   if (!session) {
     return "unreachable: " + session.error().message;

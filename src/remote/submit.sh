@@ -9,6 +9,10 @@
 #   TAG note TEXT               something ferry should show (squeue cannot reach the controller)
 #   TAG node NAME               where the launcher ran ("-": it never started)
 #   TAG end STATE EXIT NODES SOURCE   the final state, from scontrol, else sacct
+# @mode@ is empty for a live run; `detach` (run --detach) submits, says the id and exits at
+# once, the job staying queued; `attach` (ferry attach/stop of a detached run) follows the job
+# @job_id@ names, and on TERM or a lost channel leaves it alone (no scancel, the run directory
+# kept): only `ferry stop`'s own scancel stops a detached job.
 # Design notes:
 # - sbatch's options come from .ferry-sbatch-args, one per line, each checked by ferry; the run's
 #   job id is a number ferry checked. Nothing here is text a user wrote.
@@ -27,6 +31,7 @@ run_dir=@run_dir@
 tag=@tag@
 job=@job_id@
 job_name=@job_name@
+mode=@mode@
 end_marker=@end_marker@
 printf '%s\n' @sentinel@
 printf '%s\n' @sentinel@ >&2
@@ -65,6 +70,10 @@ cancel() {
 # Nobody reads any more: leave nothing behind.
 lost() {
   trap '' TERM INT HUP
+  if [ "$mode" = attach ]; then
+    leave_queue
+    exit 141
+  fi
   cancel 40
   leave_queue
   rm -rf "$run_dir"
@@ -77,6 +86,10 @@ say() {
 
 stopped() {
   trap '' TERM INT HUP
+  if [ "$mode" = attach ]; then
+    leave_queue
+    exit 130
+  fi
   stopping=1
   cancel 0
 }
@@ -250,6 +263,7 @@ finish() {
 
 [ -n "$job" ] || submit "$run_dir/.ferry-sbatch-args"
 say job "$job"
+[ "$mode" = detach ] && exit 0
 join_queue
 
 out_at=0
