@@ -37,6 +37,7 @@ printf '%s\n' @sentinel@
 printf '%s\n' @sentinel@ >&2
 umask 077
 stopping=0
+leaving=0
 tick=1
 polls=1
 if sleep 0.1 2>/dev/null; then
@@ -87,8 +88,8 @@ say() {
 stopped() {
   trap '' TERM INT HUP
   if [ "$mode" = attach ]; then
-    leave_queue
-    exit 130
+    leaving=1 # at the loop's next turn: never inside ask_queue, whose lock others wait for
+    return
   fi
   stopping=1
   cancel 0
@@ -273,6 +274,10 @@ polled=0
 waited=0
 started=0
 while :; do
+  if [ "$leaving" = 1 ]; then
+    leave_queue
+    exit 130
+  fi
   # The node has entered the run directory: the job runs, even if squeue never saw it running.
   if [ "$started" = 0 ] && [ -f "$run_dir/.ferry-node" ]; then
     started=1

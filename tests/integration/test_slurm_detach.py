@@ -4,13 +4,15 @@ from the login node; `attach` follows it and records it as a live --slurm run wo
 cancels it. Needs root; a missing prerequisite fails, never skips."""
 
 import json
-import re
+import os
 import shutil
+import signal
+import subprocess
 import tempfile
 import time
 import unittest
 
-from ferry_harness import run_ferry, write_job
+from ferry_harness import ferry_bin, run_ferry, write_job
 from slurm_fixture import SlurmCluster, require_prerequisites
 from sshd_fixture import SshServer, require_root_and_tools
 
@@ -117,13 +119,28 @@ class SlurmDetach(unittest.TestCase):
         self.assertEqual(shown.code, 0, shown)
         self.assertEqual(json.loads(shown.stdout)["status"], "ok", shown)
 
-    def test_stop_cancels_a_running_detached_job_and_records_it_interrupted(self):
+    def test_ctrl_c_detaches_again_and_stop_cancels_the_job_and_records_it_interrupted(self):
         rec, job, _ = self.detach(self.sleep_job)
         self.assertTrue(wait_for(lambda: self.cluster.job_processes(job), 30),
                         self.cluster.squeue_state(job))
         self.assertEqual(self.ps(), {rec["run_id"]: "running"})
+        # Ctrl-C while attached detaches again: the job runs on, uncancelled.
+        with tempfile.TemporaryFile() as out:
+            attach = subprocess.Popen([ferry_bin(), "attach", "last", "--ssh-config",
+                                       self.srv.ssh_config], stdout=out, stderr=subprocess.PIPE,
+                                      stdin=subprocess.DEVNULL, env={**os.environ, **self.env})
+            self.addCleanup(lambda: attach.poll() is None and attach.kill())
+            self.assertTrue(wait_for(lambda: out.seek(0) == 0 and b"started" in out.read(), 30))
+            attach.send_signal(signal.SIGINT)
+            _, err = attach.communicate(timeout=30)
+            self.assertEqual(attach.returncode, 130, err)
+        time.sleep(2)
+        self.assertEqual(self.cluster.squeue_state(job), "RUNNING")
+        self.assertEqual(self.ps(), {rec["run_id"]: "running"})
+        t0 = time.monotonic()
         r = self.ferry("stop", "last", "--json")
         self.assertEqual(r.code, 0, r)
+        self.assertLess(time.monotonic() - t0, 20)  # nothing the attach left holds it up
         self.assertEqual(r.record["status"], "interrupted", r.record)
         self.assertIn("ferry stop", r.record["error"])
         self.assertEqual(r.record["stdout"], "started\n")
