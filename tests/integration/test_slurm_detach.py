@@ -15,26 +15,13 @@ import unittest
 from ferry_harness import ferry_bin, run_ferry, write_job
 from slurm_fixture import SlurmCluster, require_prerequisites
 from sshd_fixture import SshServer, require_root_and_tools
+from test_slurm import SLEEP_JOB, wait_for
 
 NODE_JOB = """
 node=$(hostname)
 printf '{"node": "%s", "slurm_job": "%s"}\\n' "$node" "$SLURM_JOB_ID" >"$FERRY_RESULT"
 echo "hello from $node"
 """
-
-SLEEP_JOB = """
-echo started
-sleep 300
-"""
-
-
-def wait_for(predicate, timeout_s: float, interval_s: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval_s)
-    return True
 
 
 class SlurmDetach(unittest.TestCase):
