@@ -23,10 +23,20 @@ struct SlurmTarget {
   // at once (sbatch's --array=...%M; 0: no bound).
   int array_points = 0;
   int array_throttle = 0;
+  // `attach`/`stop` of a --detach run (docs/slurm.md, "Detached runs"): the session follows this
+  // job, submitted before, instead of submitting; ferry's Ctrl-C leaves it running, and the
+  // launcher's `stop` is scancel.
+  std::string detached_job;
 };
 
 // `nodes` sessions that share each run's allocation: one Slurm job per run, one node each.
 [[nodiscard]] std::vector<std::unique_ptr<HostSession>>
 make_slurm_sessions(const SlurmTarget& target);
+
+// `ps` of a detached run (`detached_job` set): pending or running (squeue's word for it, in lower
+// case), finished (the job has ended and its run directory waits for `attach`) or gone (the
+// directory is not there).
+[[nodiscard]] Expected<std::string> detached_slurm_state(const SlurmTarget& target,
+                                                         const std::string& run_dir);
 
 } // namespace ferry

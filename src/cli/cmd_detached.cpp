@@ -10,6 +10,7 @@
 #include "cli/cli.hpp"
 #include "cli/detached.hpp"
 #include "cli/execute.hpp"
+#include "cli/slurm_cli.hpp"
 #include "ferry/runner.hpp"
 #include "ferry/sessions.hpp"
 #include "ferry/text.hpp"
@@ -36,6 +37,10 @@ Expected<std::unique_ptr<HostSession>> session_for(Context& ctx, const HostTarge
 {
   if (run.target.value("local", false)) {
     return make_local_session(LocalTarget{});
+  }
+  FERRY_TRY_ASSIGN(auto slurm, detached_slurm_session(ctx, ssh, run));
+  if (slurm) {
+    return slurm; // its login node, following its job
   }
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
   HostTargets target = ssh;
@@ -92,6 +97,9 @@ Expected<ExitCode> list_detached(Context& ctx, const DetachedCommand& cmd)
   states.reserve(runs.size());
   for (const auto& run : runs) {
     states.push_back(std::async(std::launch::async, [&ctx, &cmd, &run] {
+      if (auto slurm = detached_slurm_ps(ctx, cmd.ssh, run)) {
+        return *slurm; // its job as the scheduler tells it
+      }
       return host_state([&](const RunRecord& r) { return session_for(ctx, cmd.ssh, r); }, run);
     }));
   }

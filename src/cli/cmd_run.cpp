@@ -223,13 +223,20 @@ Expected<void> set_gpu_options(RunOptions& options, TargetOptions& target, const
 
 constexpr long long k_max_keep_for_s = 365LL * 24 * 3600;
 
-// --detach's --keep-for, checked; detached runs are for SSH hosts and --local, kept in the
-// archive to be collected.
-Expected<long long> detach_keep_for(const RunCommand& cmd)
+// --detach's --keep-for, checked; detached runs are kept in the archive to be collected. Under
+// --slurm the job stays queued (docs/slurm.md, "Detached runs"): one job of one node.
+Expected<long long> detach_keep_for(const RunCommand& cmd, const TargetOptions& target,
+                                    std::size_t sessions)
 {
-  if (!cmd.target.slurm.login.empty()) {
-    return fail(ErrorKind::usage, "--detach is for SSH hosts and --local; under --slurm the "
-                                  "scheduler already keeps the job apart from ferry");
+  if (!target.slurm.login.empty() && (target.slurm.array_points > 1 || sessions > 1)) {
+    return fail(ErrorKind::usage,
+                "--detach with --slurm is for one job on one node, not {}: run it without "
+                "--detach{}",
+                target.slurm.array_points > 1 ? "a --sweep (submitted as one job array)"
+                                              : "an allocation of several --nodes",
+                target.slurm.array_points > 1
+                    ? ", or detach each point in a `ferry run ... --param` of its own"
+                    : "");
   }
   if (cmd.no_archive) {
     return fail(ErrorKind::usage, "--detach needs the archive: `ferry attach` finds the run there; "
@@ -296,7 +303,7 @@ Expected<ExitCode> run(Context& ctx, const RunCommand& cmd)
   const int parallel = batch_parallel(cmd.target, cmd.parallel, sessions.size());
   const BatchOptions batch{!cmd.no_archive, parallel, swept_keys(cmd)};
   if (cmd.detach) {
-    FERRY_TRY_ASSIGN(options.detach_keep_for_s, detach_keep_for(cmd));
+    FERRY_TRY_ASSIGN(options.detach_keep_for_s, detach_keep_for(cmd, target, sessions.size()));
     DetachView view(ctx.reporter(), cmd.json);
     return execute_runs(ctx, sessions, runs, options, batch, view);
   }

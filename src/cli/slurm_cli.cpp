@@ -218,6 +218,61 @@ int batch_parallel(const TargetOptions& target, int parallel, std::size_t sessio
   return target.slurm.login.empty() ? parallel : std::max(parallel, static_cast<int>(sessions));
 }
 
+namespace {
+
+// The target a detached run was submitted to, as its record keeps it, following its job.
+Expected<SlurmTarget> detached_target(Context& ctx, const HostTargets& ssh, const RunRecord& run)
+{
+  const nlohmann::json& slurm = run.target["slurm"];
+  const std::string login = slurm.value("login", std::string());
+  const std::string job = slurm.value("job_id", std::string());
+  if (login.empty() || job.empty() || job.find_first_not_of("0123456789") != std::string::npos) {
+    return fail(ErrorKind::failed, "run {}: its record names no Slurm login node and job id",
+                run.run_id);
+  }
+  FERRY_TRY(parse_host_spec(login));
+  FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
+  SlurmTarget target;
+  target.login = ferry::ssh_target_for(ssh, *config, login, ctx.global.verbose);
+  if (auto options = slurm_options_from_json(slurm.value("options", nlohmann::json::object()))) {
+    target.command_line = *options;
+  }
+  if (slurm.contains("time_limit_min") && slurm["time_limit_min"].is_number_integer()) {
+    target.command_line.time_min = slurm["time_limit_min"].get<int>();
+  }
+  target.detached_job = job;
+  return target;
+}
+
+} // namespace
+
+Expected<std::unique_ptr<HostSession>> detached_slurm_session(Context& ctx, const HostTargets& ssh,
+                                                              const RunRecord& run)
+{
+  if (!has_slurm_key(run.target)) {
+    return std::unique_ptr<HostSession>();
+  }
+  FERRY_TRY_ASSIGN(const SlurmTarget target, detached_target(ctx, ssh, run));
+  auto sessions = make_slurm_sessions(target);
+  std::unique_ptr<HostSession> session = std::move(sessions.front());
+  FERRY_TRY(session->connect());
+  return session;
+}
+
+std::optional<std::string> detached_slurm_ps(Context& ctx, const HostTargets& ssh,
+                                             const RunRecord& run)
+{
+  if (!has_slurm_key(run.target)) {
+    return std::nullopt;
+  }
+  const auto target = detached_target(ctx, ssh, run);
+  if (!target) {
+    return "unknown: " + target.error().message;
+  }
+  const auto state = detached_slurm_state(*target, run.detached.value("run_dir", std::string()));
+  return state ? *state : "unreachable: " + state.error().message;
+}
+
 void use_archived_slurm_target(TargetOptions& target, const RunRecord& original)
 {
   if (!has_slurm_key(original.target)) {

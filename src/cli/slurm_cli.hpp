@@ -61,6 +61,17 @@ make_slurm_target_sessions(Context& ctx, const TargetOptions& target, std::span<
 // `replay`: the archived run's Slurm target, unless the command line names another target.
 void use_archived_slurm_target(TargetOptions& target, const RunRecord& original);
 
+// `attach`/`stop` of a detached run on a Slurm target (docs/slurm.md, "Detached runs"): a
+// session on its login node, connected, that follows the job the record names; nullptr for a
+// run on another target. `ssh`: the SSH options given now.
+[[nodiscard]] Expected<std::unique_ptr<HostSession>>
+detached_slurm_session(Context& ctx, const HostTargets& ssh, const RunRecord& run);
+
+// `ps`: what a detached Slurm run is now (pending, running, finished, gone; `unreachable: WHY`
+// when the login node or squeue does not answer); nullopt for a run on another target.
+[[nodiscard]] std::optional<std::string> detached_slurm_ps(Context& ctx, const HostTargets& ssh,
+                                                           const RunRecord& run);
+
 // `check`: the line for a run on the Slurm target; nullopt for other targets.
 [[nodiscard]] std::optional<std::string> slurm_check_text(const RunRecord& record);
 

@@ -161,13 +161,7 @@ EOF
 finish_task() {
   eval "d=\$dir_$1"
   final_state "${job}_$1"
-  if [ -f "$d/.ferry-node" ] && [ "$stopping" = 0 ]; then
-    tries=0
-    while [ "$tries" -lt 12 ] && ! tail -c 4096 "$d/.ferry-stdout" 2>/dev/null | grep -F -q "$end_marker"; do
-      sleep "$tick"
-      tries=$((tries + 1))
-    done
-  fi
+  [ "$stopping" = 1 ] || await_end "$d" 12
   more=1
   while [ "$more" = 1 ]; do
     more=0
@@ -210,24 +204,7 @@ forward_running() {
   done
 }
 
-set --
-while IFS= read -r arg || [ -n "$arg" ]; do
-  set -- "$@" "$arg"
-done <"$dir_0/.ferry-sbatch-args"
-submitted=$(sbatch "$@" </dev/null)
-status=$?
-job=${submitted%%;*}
-if [ "$stopping" = 1 ]; then
-  cancel 8
-  exit 130
-fi
-[ "$status" = 0 ] || exit 3 # sbatch said why on stderr
-case $job in
-'' | *[!0-9]*)
-  printf 'sbatch printed no job id: %s\n' "$submitted" >&2
-  exit 3
-  ;;
-esac
+submit "$dir_0/.ferry-sbatch-args"
 say job "$job"
 
 running=$n

@@ -9,6 +9,10 @@
 #   TAG note TEXT               something ferry should show (squeue cannot reach the controller)
 #   TAG node NAME               where the launcher ran ("-": it never started)
 #   TAG end STATE EXIT NODES SOURCE   the final state, from scontrol, else sacct
+# @mode@ is empty for a live run; `detach` (run --detach) submits, says the id and exits at
+# once, the job staying queued; `attach` (ferry attach/stop of a detached run) follows the job
+# @job_id@ names, and on TERM or a lost channel leaves it alone (no scancel, the run directory
+# kept): only `ferry stop`'s own scancel stops a detached job.
 # Design notes:
 # - sbatch's options come from .ferry-sbatch-args, one per line, each checked by ferry; the run's
 #   job id is a number ferry checked. Nothing here is text a user wrote.
@@ -27,11 +31,13 @@ run_dir=@run_dir@
 tag=@tag@
 job=@job_id@
 job_name=@job_name@
+mode=@mode@
 end_marker=@end_marker@
 printf '%s\n' @sentinel@
 printf '%s\n' @sentinel@ >&2
 umask 077
 stopping=0
+leaving=0
 tick=1
 polls=1
 if sleep 0.1 2>/dev/null; then
@@ -65,6 +71,10 @@ cancel() {
 # Nobody reads any more: leave nothing behind.
 lost() {
   trap '' TERM INT HUP
+  if [ "$mode" = attach ]; then
+    leave_queue
+    exit 141
+  fi
   cancel 40
   leave_queue
   rm -rf "$run_dir"
@@ -77,6 +87,10 @@ say() {
 
 stopped() {
   trap '' TERM INT HUP
+  if [ "$mode" = attach ]; then
+    leaving=1 # at the loop's next turn: never inside ask_queue, whose lock others wait for
+    return
+  fi
   stopping=1
   cancel 0
 }
@@ -232,18 +246,14 @@ poll() {
 
 @slurm_state@
 
-# The launcher's last line can reach this machine's view of the file a little after the job
-# ended (NFS); wait for it briefly, then send the rest.
+# Sends the rest once the launcher's last line is here, then how the job ended.
 finish() {
   leave_queue
   final_state "$job"
-  if [ -f "$run_dir/.ferry-node" ]; then
-    tries=0
-    [ "$stopping" = 1 ] && tries=8 # ferry waits only briefly now
-    while [ "$tries" -lt 12 ] && ! tail -c 4096 "$run_dir/.ferry-stdout" 2>/dev/null | grep -F -q "$end_marker"; do
-      sleep "$tick"
-      tries=$((tries + 1))
-    done
+  if [ "$stopping" = 1 ]; then
+    await_end "$run_dir" 4 # ferry waits only briefly now
+  else
+    await_end "$run_dir" 12
   fi
   more=1
   while [ "$more" = 1 ]; do forward_all; done
@@ -252,27 +262,9 @@ finish() {
   say end "$state" "${code:--}" "$(printf '%s' "${nodes:--}" | tr ' ' '_')" "$source"
 }
 
-if [ -z "$job" ]; then
-  set --
-  while IFS= read -r arg || [ -n "$arg" ]; do
-    set -- "$@" "$arg"
-  done <"$run_dir/.ferry-sbatch-args"
-  submitted=$(sbatch "$@" </dev/null)
-  status=$?
-  job=${submitted%%;*}
-  if [ "$stopping" = 1 ]; then
-    cancel 8
-    exit 130
-  fi
-  [ "$status" = 0 ] || exit 3 # sbatch said why on stderr
-  case $job in
-  '' | *[!0-9_]*)
-    printf 'sbatch printed no job id: %s\n' "$submitted" >&2
-    exit 3
-    ;;
-  esac
-fi
+[ -n "$job" ] || submit "$run_dir/.ferry-sbatch-args"
 say job "$job"
+[ "$mode" = detach ] && exit 0
 join_queue
 
 out_at=0
@@ -282,6 +274,10 @@ polled=0
 waited=0
 started=0
 while :; do
+  if [ "$leaving" = 1 ]; then
+    leave_queue
+    exit 130
+  fi
   # The node has entered the run directory: the job runs, even if squeue never saw it running.
   if [ "$started" = 0 ] && [ -f "$run_dir/.ferry-node" ]; then
     started=1

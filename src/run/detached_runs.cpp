@@ -108,6 +108,9 @@ Expected<Attached> collect_detached(Archive& archive, HostSession& session, cons
       observer.run_output({host, job_name}, stream, bytes);
     };
   }
+  options.on_note = [&observer, &host, &job_name](std::string_view text) {
+    observer.run_note({host, job_name}, text); // a scheduler's: the job pending
+  };
   const std::string run_id = running.run_id;
   FERRY_TRY_ASSIGN(Attached attached,
                    attach_run(session, job, std::move(running), options, request.stop));

@@ -834,6 +834,21 @@ Expected<void> send_stop(const Run& run, StagedRun& staged)
   return {};
 }
 
+// A detached run on a scheduler (its record's target says `slurm`): the target follows its job
+// again as for a live run (docs/slurm.md, "Detached runs"), with its verdict on how it ended.
+Expected<Followed> follow_scheduled(const Run& run, StagedRun& staged)
+{
+  FERRY_TRY_ASSIGN(const auto listed, run.session.list(staged, ""));
+  if (!listed) {
+    return Followed{FollowEnd::gone, {}};
+  }
+  FERRY_TRY_ASSIGN(ExecOutcome outcome, execute(run, staged));
+  if (outcome.end == ExecEnd::interrupted && run.options.stop.stop_requested()) {
+    return Followed{FollowEnd::stopped, {}}; // Ctrl-C: the job goes on
+  }
+  return Followed{FollowEnd::done, std::move(outcome)};
+}
+
 } // namespace
 
 Expected<Attached> attach_run(HostSession& session, const Job& job, RunRecord record,
@@ -851,7 +866,9 @@ Expected<Attached> attach_run(HostSession& session, const Job& job, RunRecord re
   follow.report_cap = std::min(options.result_cap, k_default_result_frame_limit) + k_report_slack;
   follow.stop = options.stop;
   follow.on_output = options.on_output;
-  FERRY_TRY_ASSIGN(Followed followed, follow_detached(session, staged, follow));
+  const bool scheduled = record.target.contains("slurm");
+  FERRY_TRY_ASSIGN(Followed followed, scheduled ? follow_scheduled(run, staged)
+                                                : follow_detached(session, staged, follow));
   if (followed.end == FollowEnd::stopped) {
     return Attached{Attached::End::detached, std::move(record)};
   }
@@ -863,6 +880,10 @@ Expected<Attached> attach_run(HostSession& session, const Job& job, RunRecord re
   {
     FinishGuard guard(run, staged);
     finish_run(run, staged, guard, followed.outcome);
+  }
+  if (scheduled) { // what the target learnt: the job's node and final state
+    record.target = session.target();
+    record.host_label = session.label();
   }
   if (stop) {
     conclude(record, RunStatus::interrupted, "stopped by `ferry stop`; the job was stopped");

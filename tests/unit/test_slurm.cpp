@@ -7,12 +7,16 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
+
+#include <sys/wait.h>
 
 #include "cli/slurm_cli.hpp"
 #include "ferry/job.hpp"
 #include "ferry/remote/launcher.hpp"
 #include "ferry/slurm_options.hpp"
+#include "ferry/util.hpp"
 #include "transport/slurm/allocation.hpp"
 #include "transport/slurm/array_follow.hpp"
 #include "transport/slurm/cluster.hpp"
@@ -415,8 +419,10 @@ TEST_CASE("the submit script is filled with quoted fields and parses under sh", 
                                    {"job_id", sh_quote("")},
                                    {"job_name", sh_quote("ferry-a'b-1")},
                                    {"end_marker", sh_quote("ferry-end-1")},
-                                   {"sentinel", sh_quote("ferry-submit-1")}});
+                                   {"sentinel", sh_quote("ferry-submit-1")},
+                                   {"mode", sh_quote("attach")}});
   CHECK(script.find("run_dir='/runs/ferry-x'") != std::string::npos);
+  CHECK(script.find("mode='attach'") != std::string::npos);
   CHECK(script.find("job_name='ferry-a'\\''b-1'") != std::string::npos);
   const auto path = std::filesystem::temp_directory_path() / "ferry-unit-submit.sh";
   std::ofstream(path) << script;
@@ -436,6 +442,43 @@ TEST_CASE("the submit script is filled with quoted fields and parses under sh", 
   std::ofstream(path) << array;
   CHECK(std::system(("sh -n " + path.string()).c_str()) == 0);
   std::filesystem::remove(path);
+}
+
+namespace {
+
+// slurm_state.sh's `submit` with a stand-in sbatch that prints `said`: what the script prints
+// and its exit status.
+std::pair<std::string, int> submit_with(const std::string& said)
+{
+  const auto dir = std::filesystem::temp_directory_path() / ("ferry-unit-submit-" + random_hex(6));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "args") << "--parsable\n";
+  std::ofstream(dir / "run.sh") << remote_script("slurm_state.sh") << "\n"
+                                << "tick=0.01 stopping=0 end_marker=x\n"
+                                << "cancel() { echo cancelled; }\n"
+                                << "sbatch() { printf '%s' " << sh_quote(said) << "; }\n"
+                                << "submit " << sh_quote((dir / "args").string()) << "\n"
+                                << "printf '[%s]\\n' \"$job\"\n";
+  const int status = std::system(
+      ("sh " + (dir / "run.sh").string() + " >" + (dir / "out").string() + " 2>&1").c_str());
+  std::ifstream in(dir / "out");
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove_all(dir);
+  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
+} // namespace
+
+TEST_CASE("sbatch's job id is trimmed and checked once for both submit scripts", "[slurm]")
+{
+  CHECK(submit_with("4242\n") == std::pair<std::string, int>("[4242]\n", 0));
+  CHECK(submit_with(" 4242;cluster1\r\n") == std::pair<std::string, int>("[4242]\n", 0));
+  CHECK(submit_with("\t17 \n") == std::pair<std::string, int>("[17]\n", 0));
+  const auto [out, status] = submit_with("Submitted batch job 12\n");
+  CHECK(status == 3);
+  CHECK_THAT(out, Catch::Contains("sbatch printed no job id: Submitted batch job 12"));
+  CHECK(submit_with("").second == 3);
+  CHECK(submit_with("12_3\n").second == 3); // an array task is no job of its own
 }
 
 TEST_CASE("scontrol's one-line records become objects", "[slurm]")

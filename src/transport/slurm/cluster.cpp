@@ -40,6 +40,26 @@ void cancel_job(ssh::Remote& login, const std::string& job_id)
   (void)run_command(login, {"scancel", job_id}, StopToken::make());
 }
 
+Expected<std::string> queue_state(ssh::Remote& login, const std::string& job_id,
+                                  const StopToken& stop)
+{
+  if (job_id.empty() || job_id.find_first_not_of("0123456789_") != std::string::npos) {
+    return fail(ErrorKind::failed, "no Slurm job id to ask squeue about ('{}')",
+                terminal_safe(job_id));
+  }
+  FERRY_TRY_ASSIGN(
+      const Said said,
+      run_command(login, {"squeue", "-h", "-r", "-t", "all", "-j", job_id, "-O", "State"}, stop));
+  if (said.status != 0) {
+    if (said.text.find("Invalid job id") != std::string::npos) {
+      return std::string();
+    }
+    return fail(ErrorKind::failed, "squeue: {}", terminal_safe(shorten(trim(said.text), 300)));
+  }
+  const std::string_view text = trim(said.text); // -O pads its column with spaces
+  return std::string(trim(text.substr(0, text.find('\n'))));
+}
+
 Expected<void> ping_controller(ssh::Remote& login, std::string_view label, const StopToken& stop)
 {
   auto said = run_command(login, {"scontrol", "ping"}, stop);

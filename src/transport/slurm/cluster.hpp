@@ -16,6 +16,10 @@ namespace ferry::slurm {
 // `scancel JOB_ID` (a checked id: digits, `_`), whatever the run's stop token says: an
 // interrupted sweep's job array goes as a whole. Failures are ignored (the job may be gone).
 void cancel_job(ssh::Remote& login, const std::string& job_id);
+// squeue's state of JOB_ID (PENDING, RUNNING, COMPLETED, ...: a finished job stays listed for
+// the controller's MinJobAge); empty when the controller no longer lists it.
+[[nodiscard]] Expected<std::string> queue_state(ssh::Remote& login, const std::string& job_id,
+                                                const StopToken& stop);
 [[nodiscard]] Expected<void> ping_controller(ssh::Remote& login, std::string_view label,
                                              const StopToken& stop);
 

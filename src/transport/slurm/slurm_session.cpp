@@ -74,6 +74,7 @@ struct ScriptFields {
   std::string job_name;
   std::string end_marker;
   std::string sentinel;
+  std::string mode; // submit.sh's: empty (a live run), detach or attach
 };
 
 // What submit.sh and follow_array.sh share: the final state of a job (src/remote/slurm_state.sh).
@@ -92,6 +93,7 @@ std::string submit_script(const ScriptFields& fields)
                                                        {"job_name", sh_quote(fields.job_name)},
                                                        {"end_marker", sh_quote(fields.end_marker)},
                                                        {"sentinel", sh_quote(fields.sentinel)},
+                                                       {"mode", sh_quote(fields.mode)},
                                                    });
 }
 
@@ -127,7 +129,20 @@ struct RunState {
   std::string node;
   std::optional<slurm::JobEnd> end;
   std::optional<bool> run_dir_shared;
+  bool detach = false; // run --detach: submitted, then left queued
 };
+
+// What a launcher that detached itself says (docs/run-protocol.md, "Detached runs"): a detached
+// run's job has been submitted, and the runner records the run as detached.
+ExecOutcome detached_outcome(const std::string& job_id)
+{
+  ExecOutcome outcome;
+  outcome.end = ExecEnd::exited;
+  outcome.exit_code = 0;
+  outcome.out.saw_sentinel = true;
+  outcome.out.bytes = std::string(k_detached_line) + job_id + "\n";
+  return outcome;
+}
 
 // "4242_3" -> "4242"
 std::string array_of(const std::string& job_id)
@@ -212,7 +227,8 @@ private:
   Expected<void> put_submission(const std::string& run_dir, const std::vector<std::string>& dirs);
   Expected<std::string> submit_or_wait(const std::string& run_dir, const ExecRequest& request);
   Expected<ExecOutcome> follow(const ExecRequest& request, const std::string& run_dir,
-                               const std::string& job_id);
+                               const std::string& job_id, const std::string& mode);
+  Expected<ExecOutcome> reattach(const StagedRun& staged, const ExecRequest& request);
   Expected<ExecOutcome> follow_point(const ExecRequest& request, const std::string& run_dir);
   Expected<void> arm_follower(const ExecRequest& request, const std::string& run_dir);
   Expected<ExecOutcome> settle(RunState& run, slurm::Follow& follow, ExecOutcome script,
@@ -328,6 +344,9 @@ Expected<StagedRun> SlurmSession::stage(const RunBundle& bundle, const StopToken
   start_round(bundle);
   RunBundle kept = bundle;
   kept.launcher.keep_run_dir = true; // the submit script reads the launcher's output there
+  // --detach: the job stays queued apart from ferry, its launcher on the node running as for a
+  // live run (a launcher that detached itself would end the batch job at once).
+  mine().detach = kept.launcher.env.erase(k_launcher_detach_var) > 0;
   auto staged = m_login->stage(kept, stop);
   if (!staged) {
     withdraw("its run could not be staged");
@@ -379,6 +398,9 @@ Expected<ExecOutcome> SlurmSession::launch(StagedRun& staged, const LaunchReques
 {
   const ExecRequest request = launcher_request(staged, launch);
   const std::string& run_dir = staged.run_dir;
+  if (!m_target.detached_job.empty()) {
+    return reattach(staged, request);
+  }
   RunState& run = mine();
   run.time_min = run.options.time_min.value_or(slurm_minutes_for(
       run.timeout_s,
@@ -393,11 +415,14 @@ Expected<ExecOutcome> SlurmSession::launch(StagedRun& staged, const LaunchReques
     }
     return Unexpected<Error>{job_id.error()};
   }
-  auto outcome = follow(request, run_dir, *job_id);
+  auto outcome = follow(request, run_dir, *job_id, run.detach ? "detach" : "");
   if (run.slot == 0) {
     // Whatever happened, the others stop waiting (a no-op once the id is out).
     m_allocation->abandon(run.round,
                           outcome ? "sbatch did not submit the job" : outcome.error().message);
+  }
+  if (outcome && run.detach && outcome->end == ExecEnd::exited && !run.job_id.empty()) {
+    return detached_outcome(run.job_id); // submitted; anything else is as for a live run
   }
   return outcome;
 }
@@ -435,8 +460,13 @@ Expected<void> SlurmSession::arm_follower(const ExecRequest& request, const std:
   }
   FERRY_TRY(put_submission(run_dir, dirs));
   const std::string nonce = random_hex(12);
-  const ScriptFields fields{run_dir,      "ferry-slurm-" + nonce, {},
-                            run.job_name, request.end_marker,     "ferry-submit-" + nonce};
+  const ScriptFields fields{run_dir,
+                            "ferry-slurm-" + nonce,
+                            {},
+                            run.job_name,
+                            request.end_marker,
+                            "ferry-submit-" + nonce,
+                            {}};
   const std::string path = run_dir + "/" + std::string(k_array_script);
   FERRY_TRY(m_login->put_file(path, array_script(fields, dirs)));
   // After TERM the script cancels the array and reports every task's end.
@@ -459,20 +489,48 @@ void SlurmSession::on_job(std::string id)
   }
 }
 
+// `mode`: submit.sh's (ScriptFields).
 Expected<ExecOutcome> SlurmSession::follow(const ExecRequest& request, const std::string& run_dir,
-                                           const std::string& job_id)
+                                           const std::string& job_id, const std::string& mode)
 {
   RunState& run = mine();
   const std::string nonce = random_hex(12);
   ScriptFields fields{run_dir,      "ferry-slurm-" + nonce, job_id,
-                      run.job_name, request.end_marker,     "ferry-submit-" + nonce};
-  FERRY_TRY(m_login->put_file(run_dir + "/" + std::string(k_submit_script), submit_script(fields)));
+                      run.job_name, request.end_marker,     "ferry-submit-" + nonce,
+                      mode};
+  // Each attach writes a script of its own (uploads never replace a file).
+  const bool attach = mode == "attach";
+  const std::string script_path =
+      run_dir + "/" + (attach ? ".ferry-attach-" + nonce + ".sh" : std::string(k_submit_script));
+  FERRY_TRY(m_login->put_file(script_path, submit_script(fields)));
   run.job_id = job_id;
-  Follow follow(request, fields.tag, [this](std::string id) { on_job(std::move(id)); });
-  FERRY_TRY_ASSIGN(auto script, m_login->exec(follow.script_request(
-                                    {"/bin/sh", run_dir + "/" + std::string(k_submit_script)},
-                                    fields.sentinel)));
+  Follow follow(request, fields.tag, [this, attach](std::string id) {
+    if (!attach) { // a job submitted before is no allocation's
+      on_job(std::move(id));
+    }
+  });
+  FERRY_TRY_ASSIGN(auto script,
+                   m_login->exec(follow.script_request({"/bin/sh", script_path}, fields.sentinel)));
   return settle(run, follow, std::move(script), run_dir);
+}
+
+// `attach` or `stop` of a detached run: stop is scancel (the launcher's TERM path, as a live
+// Ctrl-C's); following is the submit script's, as for a live run, for the job submitted before.
+Expected<ExecOutcome> SlurmSession::reattach(const StagedRun& staged, const ExecRequest& request)
+{
+  RunState& run = mine();
+  run.options = m_target.command_line;
+  run.time_min = m_target.command_line.time_min.value_or(0);
+  run.job_id = m_target.detached_job;
+  if (staged.launcher_args == std::vector<std::string>{k_launcher_stop_arg}) {
+    slurm::cancel_job(*m_login, run.job_id);
+    ExecOutcome sent;
+    sent.end = ExecEnd::exited;
+    sent.exit_code = 0;
+    sent.out.bytes = "sent (scancel)";
+    return sent;
+  }
+  return follow(request, staged.run_dir, run.job_id, "attach");
 }
 
 // The run's part of what the script saw: its job, node and end, and the runner's outcome.
@@ -501,6 +559,25 @@ Expected<ExecOutcome> SlurmSession::settle(RunState& run, slurm::Follow& follow,
 }
 
 } // namespace
+
+Expected<std::string> detached_slurm_state(const SlurmTarget& target, const std::string& run_dir)
+{
+  auto login = ssh::make_remote(target.login);
+  login->without_job_cache();
+  FERRY_TRY(login->connect());
+  FERRY_TRY_ASSIGN(const std::string state,
+                   slurm::queue_state(*login, target.detached_job, StopToken::make()));
+  if (state == "PENDING") {
+    return std::string("pending");
+  }
+  if (!state.empty() && !slurm::is_final_state(state)) {
+    return std::string("running");
+  }
+  StagedRun staged;
+  staged.run_dir = run_dir;
+  FERRY_TRY_ASSIGN(const auto listed, login->list(staged, ""));
+  return std::string(listed ? "finished" : "gone");
+}
 
 std::vector<std::unique_ptr<HostSession>> make_slurm_sessions(const SlurmTarget& target)
 {
