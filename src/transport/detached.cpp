@@ -207,6 +207,31 @@ Expected<std::optional<FollowEnd>> look_without_done(HostSession& session, const
   return gone ? std::optional<FollowEnd>(FollowEnd::lost) : std::optional<FollowEnd>();
 }
 
+// One look at the run: the done file's line (looked at before the output: once it is there,
+// the read that follows is the last) and, without one, how the run stands (nullopt: it runs).
+struct Look {
+  std::optional<std::string> line;
+  std::optional<FollowEnd> end;
+};
+Expected<Look> look(HostSession& session, const StagedRun& run, const FollowRequest& request,
+                    int polls)
+{
+  Look seen;
+  FERRY_TRY_ASSIGN(seen.line, done_line(session, run));
+  if (seen.line) {
+    return seen;
+  }
+  FERRY_TRY_ASSIGN(seen.end, look_without_done(session, run, request, polls));
+  if (seen.end == FollowEnd::lost) {
+    // The launcher writes its done file before it ends: one there now was written meanwhile.
+    FERRY_TRY_ASSIGN(seen.line, done_line(session, run));
+    if (seen.line) {
+      seen.end.reset();
+    }
+  }
+  return seen;
+}
+
 } // namespace
 
 Expected<DetachedState> detached_state(HostSession& session, const StagedRun& run,
@@ -235,25 +260,13 @@ Expected<Followed> follow_detached(HostSession& session, const StagedRun& run,
   Reading reading{capture_of(run, request, OutputStream::out),
                   capture_of(run, request, OutputStream::err)};
   for (int polls = 0;; ++polls) {
-    // The done file is looked at before the output: once it is there, this read is the last.
-    FERRY_TRY_ASSIGN(auto line, done_line(session, run));
-    std::optional<FollowEnd> end;
-    if (!line) {
-      FERRY_TRY_ASSIGN(end, look_without_done(session, run, request, polls));
-      if (end == FollowEnd::gone) {
-        return Followed{FollowEnd::gone, {}};
-      }
-      if (end == FollowEnd::lost) {
-        // The launcher writes its done file before it ends: one there now was written meanwhile.
-        FERRY_TRY_ASSIGN(line, done_line(session, run));
-        if (line) {
-          end.reset();
-        }
-      }
+    FERRY_TRY_ASSIGN(const Look seen, look(session, run, request, polls));
+    if (seen.end == FollowEnd::gone) {
+      return Followed{FollowEnd::gone, {}};
     }
     FERRY_TRY(reading.read_on(session, run));
-    if (line || end) {
-      return std::move(reading).finish(line ? FollowEnd::done : FollowEnd::lost, line);
+    if (seen.line || seen.end) {
+      return std::move(reading).finish(seen.line ? FollowEnd::done : FollowEnd::lost, seen.line);
     }
     if (!nap(request)) {
       return Followed{FollowEnd::stopped, {}};

@@ -1,9 +1,11 @@
 // The runner against a fake session: what it stages, what it executes, and how each outcome
 // becomes a run record. The real transports are tested for real in tests/integration.
 #include <cstdio>
+#include <future>
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -542,9 +544,21 @@ TEST_CASE("a lost detached run is collected failed with its output so far", "[ru
   session.files[k_detached_dir + "/.ferry-launcher"] = "4242 +60\n";
   session.files[k_detached_dir + "/.ferry-stdout"] = "S\nso far\n";
   session.files["/proc/self/cmdline"] = std::string("ferry\0", 6);
-  auto attached = attach_run(session, test_job(), detached_record(), RunOptions{}, false);
+  // Were the launcher never taken for gone, attach would follow for ever: it is stopped (it
+  // detaches) after 5 s.
+  RunOptions options;
+  options.stop = StopToken::make();
+  auto stopper = std::async(std::launch::async, [stop = options.stop] {
+    for (int i = 0; i < 100 && !stop.stop_requested(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    stop.request_stop();
+  });
+  auto attached = attach_run(session, test_job(), detached_record(), options, false);
+  options.stop.request_stop();
+  stopper.wait();
   REQUIRE(attached);
-  CHECK(attached->end == Attached::End::collected);
+  REQUIRE(attached->end == Attached::End::collected);
   CHECK(attached->record.status == RunStatus::failed);
   CHECK_THAT(attached->record.error.value_or(""), Catch::Contains("died without an exit status"));
   CHECK(attached->record.stdout_text == "so far\n");

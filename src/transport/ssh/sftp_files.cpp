@@ -487,11 +487,9 @@ Expected<FetchedFile> SftpFiles::fetch_stream(const std::string& path, const Chu
   if (auto other = not_regular(file.get(), path)) {
     return std::move(*other);
   }
-  if (offset > 0) {
-    const auto armed = arm("seek in " + path);
-    if (sftp_seek64(file.get(), offset) != 0) {
-      return fail(ErrorKind::failed, "{}", error("seek in", path));
-    }
+  // Where the read starts: libssh keeps the offset itself (no round trip).
+  if (sftp_seek64(file.get(), offset) != 0) {
+    return fail(ErrorKind::failed, "{}", error("seek in", path));
   }
   std::vector<char> buffer(64 * 1024);
   for (;;) {
