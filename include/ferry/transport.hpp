@@ -210,15 +210,12 @@ public:
                                                      const LaunchRequest& request) = 0;
   // The file `rel` of the run directory, read only when it is a regular file (lstat first: a
   // symbolic link, FIFO, device or directory is never opened or followed), handed to `sink`
-  // piece by piece. `bytes` of the result stays empty (fetch_capped keeps them).
+  // piece by piece from byte `offset` on (0: the whole file; a detached run's output files are
+  // read on from where the last look stopped). `bytes` of the result stays empty (fetch_capped
+  // keeps them).
   [[nodiscard]] virtual Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
-                                                    const ChunkSink& sink) = 0;
-  // The same from byte `offset` on (a detached run's output files, read as they grow). This
-  // default reads the file from its start and passes on only what lies past `offset`.
-  [[nodiscard]] virtual Expected<FetchedFile> fetch_from(const StagedRun& run,
-                                                         const std::string& rel,
-                                                         std::uint64_t offset,
-                                                         const ChunkSink& sink);
+                                                    const ChunkSink& sink,
+                                                    std::uint64_t offset) = 0;
   // The entries of the directory `rel` ("" for the run directory) as lstat sees them; nullopt
   // when it does not exist.
   [[nodiscard]] virtual Expected<std::optional<std::vector<DirEntry>>>
@@ -234,6 +231,9 @@ struct FollowRequest {
   std::size_t output_cap = 16u << 20;
   std::size_t report_cap = 64 * 1024;
   std::chrono::milliseconds poll{500};
+  // The detached launcher's pid as it said on the channel (`detached PID`), for the moment
+  // before its state file names it; 0: unknown.
+  long long launcher_pid = 0;
   StopToken stop;       // stopped: following ends (the job goes on)
   OutputSink on_output; // optional: the job's output as it is read
 };
@@ -241,16 +241,25 @@ enum class FollowEnd {
   done,    // the launcher wrote its done file: the outcome is whole
   stopped, // the follower was stopped (Ctrl-C): nothing of the run was touched
   gone,    // the run directory is not there (collected, or removed by the sweep)
+  lost,    // the launcher is gone without a done file (killed, the host restarted): the
+           // outcome holds the output read so far, no exit status
 };
 struct Followed {
   FollowEnd end = FollowEnd::done;
-  ExecOutcome outcome; // done: as a launch that ended would give it
+  ExecOutcome outcome; // done: as a launch that ended would give it; lost: the output so far
 };
 [[nodiscard]] Expected<Followed> follow_detached(HostSession& session, const StagedRun& run,
                                                  const FollowRequest& request);
-// Whether the detached run's directory is there and its done file in it: nullopt for no directory.
-[[nodiscard]] Expected<std::optional<bool>> detached_done(HostSession& session,
-                                                          const StagedRun& run);
+// A detached run as its host shows it (`ferry ps`).
+enum class DetachedState {
+  running,  // the launcher runs (or /proc cannot tell: never taken for lost)
+  finished, // its done file is there: it waits for collection
+  lost,     // its launcher is gone without a done file (killed, or the host restarted)
+  gone,     // no run directory
+};
+// `launcher_pid` as in FollowRequest.
+[[nodiscard]] Expected<DetachedState> detached_state(HostSession& session, const StagedRun& run,
+                                                     long long launcher_pid);
 
 // fetch, its bytes kept: at most `cap` + 1 of them (more than the cap means it is over it).
 [[nodiscard]] Expected<FetchedFile> fetch_capped(HostSession& session, const StagedRun& run,

@@ -257,10 +257,12 @@ Expected<bool> wait_finished(HostSession& session, const RunRecord& run, int wai
   staged.run_dir = run.detached.value("run_dir", std::string());
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
   for (;;) {
-    FERRY_TRY_ASSIGN(const auto done, detached_done(session, staged));
-    // Gone: collecting says so, and why.
-    if (!done || *done || std::chrono::steady_clock::now() >= until || stop.stop_requested()) {
-      return !done || *done;
+    FERRY_TRY_ASSIGN(const auto state,
+                     detached_state(session, staged, run.detached.value("launcher_pid", 0LL)));
+    // Gone or lost: collecting says so, and why.
+    const bool ended = state != DetachedState::running;
+    if (ended || std::chrono::steady_clock::now() >= until || stop.stop_requested()) {
+      return ended;
     }
     std::this_thread::sleep_for(k_result_poll);
   }

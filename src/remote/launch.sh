@@ -45,21 +45,28 @@ cd "$FERRY_RUN_DIR" || exit 125
 # --detach (docs/run-protocol.md, "Detached runs"): @detach@ is the seconds a finished run waits
 # for collection, empty for a run ferry follows on this channel. This launcher then starts itself
 # again as `launch.sh detached` in a session of its own, its output going to files of the run
-# directory, says `detached PID` and exits: closing the channel stops nothing. `launch.sh stop`
-# (ferry stop) sends TERM to the detached launcher named in the state file, which stops the job
-# as on an interrupt.
+# directory, says `detached PID` and exits: closing the channel stops nothing. `launch.sh stop
+# RUN_DIR` (ferry stop, from a run directory of its own: never the detached run's launch.sh, which
+# its job can rewrite) sends TERM to the detached launcher named in RUN_DIR's state file, which
+# stops the job as on an interrupt.
 detach=@detach@
 if [ "${1-}" = stop ]; then
-  if [ -e "$FERRY_RUN_DIR"/@done_file@ ]; then
+  target=${2-}
+  case $target in /*) ;; *)
+    printf 'stop gone\n'
+    exit 0
+    ;;
+  esac
+  if [ -e "$target"/@done_file@ ]; then
     printf 'stop finished\n'
     exit 0
   fi
   pid=
-  read -r pid rest <"$FERRY_RUN_DIR"/@state_file@ 2>/dev/null
+  read -r pid rest <"$target"/@state_file@ 2>/dev/null
   case $pid in '' | *[!0-9]*) pid= ;; esac
   # A pid that now names another process (the launcher died and its pid was reused) is left alone.
   if [ -n "$pid" ] && [ -r /proc/"$pid"/cmdline ] &&
-    ! tr '\000' '\n' </proc/"$pid"/cmdline | grep -qxF "$FERRY_RUN_DIR"/@launch_file@; then
+    ! tr '\000' '\n' </proc/"$pid"/cmdline | grep -qxF "$target"/@launch_file@; then
     pid=
   fi
   if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then
@@ -146,14 +153,43 @@ set -- "$@" "FERRY_RUN_DIR=$FERRY_RUN_DIR" "FERRY_PARAMS=$FERRY_PARAMS" \
 if [ -n "$gpu_ids" ]; then
   set -- "$@" "CUDA_VISIBLE_DEVICES=$gpu_ids" CUDA_DEVICE_ORDER=PCI_BUS_ID
 fi
+# A detached run's output files stay within the run's output cap (@detach_cap@ bytes each): each of
+# the job's streams goes through a FIFO to a filter that copies the first half of the cap to the
+# output file as it comes, keeps the last half of the rest (in .ferry-STREAM.tail) and counts the
+# rest (in .ferry-STREAM.rest); finish() appends the tail after the job and puts the bytes dropped
+# between them in the done file. The filter never stops reading, so the cap neither blocks the job
+# nor gives it SIGPIPE. The launcher's own lines (the sentinel, the report) go to the files
+# directly. The FIFOs are opened here, before the job starts: a job never waits on them. Without
+# mkfifo the files are not capped. The job writes to fds 5 and 6 either way.
+capped=
+if [ -n "$detach" ] && [ @detach_cap@ -gt 0 ] 2>/dev/null &&
+  mkfifo "$FERRY_RUN_DIR"/.ferry-stdout.pipe "$FERRY_RUN_DIR"/.ferry-stderr.pipe 2>/dev/null; then
+  capped=1
+  cap_head=$((@detach_cap@ - @detach_cap@ / 2))
+  cap_tail=$((@detach_cap@ / 2))
+  cap_filter() {
+    exec <"$FERRY_RUN_DIR"/.ferry-"$2".pipe 3>&"$1" >/dev/null 2>&1
+    head -c "$cap_head" >&3
+    { tee /dev/fd/4 | tail -c "$cap_tail" >"$FERRY_RUN_DIR"/.ferry-"$2".tail; } 4>&1 |
+      wc -c >"$FERRY_RUN_DIR"/.ferry-"$2".rest
+  }
+  (trap - PIPE; cap_filter 1 stdout) &
+  out_filter=$!
+  (trap - PIPE; cap_filter 2 stderr) &
+  err_filter=$!
+  exec 5>"$FERRY_RUN_DIR"/.ferry-stdout.pipe 6>"$FERRY_RUN_DIR"/.ferry-stderr.pipe
+else
+  exec 5>&1 6>&2
+fi
 grouped=0
 if command -v setsid >/dev/null 2>&1; then
   grouped=1
-  (trap - PIPE; exec setsid env -i "$@" "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null) &
+  (trap - PIPE; exec setsid env -i "$@" "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null >&5 2>&6 5>&- 6>&-) &
 else
-  (trap - PIPE; exec env -i "$@" "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null) &
+  (trap - PIPE; exec env -i "$@" "$interpreter" "$FERRY_RUN_DIR"/@job_file@ </dev/null >&5 2>&6 5>&- 6>&-) &
 fi
 job=$!
+exec 5>&- 6>&-
 # Sleeps $1 seconds; false when a TERM cut it short. The sleep never outlives a TERM, whenever
 # it comes (before the sleep starts, before its pid is known, or during the wait). It is killed
 # with KILL: a TERM that reaches the sleep's process between its fork and its exec is caught by
@@ -216,18 +252,50 @@ send_result() {
     printf 'result none\n'
   fi
 }
+# A capped run's output (see `capped`): the filters end once the job's last process closed its
+# streams; one kept open longer (by a process that left the job's group) is not waited for past
+# ~2 s, and its stream's last half is then left out. Each stream's tail is appended to its file,
+# and out_dropped and err_dropped say how many bytes were dropped before it.
+out_dropped=0
+err_dropped=0
+drain_output() {
+  [ -n "$capped" ] || return 0
+  (
+    nap 2 || exit 0
+    kill -KILL "$out_filter" "$err_filter" 2>/dev/null
+  ) </dev/null >/dev/null 2>&1 &
+  timer=$!
+  wait "$out_filter" 2>/dev/null
+  out_ended=$?
+  wait "$err_filter" 2>/dev/null
+  err_ended=$?
+  kill "$timer" 2>/dev/null
+  wait "$timer" 2>/dev/null
+  if [ "$out_ended" = 0 ]; then
+    cat "$FERRY_RUN_DIR"/.ferry-stdout.tail 2>/dev/null
+    read -r rest <"$FERRY_RUN_DIR"/.ferry-stdout.rest 2>/dev/null &&
+      [ "$rest" -gt "$cap_tail" ] 2>/dev/null && out_dropped=$((rest - cap_tail))
+  fi
+  if [ "$err_ended" = 0 ]; then
+    cat "$FERRY_RUN_DIR"/.ferry-stderr.tail >&2 2>/dev/null
+    read -r rest <"$FERRY_RUN_DIR"/.ferry-stderr.rest 2>/dev/null &&
+      [ "$rest" -gt "$cap_tail" ] 2>/dev/null && err_dropped=$((rest - cap_tail))
+  fi
+  rm -f "$FERRY_RUN_DIR"/.ferry-stdout.* "$FERRY_RUN_DIR"/.ferry-stderr.* 2>/dev/null
+}
 # A detached run keeps its directory for `ferry attach`: the state file then gives the seconds it
-# waits for collection (the sweep removes it after), and the done file, renamed into place last,
-# says the report in the output file is whole.
+# waits for collection (the sweep removes it after), and the done file ("CODE CAUSE OUT_DROPPED
+# ERR_DROPPED"), renamed into place last, says the report in the output file is whole.
 finish_detached() {
   printf 'clean kept\n' 2>/dev/null
   { printf '%s +%s\n' "$$" "$detach" >"$FERRY_RUN_DIR"/@state_file@; } 2>/dev/null || :
-  { printf '%s %s\n' "$1" "$2" >"$FERRY_RUN_DIR"/@done_file@.tmp &&
+  { printf '%s %s %s %s\n' "$1" "$2" "$out_dropped" "$err_dropped" >"$FERRY_RUN_DIR"/@done_file@.tmp &&
     mv -f "$FERRY_RUN_DIR"/@done_file@.tmp "$FERRY_RUN_DIR"/@done_file@; } 2>/dev/null || :
   exit "$1"
 }
 finish() {
   gpu_release
+  drain_output
   if ! printf '%s %s %s\n' @end_marker@ "$1" "$2" 2>/dev/null && [ -z "$detach" ]; then
     rm -rf "$FERRY_RUN_DIR"
     exit "$1"

@@ -334,14 +334,22 @@ std::string gpu_picker(const LauncherSpec& spec)
                         {"gpus_refused_exit", std::to_string(k_launcher_gpus_refused_exit)}});
 }
 
-// The seconds a detached run waits for collection, or '' for a run the channel follows.
-std::string detach_field(const LauncherSpec& spec)
+// The seconds a detached run waits for collection (`which` 0), or its output cap (1, 0 for
+// none), from detach_request's `SECONDS[:CAP]`; '' for a run the channel follows.
+std::string detach_field(const LauncherSpec& spec, int which)
 {
   const auto detach = spec.env.find(k_launcher_detach_var);
-  if (detach == spec.env.end() || !whole_number<long long>(detach->second)) {
+  if (detach == spec.env.end()) {
     return "''";
   }
-  return detach->second;
+  const std::string& value = detach->second;
+  const auto colon = value.find(':');
+  const std::string seconds = value.substr(0, colon);
+  const std::string cap = colon == std::string::npos ? "0" : value.substr(colon + 1);
+  if (!whole_number<long long>(seconds) || !whole_number<long long>(cap)) {
+    return "''";
+  }
+  return which == 0 ? seconds : cap;
 }
 
 // One `set -- "$@" 'NAME=value'` line a variable: the value is quoted text, never code.
@@ -410,6 +418,11 @@ std::string standby_field_names()
 }
 } // namespace
 
+std::string detach_request(long long keep_for_s, std::size_t output_cap)
+{
+  return std::to_string(keep_for_s) + ":" + std::to_string(output_cap);
+}
+
 bool runs_on_standby(const LauncherSpec& spec)
 {
   return spec.env.empty();
@@ -447,7 +460,8 @@ std::string make_launcher(const LauncherSpec& spec)
                            {"cache_refused_exit", std::to_string(k_launcher_cache_refused_exit)},
                            {"standby", standby_line(spec)},
                            {"gpu_picker", gpu_picker(spec)},
-                           {"detach", detach_field(spec)},
+                           {"detach", detach_field(spec, 0)},
+                           {"detach_cap", detach_field(spec, 1)},
                            {"stdout_file", k_detached_stdout},
                            {"stderr_file", k_detached_stderr},
                            {"done_file", k_detached_done},

@@ -83,14 +83,22 @@ std::string host_state(const DetachedSessionFor& session_for, const RunRecord& r
   }
   StagedRun staged;
   staged.run_dir = run.detached.value("run_dir", std::string());
-  auto done = detached_done(**session, staged);
-  if (!done) {
-    return "unknown: " + done.error().message;
+  auto state = detached_state(**session, staged, run.detached.value("launcher_pid", 0LL));
+  if (!state) {
+    return "unknown: " + state.error().message;
   }
-  if (!*done) {
+  switch (*state) {
+  case DetachedState::gone:
     return expired_by_now(run) ? "expired" : "gone";
+  case DetachedState::lost:
+    return "lost: its launcher died without an exit status (killed, or the host restarted); "
+           "`ferry attach` records it failed";
+  case DetachedState::finished:
+    return "finished";
+  case DetachedState::running:
+    break;
   }
-  return **done ? "finished" : "running";
+  return "running";
 }
 
 Expected<Attached> collect_detached(Archive& archive, HostSession& session, const Job& job,
@@ -122,7 +130,8 @@ Expected<Attached> collect_detached(Archive& archive, HostSession& session, cons
                 "run {} is gone from {}: its run directory {} is not there (collected by another "
                 "ferry, or removed by the host's sweep after --keep-for {} s); `ferry ps` says "
                 "which",
-                run_id, host, attached.record.detached.value("run_dir", std::string()),
+                run_id, terminal_safe(host),
+                terminal_safe(attached.record.detached.value("run_dir", std::string())),
                 attached.record.detached.value("keep_for_s", 0LL));
   }
   observer.run_finished(attached.record);

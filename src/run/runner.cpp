@@ -2,6 +2,7 @@
 // only command a shell sees), collect (status and result), clean (a guard removes the run
 // directory on every path out).
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -201,7 +202,8 @@ RunBundle bundle_of(const Run& run, bool cache_refused)
     }
   }
   if (run.options.detach_keep_for_s) {
-    launcher.env[k_launcher_detach_var] = std::to_string(*run.options.detach_keep_for_s);
+    launcher.env[k_launcher_detach_var] =
+        detach_request(*run.options.detach_keep_for_s, run.options.output_cap);
     launcher.keep_run_dir = true;
   }
   bundle.scheduler = slurm_options_json(slurm);
@@ -442,16 +444,15 @@ Expected<void> fetch_output(const Run& run, const StagedRun& staged, const fs::p
   Defer remove_partial([&] { ::unlink((out / rel).c_str()); });
   Sha256 hash;
   std::uint64_t size = 0;
-  FERRY_TRY_ASSIGN(const auto fetched,
-                   run.session.fetch(staged, rel, [&](std::string_view chunk) -> Expected<void> {
-                     hash.update(chunk);
-                     size += chunk.size();
-                     if (const int e = write_all(fd.get(), chunk)) {
-                       return fail(ErrorKind::failed, "cannot write {}: {}", (out / rel).string(),
-                                   std::strerror(e));
-                     }
-                     return {};
-                   }));
+  const ChunkSink write = [&](std::string_view chunk) -> Expected<void> {
+    hash.update(chunk);
+    size += chunk.size();
+    if (const int e = write_all(fd.get(), chunk)) {
+      return fail(ErrorKind::failed, "cannot write {}: {}", (out / rel).string(), std::strerror(e));
+    }
+    return {};
+  };
+  FERRY_TRY_ASSIGN(const auto fetched, run.session.fetch(staged, rel, write, 0));
   if (fetched.kind != FetchedFile::Kind::regular) {
     return fail(ErrorKind::failed, "{} changed while it was fetched (now {})", rel,
                 fetched.kind == FetchedFile::Kind::missing ? "gone" : fetched.other);
@@ -708,10 +709,15 @@ bool started_detached(const Run& run, const ExecOutcome& outcome)
 }
 
 // What `ferry attach` needs to find the run again and collect it as this run would have been.
-void record_detached(const Run& run, const StagedRun& staged)
+void record_detached(const Run& run, const StagedRun& staged, const ExecOutcome& outcome)
 {
   run.record.status = RunStatus::ok; // the JSON record says `running` while `detached` is set
+  // `detached PID`: the launcher's pid, for `ps` and `attach` before its state file names it.
+  const std::string_view said = std::string_view(outcome.out.bytes).substr(k_detached_line.size());
+  long long pid = 0;
+  std::from_chars(said.data(), said.data() + said.size(), pid);
   run.record.detached = {{"run_dir", staged.run_dir},
+                         {"launcher_pid", pid},
                          {"sentinel", staged.launcher.sentinel},
                          {"end_marker", staged.launcher.end_marker},
                          {"keep_for_s", *run.options.detach_keep_for_s},
@@ -743,7 +749,7 @@ void run_phases(Run& run)
     }
     if (started_detached(run, *executed)) {
       guard.left_to_launcher(); // the directory stays for `ferry attach`
-      return record_detached(run, *staged);
+      return record_detached(run, *staged, *executed);
     }
     if (cache_refused || !cache_entry_refused(run, *executed)) {
       return finish_run(run, *staged, guard, *executed);
@@ -814,21 +820,58 @@ StagedRun detached_staged(const RunRecord& record, const RunOptions& options)
   staged.launcher.run_dir = staged.run_dir;
   staged.launcher.sentinel = detached.value("sentinel", "");
   staged.launcher.end_marker = detached.value("end_marker", "");
-  // Never the python standby: `launch.sh stop` runs as launch.sh.
-  staged.launcher.env[k_launcher_detach_var] = "0";
   staged.stop = options.stop;
   return staged;
 }
 
-// `launch.sh stop`: TERM to the detached launcher, which stops the job (KILL after the grace) and
-// writes its done file. Its answer, "stop sent|finished|gone", is only for -v.
-Expected<void> send_stop(const Run& run, StagedRun& staged)
+// A detached run on a scheduler is stopped by its target: the word `stop` makes it cancel the job
+// (scancel, the launcher's TERM path as a live Ctrl-C's); nothing on the host is executed.
+Expected<void> send_scheduled_stop(const Run& run, const StagedRun& detached)
 {
-  staged.launcher_args = {k_launcher_stop_arg};
+  StagedRun scheduled = detached;
+  scheduled.launcher_args = {k_launcher_stop_arg};
   LaunchRequest request;
   request.deadline = std::chrono::seconds(30);
-  auto sent = run.session.launch(staged, request);
-  staged.launcher_args.clear();
+  FERRY_TRY_ASSIGN(const ExecOutcome outcome, run.session.launch(scheduled, request));
+  run.step(fmt::format("stop: {}", terminal_safe(trim(outcome.out.bytes))), 0);
+  return {};
+}
+
+// `ferry stop`: a launcher of its own, staged as a run's is (a new private run directory, through
+// the same checks of the run base), runs as `launch.sh stop RUN_DIR`: TERM to the detached
+// launcher named in RUN_DIR's state file, which stops the job (KILL after the grace) and writes
+// its done file. Never the detached run's own launch.sh: its job can rewrite that file, and ferry
+// executes only files it has just put in place (issue 45). Its answer, "stop
+// sent|finished|gone", is only for -v.
+Expected<void> send_stop(const Run& run, const StagedRun& detached)
+{
+  if (run.record.target.contains("slurm")) {
+    return send_scheduled_stop(run, detached);
+  }
+  if (!is_shell_neutral_token(detached.run_dir) || !detached.run_dir.starts_with('/')) {
+    return fail(ErrorKind::failed,
+                "the archive names run directory '{}' for this run, which ferry did not make; "
+                "the record is damaged",
+                terminal_safe(detached.run_dir));
+  }
+  RunBundle bundle;
+  LauncherSpec& launcher = bundle.launcher;
+  launcher.job_file = "job";
+  launcher.job_name = run.job.name;
+  launcher.interpreter = "sh";
+  launcher.sentinel = detached.launcher.sentinel;
+  launcher.end_marker = detached.launcher.end_marker;
+  launcher.params = "{}\n";
+  // Never the python standby: `launch.sh stop` runs as launch.sh.
+  launcher.env[k_launcher_detach_var] = "0";
+  FERRY_TRY_ASSIGN(StagedRun stopper, run.session.stage(bundle, run.options.stop));
+  stopper.launcher_args = {k_launcher_stop_arg, detached.run_dir};
+  LaunchRequest request;
+  request.deadline = std::chrono::seconds(30);
+  auto sent = run.session.launch(stopper, request);
+  if (auto removed = run.session.finish(stopper, Finish::remove); !removed) {
+    add_warning(run.record, "cleanup-failed", removed.error().message);
+  }
   FERRY_TRY_ASSIGN(const ExecOutcome outcome, std::move(sent));
   run.step(fmt::format("stop: {}", terminal_safe(trim(outcome.out.bytes))), 0);
   return {};
@@ -849,6 +892,20 @@ Expected<Followed> follow_scheduled(const Run& run, StagedRun& staged)
   return Followed{FollowEnd::done, std::move(outcome)};
 }
 
+// The detached launcher is gone without a done file: what was read of the output is the record's,
+// the run failed, and its directory goes.
+void conclude_lost(const Run& run, const StagedRun& staged, ExecOutcome& outcome)
+{
+  StagedRun owned = staged;
+  FinishGuard guard(run, owned);
+  record_output(run, outcome);
+  conclude(run.record, RunStatus::failed,
+           fmt::format("{}: the detached launcher died without an exit status (killed, or the "
+                       "host restarted); the output read so far is kept in this record and the "
+                       "run directory was removed",
+                       terminal_safe(run.session.label())));
+}
+
 } // namespace
 
 Expected<Attached> attach_run(HostSession& session, const Job& job, RunRecord record,
@@ -862,6 +919,7 @@ Expected<Attached> attach_run(HostSession& session, const Job& job, RunRecord re
     FERRY_TRY(send_stop(run, staged));
   }
   FollowRequest follow;
+  follow.launcher_pid = record.detached.value("launcher_pid", 0LL);
   follow.output_cap = options.output_cap;
   follow.report_cap = std::min(options.result_cap, k_default_result_frame_limit) + k_report_slack;
   follow.stop = options.stop;
@@ -877,6 +935,11 @@ Expected<Attached> attach_run(HostSession& session, const Job& job, RunRecord re
   }
   record.detached = nullptr;
   record.timings.exec = seconds_since(start);
+  if (followed.end == FollowEnd::lost) {
+    conclude_lost(run, staged, followed.outcome);
+    record.duration_s = seconds_since_utc(record.started_at).value_or(record.duration_s);
+    return Attached{Attached::End::collected, std::move(record)};
+  }
   {
     FinishGuard guard(run, staged);
     finish_run(run, staged, guard, followed.outcome);

@@ -63,7 +63,7 @@ Expected<FetchedFile> fetch_capped(HostSession& session, const StagedRun& run,
 {
   std::string bytes;
   bool over = false;
-  auto fetched = session.fetch(run, rel, [&](std::string_view chunk) -> Expected<void> {
+  const ChunkSink keep = [&](std::string_view chunk) -> Expected<void> {
     bytes.append(chunk);
     if (bytes.size() > cap) {
       over = true; // cap + 1 bytes tell the caller it is over the cap; no need to read on
@@ -71,7 +71,8 @@ Expected<FetchedFile> fetch_capped(HostSession& session, const StagedRun& run,
       return fail(ErrorKind::failed, "over the cap");
     }
     return {};
-  });
+  };
+  auto fetched = session.fetch(run, rel, keep, 0);
   if (over) {
     return FetchedFile{FetchedFile::Kind::regular, std::move(bytes), {}};
   }

@@ -43,6 +43,30 @@ echo long
 sleep 30
 """
 
+# Rewrites its own launch.sh (a new file renamed over it: the running launcher reads on in the
+# old one) into a script that leaves a marker wherever it runs, then runs on.
+HIJACK = r"""
+printf 'touch %s\nprintf "stop gone\\n"\n' "$MARKER" >"$FERRY_RUN_DIR/launch.sh.new"
+mv -f "$FERRY_RUN_DIR/launch.sh.new" "$FERRY_RUN_DIR/launch.sh"
+echo hijacked
+sleep 20
+"""
+
+# Leads its own process group (the launcher's setsid): its pid is the group's.
+GROUP = r"""
+echo $$ >"$FERRY_RUN_DIR/job.pid"
+echo before the kill
+sleep 30
+"""
+
+# Writes 3 MiB to stdout, well past a 1 MiB --output-cap, and a last line.
+FLOOD = r"""
+head -c 3145728 /dev/zero | tr '\000' a
+echo
+echo last line
+echo err line >&2
+"""
+
 
 def wait_for(predicate, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
@@ -64,6 +88,8 @@ class Detach(unittest.TestCase):
                             params='outputs = ["out/*"]')
         cls.quick = write_job(cls.tmp, "quick_job", QUICK, interpreter="sh", timeout=30)
         cls.long = write_job(cls.tmp, "long_job", LONG, interpreter="sh", timeout=60)
+        cls.group = write_job(cls.tmp, "group_job", GROUP, interpreter="sh", timeout=60)
+        cls.flood = write_job(cls.tmp, "flood_job", FLOOD, interpreter="sh", timeout=60)
         cls.out = os.path.join(cls.tmp, "out")
 
     @classmethod
@@ -165,6 +191,69 @@ class Detach(unittest.TestCase):
         self.assertFalse(os.path.exists(rec["detached"]["run_dir"]))
         self.assertEqual(SshServer.wait_no_processes(user, 5), [], SshServer.describe_processes(user))
         self.assertNotIn(rec["run_id"], self.ps())
+
+    def test_stop_runs_nothing_the_job_could_rewrite(self):
+        # issue 45's rule: `ferry stop` executes no file of the run directory, where the job can
+        # write; it still stops the job and records it interrupted.
+        marker = f"/tmp/ferry-hijack-{os.getpid()}-{time.monotonic_ns()}"
+        self.addCleanup(lambda: os.path.exists(marker) and os.unlink(marker))
+        job = write_job(self.tmp, "hijack_job", HIJACK.replace("$MARKER", marker), interpreter="sh",
+                        timeout=60)
+        (rec,), _ = self.detach(job)
+        run_dir = rec["detached"]["run_dir"]
+        def rewritten():
+            with open(os.path.join(run_dir, "launch.sh"), "rb") as f:
+                return b"touch" in f.read()
+        wait_for(rewritten, 10, "the job to rewrite its launch.sh")
+        res = self.ferry("stop", rec["run_id"], "--json", *self.ssh())
+        self.assertFalse(os.path.exists(marker), "ferry stop ran the bytes the job wrote into launch.sh")
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(res.record["status"], "interrupted", res)
+        self.assertIn("hijacked\n", res.record["stdout"])
+        self.assertFalse(os.path.exists(run_dir))
+        user = SshServer.user(SHELL)
+        self.assertEqual(SshServer.wait_no_processes(user, 5), [], SshServer.describe_processes(user))
+
+    def test_a_killed_launcher_is_lost_and_attach_records_it_failed(self):
+        # The host as after a reboot: the launcher and the job's group SIGKILLed, no done file.
+        (rec,), _ = self.detach(self.group)
+        run_dir = rec["detached"]["run_dir"]
+        state, pid_file = os.path.join(run_dir, ".ferry-launcher"), os.path.join(run_dir, "job.pid")
+        wait_for(lambda: os.path.exists(state) and os.path.exists(pid_file) and os.path.getsize(pid_file) > 0,
+                 10, "the job to start")
+        with open(state) as f:
+            launcher = int(f.read().split()[0])
+        with open(pid_file) as f:
+            job = int(f.read())
+        self.assertEqual(self.ps().get(rec["run_id"]), "running")
+        os.kill(launcher, signal.SIGKILL)
+        os.killpg(job, signal.SIGKILL)
+        self.assertEqual(self.ps().get(rec["run_id"]), "lost")
+        res = self.ferry("attach", rec["run_id"], "--json", *self.ssh())
+        self.assertEqual(res.code, 1, res)
+        self.assertEqual(res.record["status"], "failed", res)
+        self.assertIn("died without an exit status", res.record["error"])
+        self.assertIn("before the kill\n", res.record["stdout"])
+        self.assertFalse(os.path.exists(run_dir))
+        self.assertNotIn(rec["run_id"], self.ps())
+
+    def test_output_is_capped_on_the_host(self):
+        (rec,), _ = self.detach(self.flood, "--output-cap", "1")
+        run_dir = rec["detached"]["run_dir"]
+        wait_for(lambda: os.path.exists(os.path.join(run_dir, ".ferry-done")), 20, "the job to end")
+        size = os.path.getsize(os.path.join(run_dir, ".ferry-stdout"))
+        self.assertLess(size, (1 << 20) + 4096, "the host kept more than the output cap")
+        res = self.ferry("attach", rec["run_id"], "--json", *self.ssh())
+        self.assertEqual(res.code, 0, res)
+        out = res.record["stdout"]
+        self.assertTrue(res.record["stdout_truncated"], res.record["warnings"])
+        self.assertEqual(len(out), 1 << 20)
+        self.assertTrue(out.startswith("aaaa") and out.endswith("a\nlast line\n"), out[-40:])
+        self.assertEqual(res.record["stderr"], "err line\n")
+        self.assertFalse(res.record["stderr_truncated"])
+        warned = [w["message"] for w in res.record["warnings"] if w["code"] == "output-truncated"]
+        self.assertEqual(len(warned), 1, res.record["warnings"])
+        self.assertIn(f"{3145728 + 1 + 10 - (1 << 20)} bytes of stdout", warned[0])
 
     def test_a_finished_run_waits_for_keep_for_then_the_sweep_removes_it(self):
         detached_at = time.monotonic()

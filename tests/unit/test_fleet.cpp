@@ -69,7 +69,8 @@ public:
     outcome.out.launcher_report = "0 exit\nresult none\nclean removed\n";
     return outcome;
   }
-  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&) override
+  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&,
+                              std::uint64_t) override
   {
     return FetchedFile{};
   }
@@ -181,7 +182,8 @@ public:
     outcome.out.launcher_report = "0 exit\nresult none\nclean removed\n";
     return outcome;
   }
-  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&) override
+  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&,
+                              std::uint64_t) override
   {
     return FetchedFile{};
   }

@@ -1,8 +1,11 @@
 // The runner against a fake session: what it stages, what it executes, and how each outcome
 // becomes a run record. The real transports are tested for real in tests/integration.
 #include <cstdio>
+#include <future>
 #include <map>
 #include <random>
+#include <set>
+#include <thread>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -33,6 +36,7 @@ public:
   }
   std::map<std::string, std::string> files;
   std::vector<std::string> removed;
+  std::set<std::string> listed; // directories list() finds (none else)
   std::vector<std::string> dirs;
   std::vector<std::string> executed;
   std::vector<bool> cache_refused; // each stage's RunBundle::job_cache_refused
@@ -69,18 +73,23 @@ public:
     }
     return outcome;
   }
-  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
-                              const ChunkSink& sink) override
+  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel, const ChunkSink& sink,
+                              std::uint64_t offset) override
   {
     auto it = files.find(run.run_dir + "/" + rel);
     if (it == files.end()) {
       return FetchedFile{};
     }
-    FERRY_TRY(sink(it->second));
+    FERRY_TRY(sink(
+        std::string_view(it->second).substr(std::min<std::size_t>(offset, it->second.size()))));
     return FetchedFile{FetchedFile::Kind::regular, {}, {}};
   }
-  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun&, const std::string&) override
+  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
+                                                      const std::string& rel) override
   {
+    if (listed.count(run.run_dir + (rel.empty() ? "" : "/" + rel)) != 0) {
+      return std::optional<std::vector<DirEntry>>(std::vector<DirEntry>{});
+    }
     return std::optional<std::vector<DirEntry>>();
   }
   Expected<void> finish(StagedRun& run, Finish how) override
@@ -451,4 +460,132 @@ TEST_CASE("the runner stages the job's files under their paths, each directory m
   CHECK(record.files[0] ==
         json{{"path", "a/b/c.txt"}, {"mode", "0600"}, {"size", 1}, {"sha256", sha256_hex("c")}});
   CHECK(record.blobs.at(sha256_hex("d")) == "d");
+}
+
+namespace {
+
+const std::string k_detached_dir = "/home/u/.cache/ferry/runs/ferry-9-det";
+
+RunRecord detached_record()
+{
+  RunRecord record;
+  record.run_id = "20260101-000000-abcd";
+  record.job = "probe";
+  record.detached = {{"run_dir", k_detached_dir}, {"sentinel", "S"}, {"end_marker", "E"}};
+  return record;
+}
+
+DetachedState state_of(HostSession& session, const StagedRun& run, long long pid)
+{
+  auto state = detached_state(session, run, pid);
+  REQUIRE(state);
+  return *state;
+}
+
+StagedRun detached_run()
+{
+  StagedRun run;
+  run.run_dir = k_detached_dir;
+  run.launcher.sentinel = "S";
+  run.launcher.end_marker = "E";
+  return run;
+}
+
+} // namespace
+
+TEST_CASE("ferry stop runs a launcher it staged itself, never the run's own launch.sh",
+          "[runner][detach]")
+{
+  FakeSession session;
+  session.outcome.exit_code = 0;
+  auto attached = attach_run(session, test_job(), detached_record(), RunOptions{}, true);
+  REQUIRE(attached);
+  CHECK(attached->end == Attached::End::gone); // the fake has no run directory to follow
+  REQUIRE(session.executed.size() == 1);
+  CHECK(session.executed[0] == "/bin/sh " + k_dir + "/launch.sh stop " + k_detached_dir);
+  CHECK(session.files.count(k_dir + "/launch.sh") == 1);
+  CHECK(session.removed == std::vector<std::string>{k_dir}); // the stop launcher's directory
+}
+
+TEST_CASE("a detached launcher is lost only when /proc says it is gone", "[runner][detach]")
+{
+  FakeSession session;
+  const StagedRun run = detached_run();
+  session.listed.insert(k_detached_dir);
+  session.files[k_detached_dir + "/.ferry-launcher"] = "4242 +60\n";
+  // No /proc to read: never lost.
+  CHECK(state_of(session, run, 0) == DetachedState::running);
+  session.files["/proc/self/cmdline"] = std::string("ferry\0", 6);
+  CHECK(state_of(session, run, 0) == DetachedState::lost);
+  // The pid names the launcher: it runs.
+  session.files["/proc/4242/cmdline"] =
+      std::string("/bin/sh\0", 8) + k_detached_dir + std::string("/launch.sh\0detached\0", 20);
+  CHECK(state_of(session, run, 0) == DetachedState::running);
+  // The pid was reused by another process.
+  session.files["/proc/4242/cmdline"] = std::string("sleep\0"
+                                                    "30\0",
+                                                    9);
+  CHECK(state_of(session, run, 0) == DetachedState::lost);
+  // Before the state file: the pid the channel said.
+  session.files.erase(k_detached_dir + "/.ferry-launcher");
+  CHECK(state_of(session, run, 0) == DetachedState::running);
+  CHECK(state_of(session, run, 4242) == DetachedState::lost);
+  session.files[k_detached_dir + "/.ferry-done"] = "0 exit 0 0\n";
+  CHECK(state_of(session, run, 4242) == DetachedState::finished);
+  session.listed.clear();
+  session.files.clear();
+  CHECK(state_of(session, run, 4242) == DetachedState::gone);
+}
+
+TEST_CASE("a lost detached run is collected failed with its output so far", "[runner][detach]")
+{
+  FakeSession session;
+  session.listed.insert(k_detached_dir);
+  session.files[k_detached_dir + "/.ferry-launcher"] = "4242 +60\n";
+  session.files[k_detached_dir + "/.ferry-stdout"] = "S\nso far\n";
+  session.files["/proc/self/cmdline"] = std::string("ferry\0", 6);
+  // Were the launcher never taken for gone, attach would follow for ever: it is stopped (it
+  // detaches) after 5 s.
+  RunOptions options;
+  options.stop = StopToken::make();
+  auto stopper = std::async(std::launch::async, [stop = options.stop] {
+    for (int i = 0; i < 100 && !stop.stop_requested(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    stop.request_stop();
+  });
+  auto attached = attach_run(session, test_job(), detached_record(), options, false);
+  options.stop.request_stop();
+  stopper.wait();
+  REQUIRE(attached);
+  REQUIRE(attached->end == Attached::End::collected);
+  CHECK(attached->record.status == RunStatus::failed);
+  CHECK_THAT(attached->record.error.value_or(""), Catch::Contains("died without an exit status"));
+  CHECK(attached->record.stdout_text == "so far\n");
+  CHECK(attached->record.detached.is_null());
+  CHECK(session.removed == std::vector<std::string>{k_detached_dir});
+}
+
+TEST_CASE("bytes the host dropped from a capped output file make the stream truncated",
+          "[runner][detach]")
+{
+  FakeSession session;
+  session.listed.insert(k_detached_dir);
+  session.files[k_detached_dir + "/.ferry-stdout"] = "S\nhead tail\nE 0 exit\nresult none\n";
+  session.files[k_detached_dir + "/.ferry-stderr"] = "S\nerr\n";
+  session.files[k_detached_dir + "/.ferry-done"] = "0 exit 1000 0\n";
+  FollowRequest request;
+  auto followed = follow_detached(session, detached_run(), request);
+  REQUIRE(followed);
+  REQUIRE(followed->end == FollowEnd::done);
+  CHECK(followed->outcome.exit_code == 0);
+  CHECK(followed->outcome.out.bytes == "head tail\n");
+  CHECK(followed->outcome.out.truncated);
+  CHECK(followed->outcome.out.dropped == 1000);
+  CHECK_FALSE(followed->outcome.err.truncated);
+  // An older launcher's done file has no counts.
+  session.files[k_detached_dir + "/.ferry-done"] = "0 exit\n";
+  followed = follow_detached(session, detached_run(), request);
+  REQUIRE(followed);
+  CHECK_FALSE(followed->outcome.out.truncated);
 }

@@ -18,7 +18,8 @@ public:
   Expected<void> connect() override { return {}; }
   Expected<StagedRun> stage(const RunBundle&, const StopToken&) override { return StagedRun{}; }
   Expected<ExecOutcome> launch(StagedRun&, const LaunchRequest&) override { return ExecOutcome{}; }
-  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&) override
+  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&,
+                              std::uint64_t) override
   {
     return FetchedFile{};
   }

@@ -65,15 +65,16 @@ TEST_CASE("the launcher sets the contract's variables and never executes the job
   CHECK_THAT(text, Catch::Contains("export FERRY_RUN_DIR FERRY_PARAMS FERRY_RESULT FERRY_JOB"));
   // The job runs with SIGPIPE as it should be; only the launcher ignores it. `env -i`: the job
   // inherits only the variables the launcher lists.
-  CHECK_THAT(text, Catch::Contains("(trap - PIPE; exec setsid env -i \"$@\" \"$interpreter\" "
-                                   "\"$FERRY_RUN_DIR\"/'kv_calc.py' </dev/null) &"));
+  CHECK_THAT(text,
+             Catch::Contains("(trap - PIPE; exec setsid env -i \"$@\" \"$interpreter\" "
+                             "\"$FERRY_RUN_DIR\"/'kv_calc.py' </dev/null >&5 2>&6 5>&- 6>&-) &"));
   CHECK_THAT(text, Catch::Contains("nap 42 ||"));
   CHECK_THAT(text, Catch::Contains("nap 3 ||"));
   CHECK_THAT(text, Catch::Contains("interpreter='python3'"));
   CHECK_THAT(text, Catch::Contains("printf '%s\\n' 'ferry-start-123'\n"));
   CHECK_THAT(text, Catch::Contains("cd \"$FERRY_RUN_DIR\""));
   // The job file is an argument of the interpreter, never a command of its own.
-  CHECK(text.find("\"$FERRY_RUN_DIR\"/'kv_calc.py' </dev/null) &") != std::string::npos);
+  CHECK(text.find("\"$FERRY_RUN_DIR\"/'kv_calc.py' </dev/null >&5") != std::string::npos);
   CHECK(text.find("\n\"$FERRY_RUN_DIR\"/'kv_calc.py'") == std::string::npos);
 }
 
@@ -389,4 +390,11 @@ TEST_CASE("a detach request reaches the launcher, not the job, and keeps the run
   // Anything but digits is no detach request (nothing of it reaches the shell).
   spec.env[k_launcher_detach_var] = "1; rm -rf ~";
   CHECK(make_launcher(spec).find("\ndetach=''\n") != std::string::npos);
+  // The output cap travels with it: the host keeps the output files within it.
+  spec.env[k_launcher_detach_var] = detach_request(60, 1u << 20);
+  CHECK(make_launcher(spec).find("\ndetach=60\n") != std::string::npos);
+  CHECK(make_launcher(spec).find("[ 1048576 -gt 0 ]") != std::string::npos);
+  spec.env[k_launcher_detach_var] = "60:1; rm -rf ~";
+  CHECK(make_launcher(spec).find("\ndetach=''\n") != std::string::npos);
+  CHECK(make_launcher(spec).find("rm -rf ~") == std::string::npos);
 }

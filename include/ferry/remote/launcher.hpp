@@ -75,10 +75,12 @@ inline constexpr const char* k_launcher_gpus_refused_prefix = "ferry-launcher: G
 
 // --detach (docs/run-protocol.md, "Detached runs"): the launcher starts itself again apart from
 // the channel and exits at once. The request travels in the spec's `env` as the GPU request does:
-// k_launcher_detach_var's value is the seconds the finished run waits for collection (digits).
+// k_launcher_detach_var's value is detach_request(): the seconds the finished run waits for
+// collection, and the output cap the host keeps each output file within (its first and last half).
 // The detached launcher's stdout and stderr go to the output files, its report too; the done file
 // ("CODE CAUSE", CAUSE `early` when the job never started) is renamed into place last.
 inline constexpr const char* k_launcher_detach_var = "FERRY_DETACH";
+[[nodiscard]] std::string detach_request(long long keep_for_s, std::size_t output_cap);
 inline constexpr const char* k_detached_stdout = ".ferry-stdout";
 inline constexpr const char* k_detached_stderr = ".ferry-stderr";
 inline constexpr const char* k_detached_done = ".ferry-done";

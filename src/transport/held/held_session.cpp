@@ -129,8 +129,8 @@ public:
     return run;
   }
   Expected<ExecOutcome> launch(StagedRun& run, const LaunchRequest& request) override;
-  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
-                              const ChunkSink& sink) override;
+  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel, const ChunkSink& sink,
+                              std::uint64_t offset) override;
   Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
                                                       const std::string& rel) override
   {
@@ -236,10 +236,11 @@ private:
 };
 
 Expected<FetchedFile> HeldSession::fetch(const StagedRun& run, const std::string& rel,
-                                         const ChunkSink& sink)
+                                         const ChunkSink& sink, std::uint64_t offset)
 {
   FERRY_TRY_ASSIGN(Fd fd, take(run.id));
-  if (!held::send_message(fd.get(), {{"op", "fetch"}, {"run", run.id}, {"path", rel}})) {
+  if (!held::send_message(fd.get(),
+                          {{"op", "fetch"}, {"run", run.id}, {"path", rel}, {"offset", offset}})) {
     return lost("went away");
   }
   std::optional<Error> refused; // the sink's error: the rest is read and dropped
@@ -445,10 +446,10 @@ public:
   {
     return active().launch(run, request);
   }
-  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
-                              const ChunkSink& sink) override
+  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel, const ChunkSink& sink,
+                              std::uint64_t offset) override
   {
-    return active().fetch(run, rel, sink);
+    return active().fetch(run, rel, sink, offset);
   }
   Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
                                                       const std::string& rel) override

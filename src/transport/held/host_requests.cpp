@@ -142,7 +142,8 @@ public:
       return launch(request, it->second);
     }
     if (op == "fetch") {
-      return fetch(run, request.at("path").get<std::string>());
+      return fetch(run, request.at("path").get<std::string>(),
+                   request.value("offset", std::uint64_t{0}));
     }
     if (op == "list") {
       auto entries = m_session.list(run, request.at("path").get<std::string>());
@@ -157,14 +158,17 @@ public:
   }
 
 private:
-  Message fetch(const StagedRun& run, const std::string& rel)
+  Message fetch(const StagedRun& run, const std::string& rel, std::uint64_t offset)
   {
-    auto file = m_session.fetch(run, rel, [fd = m_fd](std::string_view chunk) -> Expected<void> {
-      if (!send_message(fd, {{"chunk", bytes_of(chunk)}})) {
-        return fail(ErrorKind::failed, "ferry went away");
-      }
-      return {};
-    });
+    auto file = m_session.fetch(
+        run, rel,
+        [fd = m_fd](std::string_view chunk) -> Expected<void> {
+          if (!send_message(fd, {{"chunk", bytes_of(chunk)}})) {
+            return fail(ErrorKind::failed, "ferry went away");
+          }
+          return {};
+        },
+        offset);
     return file ? ok_message({{"file", encode(*file)}}) : error_message(file.error());
   }
 

@@ -73,10 +73,10 @@ public:
     return exec(launcher_request(run, request));
   }
 
-  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
-                              const ChunkSink& sink) override
+  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel, const ChunkSink& sink,
+                              std::uint64_t offset) override
   {
-    return fetch_stream(run.run_dir + "/" + rel, sink);
+    return fetch_stream(run.run_dir + "/" + rel, sink, offset);
   }
 
   Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
@@ -120,7 +120,8 @@ private:
     return dir.string();
   }
   Expected<ExecOutcome> exec(const ExecRequest& request);
-  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink);
+  Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink,
+                                     std::uint64_t offset);
   void sweep_stale(const fs::path& base, const fs::path& new_dir);
 
   LocalTarget m_target;
@@ -190,7 +191,8 @@ std::string_view file_type_name(mode_t mode)
   return "a socket or device";
 }
 
-Expected<FetchedFile> LocalSession::fetch_stream(const std::string& path, const ChunkSink& sink)
+Expected<FetchedFile> LocalSession::fetch_stream(const std::string& path, const ChunkSink& sink,
+                                                 std::uint64_t offset)
 {
   // lstat first, and O_NONBLOCK: a FIFO is never opened for a read that could block, a link
   // never followed (the same rule as over SFTP).
@@ -209,6 +211,9 @@ Expected<FetchedFile> LocalSession::fetch_stream(const std::string& path, const 
   if (!fd || ::fstat(fd.get(), &opened) != 0 || !S_ISREG(opened.st_mode)) {
     return fail(ErrorKind::failed, "cannot read {}: {}", path,
                 fd ? "it changed into something other than a regular file" : std::strerror(errno));
+  }
+  if (offset > 0 && ::lseek(fd.get(), static_cast<off_t>(offset), SEEK_SET) < 0) {
+    return fail(ErrorKind::failed, "cannot seek in {}: {}", path, std::strerror(errno));
   }
   std::vector<char> buffer(256 * 1024);
   for (;;) {

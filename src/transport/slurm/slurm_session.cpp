@@ -181,10 +181,10 @@ public:
   Expected<ExecOutcome> launch(StagedRun& run, const LaunchRequest& request) override;
   // Files alongside and files back go over the login node's SFTP: the run directory is on the
   // shared file system the nodes see.
-  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
-                              const ChunkSink& sink) override
+  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel, const ChunkSink& sink,
+                              std::uint64_t offset) override
   {
-    return m_login->fetch(run, rel, sink);
+    return m_login->fetch(run, rel, sink, offset);
   }
   Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
                                                       const std::string& rel) override

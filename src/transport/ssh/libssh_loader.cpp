@@ -41,6 +41,7 @@
   X(sftp_dir, sftp_opendir, (sftp_session session, const char* path), (session, path))             \
   X(ssize_t, sftp_read, (sftp_file file, void* buf, size_t count), (file, buf, count))             \
   X(sftp_attributes, sftp_readdir, (sftp_session session, sftp_dir dir), (session, dir))           \
+  X(int, sftp_seek64, (sftp_file file, uint64_t new_offset), (file, new_offset))                   \
   X(int, sftp_rename, (sftp_session sftp, const char* original, const char* newname),              \
     (sftp, original, newname))                                                                     \
   X(int, sftp_rmdir, (sftp_session sftp, const char* directory), (sftp, directory))                \

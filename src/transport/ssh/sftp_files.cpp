@@ -448,7 +448,8 @@ std::optional<FetchedFile> SftpFiles::not_regular(sftp_file file, const std::str
                                 : std::string("a file that cannot be inspected")};
 }
 
-Expected<FetchedFile> SftpFiles::fetch_stream(const std::string& path, const ChunkSink& sink)
+Expected<FetchedFile> SftpFiles::fetch_stream(const std::string& path, const ChunkSink& sink,
+                                              std::uint64_t offset)
 {
   FERRY_TRY(start());
   File file;
@@ -485,6 +486,10 @@ Expected<FetchedFile> SftpFiles::fetch_stream(const std::string& path, const Chu
   }
   if (auto other = not_regular(file.get(), path)) {
     return std::move(*other);
+  }
+  // Where the read starts: libssh keeps the offset itself (no round trip).
+  if (sftp_seek64(file.get(), offset) != 0) {
+    return fail(ErrorKind::failed, "{}", error("seek in", path));
   }
   std::vector<char> buffer(64 * 1024);
   for (;;) {

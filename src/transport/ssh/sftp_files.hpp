@@ -81,7 +81,8 @@ public:
                                                          std::string_view bytes);
   // The script's entry was refused (its bytes no longer match): removed, and taken for missing.
   void discard_script(std::string_view file_name, std::string_view bytes);
-  [[nodiscard]] Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink);
+  [[nodiscard]] Expected<FetchedFile> fetch_stream(const std::string& path, const ChunkSink& sink,
+                                                   std::uint64_t offset = 0);
   [[nodiscard]] Expected<void> make_dir(const std::string& path);
   [[nodiscard]] Expected<std::optional<std::vector<DirEntry>>> list_dir(const std::string& path);
   [[nodiscard]] Expected<bool> file_exists(const std::string& path);

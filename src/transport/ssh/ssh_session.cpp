@@ -82,12 +82,12 @@ public:
   {
     return exec_run(run.run_dir, launcher_request(run, request));
   }
-  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel,
-                              const ChunkSink& sink) override
+  Expected<FetchedFile> fetch(const StagedRun& run, const std::string& rel, const ChunkSink& sink,
+                              std::uint64_t offset) override
   {
     return with_sftp([&]() -> Expected<FetchedFile> {
       FERRY_TRY(m_ahead->settle(run.run_dir));
-      return files().fetch_stream(run.run_dir + "/" + rel, sink);
+      return files().fetch_stream(run.run_dir + "/" + rel, sink, offset);
     });
   }
   Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
