@@ -53,9 +53,8 @@ Expected<std::unique_ptr<HostSession>> session_for(Context& ctx, const HostTarge
 
 // Follows the run to its end and collects it (or stops it first); the final record goes into
 // the archive in place of the detached one.
-Expected<ExitCode> collect(Context& ctx, const DetachedCommand& cmd, bool stop)
+Expected<ExitCode> collect_run(Context& ctx, const DetachedCommand& cmd, bool stop)
 {
-  install_interrupt_handlers();
   ctx.use_json(cmd.json);
   FERRY_TRY_ASSIGN(auto archive, Archive::open(ctx.archive_path()));
   FERRY_TRY_ASSIGN(RunRecord running, find_detached(archive, cmd.run));
@@ -84,6 +83,20 @@ Expected<ExitCode> collect(Context& ctx, const DetachedCommand& cmd, bool stop)
   // `stop` did what it was asked: the run is recorded `interrupted`, and that is no failure.
   return stop && attached.record.status == RunStatus::interrupted ? ExitCode::ok
                                                                   : observer.exit_code();
+}
+
+// Ctrl-C (or SIGTERM) before the run is followed, while connecting, leaves it as after: it goes on.
+Expected<ExitCode> collect(Context& ctx, const DetachedCommand& cmd, bool stop)
+{
+  install_interrupt_handlers();
+  auto collected = collect_run(ctx, cmd, stop);
+  if (!collected && interrupt_requested()) {
+    ctx.reporter().note(fmt::format("interrupted ({}); run {} goes on (`ferry {} {}` again)",
+                                    collected.error().message, terminal_safe(cmd.run),
+                                    stop ? "stop" : "attach", terminal_safe(cmd.run)));
+    return ExitCode::interrupted;
+  }
+  return collected;
 }
 
 Expected<ExitCode> list_detached(Context& ctx, const DetachedCommand& cmd)

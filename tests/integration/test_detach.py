@@ -175,10 +175,19 @@ class Detach(unittest.TestCase):
 
     def test_ctrl_c_detaches_again_and_stop_stops_the_job(self):
         (rec,), _ = self.detach(self.long)
-        attach = self.popen_attach(rec["run_id"])
-        time.sleep(0.7)
-        attach.send_signal(signal.SIGINT)
-        _, err = attach.communicate(timeout=10)
+        # Ctrl-C once attach says it reached the host (-v): a fixed 0.7 s was too short for the
+        # ASan build under load (SIGINT came before ferry's handlers and killed it).
+        with tempfile.TemporaryFile() as said:
+            attach = subprocess.Popen([ferry_bin(), "-v", *self.attach_argv(rec["run_id"])[1:]],
+                                      stdout=subprocess.PIPE, stderr=said, stdin=subprocess.DEVNULL,
+                                      env={**os.environ, **self.env})
+            self.addCleanup(lambda: attach.poll() is None and attach.kill())
+            wait_for(lambda: said.seek(0) == 0 and b"authenticated as" in said.read(), 30,
+                     "attach to reach the host")
+            attach.send_signal(signal.SIGINT)
+            attach.communicate(timeout=10)
+            said.seek(0)
+            err = said.read()
         self.assertEqual(attach.returncode, 130, err)
         self.assertEqual(self.ps().get(rec["run_id"]), "running")
         user = SshServer.user(SHELL)
