@@ -302,6 +302,9 @@ Expected<json> collect_run(RunTool tool, const RunToolSetup& setup, const RunArg
   if (attached.end == Attached::End::detached) {
     return fail(ErrorKind::failed, "{}: the call was cancelled; the run goes on", run_id);
   }
+  if (setup.collected != nullptr) {
+    *setup.collected = attached.record.status;
+  }
   if (setup.archive->max_size) {
     archiving.keep_within(*setup.archive->max_size, setup.archive->config_file);
   }

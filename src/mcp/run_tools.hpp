@@ -41,6 +41,7 @@ struct RunToolSetup {
   const std::vector<PoolTarget>* targets = nullptr; // the server's: only their runs are reached
   nlohmann::json client;                            // for the collected record
   StopToken stop;                                   // the call was cancelled
+  std::optional<RunStatus>* collected = nullptr;    // set to the run's status once collected
 };
 
 // One call of a run tool: its arguments checked, its CallToolResult (a refusal or a failure is

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "ferry/text.hpp"
@@ -14,6 +15,7 @@
 #include "mcp/render.hpp"
 #include "mcp/resources.hpp"
 #include "mcp/run_tools.hpp"
+#include "mcp/tasks.hpp"
 #include "mcp/tools.hpp"
 
 namespace ferry::mcp {
@@ -69,6 +71,7 @@ struct Call {
   std::thread worker;
   std::atomic<bool> done{false};
   std::atomic<bool> cancelled{false};
+  std::optional<std::string> rpc_error; // set by the worker: answered as a JSON-RPC error
 };
 
 class Server {
@@ -79,6 +82,7 @@ public:
   {
     for (const auto& job : m_config.jobs) {
       m_tools.push_back(tool_definition(job, m_targets));
+      m_tools.back()["execution"] = {{"taskSupport", "optional"}};
       m_jobs[job.name] = &job;
     }
     for (auto& tool : run_tool_definitions()) {
@@ -98,7 +102,15 @@ private:
   json initialize(const json& params);
   void call_tool(const Incoming& message);
   bool room_for_call(const Incoming& message);
-  void start_call(const Incoming& message, const Job& job, CallPlan plan);
+  void start_call(const Incoming& message, const Job& job, CallPlan plan, bool as_task);
+  bool task_wanted(const Incoming& message, bool run_tool, bool& as_task);
+  void answer_task(const Incoming& message);
+  void task_get(const Incoming& message, const std::string& id);
+  void task_result(const Incoming& message, const std::string& id);
+  void task_cancel(const Incoming& message, const std::string& id);
+  json call_run_tool_on(RunTool tool, const std::string& id, Call& call,
+                        std::optional<RunStatus>* collected = nullptr, int wait_s = 0);
+  json task_created(const json& result, Call& call);
   void start_run_tool(const Incoming& message, RunTool tool);
   void start_worker(const Incoming& message, const std::string& name, std::size_t runs,
                     std::function<json(Call&)> work);
@@ -125,6 +137,7 @@ private:
   json m_client = json::object();
   std::atomic<LogLevel> m_level{LogLevel::info};
   std::map<std::string, std::unique_ptr<Call>> m_calls; // by id (its JSON text); main thread
+  TaskTable m_tasks;
 };
 
 ExitCode Server::run(LineReader& reader)
@@ -238,6 +251,8 @@ void Server::answer(const Incoming& message)
     answer_resource(message);
   } else if (method == "resources/templates/list") {
     reply(message.id, run_templates());
+  } else if (method.rfind("tasks/", 0) == 0) {
+    answer_task(message);
   } else if (method == "logging/setLevel") {
     set_level(message);
   } else {
@@ -267,7 +282,11 @@ json Server::initialize(const json& params)
           {"capabilities",
            {{"tools", {{"listChanged", false}}},
             {"resources", {{"listChanged", false}}},
-            {"logging", json::object()}}},
+            {"logging", json::object()},
+            {"tasks",
+             {{"list", json::object()},
+              {"cancel", json::object()},
+              {"requests", {{"tools", {{"call", json::object()}}}}}}}}},
           {"serverInfo", server},
           {"instructions", instructions(m_targets)}};
 }
@@ -281,6 +300,10 @@ void Server::call_tool(const Incoming& message)
   }
   const auto arguments = message.params.find("arguments");
   const json given = arguments == message.params.end() ? json(nullptr) : *arguments;
+  bool as_task = false;
+  if (!task_wanted(message, is_run_tool(name->get<std::string>()), as_task)) {
+    return;
+  }
   if (const auto tool = run_tool(name->get<std::string>())) {
     if (room_for_call(message)) {
       start_run_tool(message, *tool);
@@ -298,9 +321,39 @@ void Server::call_tool(const Incoming& message)
     reply(message.id, error_result(plan.error().message));
     return;
   }
-  if (room_for_call(message)) {
-    start_call(message, *job->second, std::move(plan).value());
+  if (as_task && plan->targets.size() != 1) {
+    refuse(message.id, RpcError::invalid_params,
+           fmt::format("{} as a task runs on one target: name one in `target` (a task is one "
+                       "detached run)",
+                       job->first));
+    return;
   }
+  if (room_for_call(message)) {
+    start_call(message, *job->second, std::move(plan).value(), as_task);
+  }
+}
+
+// Whether the call may go on (else it is refused); `as_task`: it carries `task` (MCP tasks).
+bool Server::task_wanted(const Incoming& message, bool run_tool, bool& as_task)
+{
+  const auto task = message.params.find("task");
+  if (task == message.params.end()) {
+    return true;
+  }
+  if (run_tool) {
+    refuse(message.id, RpcError::method_not_found,
+           fmt::format("{} is not offered as a task (its taskSupport is forbidden); call it "
+                       "without `task`",
+                       message.params["name"].get<std::string>()));
+    return false;
+  }
+  if (!task->is_object()) {
+    refuse(message.id, RpcError::invalid_params,
+           "tools/call: \"task\" must be an object ({\"ttl\": MILLISECONDS} or {})");
+    return false;
+  }
+  as_task = true;
+  return true;
 }
 
 // Whether a call with this request id may start now; else it is answered.
@@ -320,7 +373,7 @@ bool Server::room_for_call(const Incoming& message)
   return true;
 }
 
-void Server::start_call(const Incoming& message, const Job& job, CallPlan plan)
+void Server::start_call(const Incoming& message, const Job& job, CallPlan plan, bool as_task)
 {
   CallSetup setup;
   setup.job = &job;
@@ -328,16 +381,20 @@ void Server::start_call(const Incoming& message, const Job& job, CallPlan plan)
   setup.targets = std::move(plan.targets);
   setup.options = m_config.run_options;
   setup.client = m_client;
-  if (plan.detach) { // as `run --detach`: started, recorded `running`, and answered at once
+  // A task is a detached run: its id is the task's, and tasks/result collects it.
+  if (plan.detach || as_task) { // as `run --detach`: started, recorded `running`, answered at once
     setup.options.detach_keep_for_s = k_detach_keep_for_s;
   }
   const std::size_t runs = setup.targets.size();
-  start_worker(message, job.name, runs, [this, setup = std::move(setup), &job](Call& call) {
-    CallSetup mine = setup;
-    mine.options.stop = call.stop;
-    CallOutcome outcome = run_call(m_pool, m_config.archive, mine, *call.reporter);
-    return call_result(job, outcome.runs, outcome.archived, m_config.run_options.out_dir);
-  });
+  start_worker(message, job.name, runs,
+               [this, setup = std::move(setup), &job, as_task](Call& call) {
+                 CallSetup mine = setup;
+                 mine.options.stop = call.stop;
+                 CallOutcome outcome = run_call(m_pool, m_config.archive, mine, *call.reporter);
+                 json result =
+                     call_result(job, outcome.runs, outcome.archived, m_config.run_options.out_dir);
+                 return as_task ? task_created(result, call) : result;
+               });
 }
 
 void Server::start_run_tool(const Incoming& message, RunTool tool)
@@ -377,11 +434,152 @@ void Server::start_worker(const Incoming& message, const std::string& name, std:
     running.reporter->close();
     // A cancelled request gets no response (MCP, "Cancellation").
     if (!running.cancelled) {
-      reply(id, std::move(result));
+      running.rpc_error ? (void)refuse(id, RpcError::internal_error, *running.rpc_error)
+                        : (void)reply(id, std::move(result));
     }
     running.done = true;
   });
   m_calls[message.id.dump()] = std::move(call);
+}
+
+// A task call's answer: its run started detached, the task is that run (CreateTaskResult).
+json Server::task_created(const json& result, Call& call)
+{
+  const auto id = only_run_id(result);
+  if (!id || result["structuredContent"]["runs"][0].value("status", "") != "running") {
+    call.rpc_error = "the job could not start as a task: " + text_of(result);
+    return result;
+  }
+  m_tasks.add(*id, "working", "", nullptr);
+  return {{"task", task_json(*id, *m_tasks.find(*id))}};
+}
+
+json Server::call_run_tool_on(RunTool tool, const std::string& id, Call& call,
+                              std::optional<RunStatus>* collected, int wait_s)
+{
+  RunToolSetup setup;
+  setup.archive = &m_config.archive;
+  setup.targets = &m_config.targets;
+  setup.client = m_client;
+  setup.stop = call.stop;
+  setup.collected = collected;
+  json arguments = {{"run", id}};
+  if (wait_s > 0) {
+    arguments["wait_s"] = wait_s;
+  }
+  return call_run_tool(tool, arguments, setup, *call.reporter);
+}
+
+void Server::answer_task(const Incoming& message)
+{
+  if (message.method == "tasks/list") {
+    reply(message.id, m_tasks.list()); // every task: no cursor is needed
+    return;
+  }
+  if (message.method != "tasks/get" && message.method != "tasks/result" &&
+      message.method != "tasks/cancel") {
+    refuse(message.id, RpcError::method_not_found,
+           fmt::format("Method not found: {}", shorten(message.method, 80)));
+    return;
+  }
+  const auto id = message.params.find("taskId");
+  if (id == message.params.end() || !id->is_string()) {
+    refuse(message.id, RpcError::invalid_params,
+           fmt::format("{} needs \"taskId\", a string", message.method));
+    return;
+  }
+  const std::string task = id->get<std::string>();
+  if (!m_tasks.find(task)) {
+    refuse(message.id, RpcError::invalid_params,
+           fmt::format("no task '{}' on this ferry mcp; tasks/list lists its tasks",
+                       shorten(task, 80)));
+    return;
+  }
+  if (message.method == "tasks/get") {
+    task_get(message, task);
+  } else if (message.method == "tasks/result") {
+    task_result(message, task);
+  } else {
+    task_cancel(message, task);
+  }
+}
+
+// The task's status: its run's state, asked of its host (as ferry_run_state asks) until it ends.
+void Server::task_get(const Incoming& message, const std::string& id)
+{
+  const TaskEntry known = *m_tasks.find(id);
+  if (task_ended(known.status)) {
+    reply(message.id, task_json(id, known));
+    return;
+  }
+  if (!room_for_call(message)) {
+    return;
+  }
+  start_worker(message, "tasks/get", 1, [this, id](Call& call) {
+    const json state = call_run_tool_on(RunTool::state, id, call);
+    if (state.value("isError", false)) { // collected or stopped meanwhile, or its host is away
+      return task_json(id, *m_tasks.find(id));
+    }
+    const auto word = state["structuredContent"].value("state", std::string());
+    const std::string status = task_status_of_state(word);
+    const std::string detail = state["structuredContent"].value("detail", std::string());
+    return task_json(id, m_tasks.update(id, status,
+                                        status == "completed"
+                                            ? "finished: tasks/result collects its result"
+                                            : (status == "failed" ? detail : "")));
+  });
+}
+
+// The tool's result: the run waited for and collected as ferry_run_result collects it.
+void Server::task_result(const Incoming& message, const std::string& id)
+{
+  const TaskEntry known = *m_tasks.find(id);
+  if (!known.result.is_null()) {
+    reply(message.id, with_related_task(known.result, id));
+    return;
+  }
+  if (!room_for_call(message)) {
+    return;
+  }
+  start_worker(message, "tasks/result", 1, [this, id](Call& call) {
+    json result;
+    std::optional<RunStatus> collected;
+    do { // until it is collected (or cannot be): ferry_run_result answers `running` till then
+      result = call_run_tool_on(RunTool::result, id, call, &collected, k_max_result_wait_s);
+    } while (!collected && !call.stop.stop_requested() && !result.value("isError", false));
+    if (collected) { // the task ends as the run did
+      m_tasks.update(id, task_status_of(*collected), "", result);
+    }
+    const TaskEntry now = *m_tasks.find(id); // a tasks/cancel may have collected it first
+    return with_related_task(now.result.is_null() ? result : now.result, id);
+  });
+}
+
+// Stops the run as ferry_run_stop does: archived as interrupted, the task cancelled.
+void Server::task_cancel(const Incoming& message, const std::string& id)
+{
+  const TaskEntry known = *m_tasks.find(id);
+  if (task_ended(known.status)) {
+    refuse(message.id, RpcError::invalid_params,
+           fmt::format("task {} has ended already ({}): there is nothing to cancel", id,
+                       known.status));
+    return;
+  }
+  if (!room_for_call(message)) {
+    return;
+  }
+  start_worker(message, "tasks/cancel", 1, [this, id](Call& call) {
+    std::optional<RunStatus> collected;
+    const json stopped = call_run_tool_on(RunTool::stop, id, call, &collected);
+    if (collected) {
+      return task_json(id, m_tasks.update(id, "cancelled", "stopped by tasks/cancel", stopped));
+    }
+    const TaskEntry now = *m_tasks.find(id);
+    if (!task_ended(now.status)) {
+      call.rpc_error = fmt::format("task {} could not be cancelled: {}", id, text_of(stopped));
+    }
+    return task_json(id, now);
+  });
 }
 
 void Server::answer_resource(const Incoming& message)

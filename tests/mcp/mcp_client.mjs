@@ -10,7 +10,11 @@ import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
+import {
+  CallToolResultSchema,
+  CreateTaskResultSchema,
+  LoggingMessageNotificationSchema,
+} from "@modelcontextprotocol/sdk/types.js";
 
 const scenario = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const received = [];
@@ -65,9 +69,10 @@ function runIdOf(steps, index) {
 
 const textOf = (result) => (result?.content ?? []).filter((c) => c.type === "text").map((c) => c.text).join("");
 
-// A call; with `untilText`, made again (up to `tries` times, 300 ms apart) until its text has it.
+// A call (its `run` the run of step `runFromStep`, or the task of step `taskFromStep`); with `untilText`, made again (up to `tries` times, 300 ms apart) until its text has it.
 async function call(step, done) {
-  const args = step.runFromStep === undefined ? step.arguments : { ...step.arguments, run: runIdOf(done, step.runFromStep) };
+  const run = step.runFromStep === undefined ? taskIdOf(done, step.taskFromStep) : runIdOf(done, step.runFromStep);
+  const args = run === undefined ? step.arguments : { ...step.arguments, run };
   let outcome;
   for (let i = 0; i < (step.tries ?? 1); i++) {
     if (i > 0) await sleep(300);
@@ -96,6 +101,37 @@ async function callOnce(step) {
     outcome = failure(error);
   }
   return { ...outcome, progress, logs: logs.slice(logsBefore) };
+}
+
+// MCP tasks, through the SDK's experimental tasks API: a tool called as a task (its
+// CreateTaskResult), and tasks/get (again, up to `tries` times, 300 ms apart, until its status is
+// `untilStatus`), tasks/result, tasks/cancel and tasks/list of the task step `taskFromStep` made.
+const taskIdOf = (steps, index) => steps[index]?.result?.task?.taskId;
+
+async function taskStep(step, done) {
+  const tasks = client.experimental.tasks;
+  const id = taskIdOf(done, step.taskFromStep);
+  switch (step.op) {
+    case "callTask": {
+      const request = { method: "tools/call", params: { name: step.name, arguments: step.arguments } };
+      return { result: await client.request(request, CreateTaskResultSchema, { task: step.task ?? { ttl: 60000 } }) };
+    }
+    case "getTask": {
+      let result;
+      for (let i = 0; i < (step.tries ?? 1); i++) {
+        if (i > 0) await sleep(300);
+        result = await tasks.getTask(id);
+        if (!step.untilStatus || result.status === step.untilStatus) break;
+      }
+      return { result };
+    }
+    case "taskResult":
+      return { result: await tasks.getTaskResult(id, CallToolResultSchema, { timeout: 120000 }) };
+    case "cancelTask":
+      return { result: await tasks.cancelTask(id) };
+    default:
+      return { result: await tasks.listTasks() };
+  }
 }
 
 // Polls resources/list until a run of `job` on `target` with `status` is listed (bounded).
@@ -137,6 +173,12 @@ async function runStep(step, done) {
       };
     case "waitRun":
       return waitRun(step);
+    case "callTask":
+    case "getTask":
+    case "taskResult":
+    case "cancelTask":
+    case "listTasks":
+      return taskStep(step, done);
     case "run": // a command of the test's between two steps, the connection kept open
       return { output: execFileSync(step.argv[0], step.argv.slice(1), { encoding: "utf8" }) };
     case "parallel": {

@@ -138,16 +138,20 @@ class Local(McpTestCase):
         self.assertEqual(report["protocolVersion"], "2025-11-25")  # the SDK asks for its latest
         self.assertEqual(report["serverVersion"]["name"], "ferry")
         self.assertIn("no tool for free-form commands", report["instructions"])
-        self.assertEqual(set(report["capabilities"]), {"tools", "resources", "logging"})
+        self.assertEqual(set(report["capabilities"]), {"tools", "resources", "logging", "tasks"})
+        self.assertEqual(report["capabilities"]["tasks"],
+                         {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}})
         tools = {t["name"]: t for t in report["steps"][0]["result"]["tools"]}
         names = [json.loads(line)["name"] for line in self.ferry("jobs", "--json").stdout.splitlines()]
         self.assertIn("kv_calc", names)
         # One tool per job, and the tools for detached runs.
         self.assertEqual(sorted(tools), sorted(names + RUN_TOOLS))
         for name in RUN_TOOLS:
+            self.assertNotIn("execution", tools[name])  # not offered as tasks
             self.assertEqual(tools.pop(name)["inputSchema"]["required"], ["run"])
         for name, tool in tools.items():
             with self.subTest(tool=name):
+                self.assertEqual(tool["execution"], {"taskSupport": "optional"})
                 meta = json.loads(self.ferry("jobs", name, "--json").stdout)
                 properties = {p["name"]: expected_param_schema(p) for p in meta["params"]}
                 properties["target"] = {
@@ -449,6 +453,60 @@ class Local(McpTestCase):
             "600, not -1"])
         self.assertIn("no detached run 'nosuchrun'", refusals[3])
         self.assertTrue(all(step["result"]["isError"] for step in report["steps"][3:]))
+        self.assertEqual(os.listdir(self.runs), [])
+
+    def test_job_called_as_a_task_is_a_detached_run(self):
+        """A job tool called as an MCP task (the SDK's experimental tasks API) answers at once
+        with a task that is its detached run: tasks/get says working, tasks/result waits for it
+        and returns the job's result, collected as ferry_run_result collects it; tasks/cancel of
+        a second task stops its run, archived as interrupted (issue 44.4)."""
+        gate = os.path.join(self.tmp, "gate-task")
+        report = self.client([
+            {"op": "listTools"},
+            {"op": "callTask", "name": "gated", "arguments": {"gate": gate}},
+            {"op": "getTask", "taskFromStep": 1},
+            {"op": "callTask", "name": "waiter", "arguments": {}},
+            {"op": "call", "name": "ferry_run_output", "arguments": {}, "taskFromStep": 3,
+             "untilText": "ready pid=", "tries": 50},
+            {"op": "cancelTask", "taskFromStep": 3},
+            {"op": "listTasks"},
+            {"op": "run", "argv": ["touch", gate]},
+            {"op": "taskResult", "taskFromStep": 1},
+            {"op": "getTask", "taskFromStep": 1},
+            {"op": "getTask", "taskFromStep": 3},
+            {"op": "taskResult", "taskFromStep": 3},
+            {"op": "cancelTask", "taskFromStep": 1},
+            {"op": "callTask", "name": "ferry_run_state", "arguments": {"run": "last"}},
+        ])
+        steps = report["steps"]
+        task = steps[1]["result"]["task"]
+        self.assertEqual(task["status"], "working", steps[1])
+        self.assertEqual(steps[2]["result"]["status"], "working", steps[2])
+        self.assertEqual(steps[2]["result"]["taskId"], task["taskId"])
+        # The task is the run: its id is the run's, archived under it once collected.
+        result, row = self.one_run(steps[8])
+        self.assertEqual(run_ids(result), [task["taskId"]])
+        self.assertEqual(result["structuredContent"]["runs"][0]["result"], {"opened": True})
+        self.assertEqual(row["result"], {"opened": True})
+        self.assertIn("stdout:\nwaiting for the gate\nthrough the gate\n", text_of(result))
+        self.assertEqual(result["_meta"]["io.modelcontextprotocol/related-task"],
+                         {"taskId": task["taskId"]})
+        self.assertEqual(steps[9]["result"]["status"], "completed", steps[9])
+        # The second task, cancelled: its job's process stopped, its run archived interrupted.
+        ready = READY.search(text_of(steps[4]["result"]))
+        self.assertIsNotNone(ready, steps[4])
+        cancelled = steps[3]["result"]["task"]["taskId"]
+        self.assertEqual(steps[5]["result"]["status"], "cancelled", steps[5])
+        self.assertEqual(steps[10]["result"]["status"], "cancelled", steps[10])
+        stopped, row = self.one_run(steps[11], "interrupted")
+        self.assertEqual(run_ids(stopped), [cancelled])
+        self.assertEqual(row["job"], "waiter")
+        self.assertTrue(wait_until(lambda: not pid_alive(int(ready.group(1))), 30), ready.group(0))
+        listed = {t["taskId"]: t["status"] for t in steps[6]["result"]["tasks"]}
+        self.assertEqual(listed, {task["taskId"]: "working", cancelled: "cancelled"})
+        # An ended task cannot be cancelled; the run tools are not tasks.
+        self.assertIn("has ended already (completed)", steps[12]["error"]["message"])
+        self.assertIn("not offered as a task", steps[13]["error"]["message"])
         self.assertEqual(os.listdir(self.runs), [])
 
     def test_failing_job(self):
