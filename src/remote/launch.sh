@@ -167,9 +167,17 @@ if [ -n "$detach" ] && [ @detach_cap@ -gt 0 ] 2>/dev/null &&
   capped=1
   cap_head=$((@detach_cap@ - @detach_cap@ / 2))
   cap_tail=$((@detach_cap@ / 2))
+  # head -c writes through stdio, which buffers a file's bytes: stdbuf -o0 makes each read show
+  # as it comes (attach and ferry_run_output read them live). Without stdbuf the first 4 KiB show
+  # only once the job ends or writes more.
+  if command -v stdbuf >/dev/null 2>&1; then
+    cap_copy() { stdbuf -o0 head -c "$cap_head" >&3; }
+  else
+    cap_copy() { head -c "$cap_head" >&3; }
+  fi
   cap_filter() {
     exec <"$FERRY_RUN_DIR"/.ferry-"$2".pipe 3>&"$1" >/dev/null 2>&1
-    head -c "$cap_head" >&3
+    cap_copy
     { tee /dev/fd/4 | tail -c "$cap_tail" >"$FERRY_RUN_DIR"/.ferry-"$2".tail; } 4>&1 |
       wc -c >"$FERRY_RUN_DIR"/.ferry-"$2".rest
   }
