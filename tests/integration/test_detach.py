@@ -173,6 +173,35 @@ class Detach(unittest.TestCase):
         self.assertEqual(second.returncode, 0, err)
         self.assertCollected(json.loads(out), rec["detached"]["run_dir"])
 
+    def test_a_lost_connection_during_attach_loses_nothing(self):
+        # The SSH connection (not ferry) dies while attach follows the run: attach fails, the job
+        # goes on, the run still waits in `ps`, and the next attach collects it whole.
+        job = write_job(self.tmp, "slow_job", JOB.replace("sleep 2", "sleep 6"), interpreter="sh",
+                        timeout=30, params='outputs = ["out/*"]')
+        (rec,), _ = self.detach(job)
+        with tempfile.TemporaryFile() as said:
+            attach = subprocess.Popen([ferry_bin(), "-v", *self.attach_argv(rec["run_id"])[1:]],
+                                      stdout=subprocess.PIPE, stderr=said, stdin=subprocess.DEVNULL,
+                                      env={**os.environ, **self.env})
+            self.addCleanup(lambda: attach.poll() is None and attach.kill())
+            wait_for(lambda: said.seek(0) == 0 and b"authenticated as" in said.read(), 30,
+                     "attach to reach the host")
+            self.assertTrue(self.srv.kill_connections(SshServer.user(SHELL)), "no connection to kill")
+            out, _ = attach.communicate(timeout=30)
+            said.seek(0)
+            err = said.read()
+        self.assertNotIn(attach.returncode, (0, 130), err)
+        self.assertEqual(out, b"", "attach printed a record for a run it did not collect")
+        self.assertIn(rec["run_id"], self.ps())
+        res = self.ferry("attach", rec["run_id"], "--json", *self.ssh())
+        self.assertEqual(res.code, 0, res)
+        self.assertEqual(res.record["status"], "ok", res.record)
+        self.assertEqual(res.record["result"], {"n": 7})
+        self.assertIn("start slow_job\n", res.record["stdout"])
+        self.assertTrue(res.record["stdout"].endswith("end\n"), res.record["stdout"])
+        self.assertFalse(os.path.exists(rec["detached"]["run_dir"]))
+        self.assertNotIn(rec["run_id"], self.ps())
+
     def test_ctrl_c_detaches_again_and_stop_stops_the_job(self):
         (rec,), _ = self.detach(self.long)
         # Ctrl-C once attach says it reached the host (-v): a fixed 0.7 s was too short for the
