@@ -127,6 +127,22 @@ class Detach(unittest.TestCase):
         return subprocess.Popen(self.attach_argv(run_id), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL, env={**os.environ, **self.env})
 
+    def attach_then(self, run_id, act, timeout=30):
+        """`ferry -v attach RUN`, `act()` once it says it is authenticated (its handlers are in
+        place by then: a fixed 0.7 s was too short for the ASan build under load), then its end:
+        (exit status, stdout, stderr)."""
+        with tempfile.TemporaryFile() as said:
+            attach = subprocess.Popen([ferry_bin(), "-v", *self.attach_argv(run_id)[1:]],
+                                      stdout=subprocess.PIPE, stderr=said, stdin=subprocess.DEVNULL,
+                                      env={**os.environ, **self.env})
+            self.addCleanup(lambda: attach.poll() is None and attach.kill())
+            wait_for(lambda: said.seek(0) == 0 and b"authenticated as" in said.read(), 30,
+                     "attach to reach the host")
+            act(attach)
+            out, _ = attach.communicate(timeout=timeout)
+            said.seek(0)
+            return attach.returncode, out, said.read()
+
     def ps(self) -> dict[str, str]:
         res = self.ferry("ps", "--json", *self.ssh())
         self.assertEqual(res.code, 0, res)
@@ -179,18 +195,10 @@ class Detach(unittest.TestCase):
         job = write_job(self.tmp, "slow_job", JOB.replace("sleep 2", "sleep 6"), interpreter="sh",
                         timeout=30, params='outputs = ["out/*"]')
         (rec,), _ = self.detach(job)
-        with tempfile.TemporaryFile() as said:
-            attach = subprocess.Popen([ferry_bin(), "-v", *self.attach_argv(rec["run_id"])[1:]],
-                                      stdout=subprocess.PIPE, stderr=said, stdin=subprocess.DEVNULL,
-                                      env={**os.environ, **self.env})
-            self.addCleanup(lambda: attach.poll() is None and attach.kill())
-            wait_for(lambda: said.seek(0) == 0 and b"authenticated as" in said.read(), 30,
-                     "attach to reach the host")
-            self.assertTrue(self.srv.kill_connections(SshServer.user(SHELL)), "no connection to kill")
-            out, _ = attach.communicate(timeout=30)
-            said.seek(0)
-            err = said.read()
-        self.assertNotIn(attach.returncode, (0, 130), err)
+        user = SshServer.user(SHELL)
+        code, out, err = self.attach_then(
+            rec["run_id"], lambda _: self.assertTrue(self.srv.kill_connections(user), "no connection to kill"))
+        self.assertNotIn(code, (0, 130), err)
         self.assertEqual(out, b"", "attach printed a record for a run it did not collect")
         self.assertIn(rec["run_id"], self.ps())
         res = self.ferry("attach", rec["run_id"], "--json", *self.ssh())
@@ -204,20 +212,9 @@ class Detach(unittest.TestCase):
 
     def test_ctrl_c_detaches_again_and_stop_stops_the_job(self):
         (rec,), _ = self.detach(self.long)
-        # Ctrl-C once attach says it reached the host (-v): a fixed 0.7 s was too short for the
-        # ASan build under load (SIGINT came before ferry's handlers and killed it).
-        with tempfile.TemporaryFile() as said:
-            attach = subprocess.Popen([ferry_bin(), "-v", *self.attach_argv(rec["run_id"])[1:]],
-                                      stdout=subprocess.PIPE, stderr=said, stdin=subprocess.DEVNULL,
-                                      env={**os.environ, **self.env})
-            self.addCleanup(lambda: attach.poll() is None and attach.kill())
-            wait_for(lambda: said.seek(0) == 0 and b"authenticated as" in said.read(), 30,
-                     "attach to reach the host")
-            attach.send_signal(signal.SIGINT)
-            attach.communicate(timeout=10)
-            said.seek(0)
-            err = said.read()
-        self.assertEqual(attach.returncode, 130, err)
+        code, _, err = self.attach_then(rec["run_id"], lambda attach: attach.send_signal(signal.SIGINT),
+                                        timeout=10)
+        self.assertEqual(code, 130, err)
         self.assertEqual(self.ps().get(rec["run_id"]), "running")
         user = SshServer.user(SHELL)
         started = time.monotonic()
