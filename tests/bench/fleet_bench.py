@@ -1444,12 +1444,19 @@ def cpu_split(c) -> list[str]:
     cfg, alias = srv.ssh_config, srv.alias(SHELL)
     ferry_run = f"{c.F} run {q(c.job)} --host {alias} --ssh-config {q(cfg)} --no-archive"
     held = "ferry again, the session held"
+    first = "ferry, persistence on: first run (a holder already up)"
+    # The first run's host is let go before each run; another host held all along keeps the
+    # holder up, as a fleet's other hosts do (one holder start for 256 hosts is not the host's).
+    keeper = srv.alias("bash" if SHELL != "bash" else "dash")
+    let_go = f"{c.F} disconnect {alias} > /dev/null"
     # In this order: no holder has run yet, so the first cold run finds no python standby's
     # script in the host's job cache and goes over SFTP and launch.sh; the held runs' holder
     # puts it there, and the cold runs after boot a python standby (as fleet256's do).
     commands = [
         ("ferry --persist 0 (cold, over SFTP)", f"{ferry_run} --persist 0"),
         (held, ferry_run),
+        (first, f"{let_go} && {ferry_run}"),
+        ("ferry disconnect alone (to subtract from the row above)", let_go),
         ("ferry --persist 0 (cold, a python standby)", f"{ferry_run} --persist 0"),
         ("ssh python3 -", f"ssh -F {q(cfg)} {alias} python3 - < {q(c.plain)}"),
         ("floor: ssh true", f"ssh -F {q(cfg)} {alias} true"),
@@ -1462,6 +1469,9 @@ def cpu_split(c) -> list[str]:
             # there; the others' holders are ended.
             disconnect = [c.ferry, "disconnect", "--all"]
             subprocess.run(disconnect, env=c.env, capture_output=True, timeout=120)
+            if name == first:
+                run_checked("cpu: the holder kept up", f"{c.F} connect {keeper} --ssh-config {q(cfg)} --persist 900",
+                            c.env, c.cwd)
             run_checked(f"cpu: {name}", f"{into_client} && {cmd}", c.env, c.cwd)
             before = {side: get() for side, get in usage.items()}
             loop = f"{into_client} && for i in $(seq {n}); do {cmd} > /dev/null || exit 1; done"
