@@ -18,6 +18,12 @@ killed, their homes emptied). sshd reads each instance's authorized key from
 or ports) can run at once; pass reset_users=False to every instance after the first so one
 does not wipe the homes another is using.
 
+FERRY_TEST_USER_SET=N (a digit 2-9) gives another set of test users, `ferrytN-<shell>`, with a
+lease of its own, so that tests of two sets run at the same time (the sanitizer build's tests
+use set 2: CI runs them beside the normal build's). So a test names its users through user(),
+users() or USER_PREFIX, never by a literal name, and keeps anything else machine-wide that it
+changes (a mount point, a PAM service) apart per set (USER_SET).
+
 netns="NAME" starts sshd inside an existing network namespace (`ip netns exec NAME`, so
 `ip` from iproute2 is needed then) and checks its readiness from inside it; the namespace's
 `lo` must be up. Clients must then run inside the namespace too.
@@ -61,7 +67,10 @@ import time
 SSHD = "/usr/sbin/sshd"
 EXTERNAL_SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 SHELLS = ("zsh", "fish", "tcsh", "bash", "dash")
-USER_PREFIX = "ferryt-"
+USER_SET = os.environ.get("FERRY_TEST_USER_SET", "")
+if not re.fullmatch(r"[2-9]?", USER_SET):
+    raise AssertionError(f"FERRY_TEST_USER_SET={USER_SET!r}: a digit 2-9, or empty for the first set of test users")
+USER_PREFIX = f"ferryt{USER_SET}-"
 ROOT = os.environ.get("FERRY_TEST_ROOT", "/var/lib/ferry-test")
 HOME_BASE = os.path.join(ROOT, "home")
 RUN_BASE = os.path.join(ROOT, "run")
@@ -253,7 +262,8 @@ def _machine_lock():
 class _TestUsersLease:
     """The test users and their homes are machine-wide: while one process has servers up, another
     process (a second ctest run, a second checkout's tests) waits here instead of resetting the
-    users under it. Servers within one process share the lease."""
+    users under it. Servers within one process share the lease. Each user set
+    (FERRY_TEST_USER_SET) has its own lease."""
 
     def __init__(self):
         self._file = None
@@ -264,7 +274,7 @@ class _TestUsersLease:
         with self._lock:
             if self._holders == 0:
                 _ensure_root_dir(ROOT)
-                self._file = open(os.path.join(ROOT, ".users-lease"), "w")
+                self._file = open(os.path.join(ROOT, f".users-lease{USER_SET}"), "w")
                 fcntl.flock(self._file, fcntl.LOCK_EX)
             self._holders += 1
 
@@ -367,7 +377,7 @@ def _fingerprint(pub_path: str) -> str:
 # ----------------------------------------------------------------------------- the server
 
 class SshServer:
-    """One real sshd on `listen`:port, serving the ferryt-<shell> test users."""
+    """One real sshd on `listen`:port, serving the ferryt-<shell> test users (of USER_SET)."""
 
     host: str
     port: int

@@ -16,7 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ferry_harness import SshTestCase, run_ferry, write_job  # noqa: E402
-from sshd_fixture import SHELLS  # noqa: E402
+from sshd_fixture import SHELLS, USER_PREFIX  # noqa: E402
 
 # The token's value stays out of the result (which is archived): the job returns its hash.
 ENV_JOB = '''
@@ -169,7 +169,7 @@ class ConfigFile(SshTestCase):
 [hosts."{self.srv.alias("bash")}"]
 remote_base = "{self.base}"
 
-[hosts."ferryt-*"]
+[hosts."{USER_PREFIX}*"]
 interpreters.python3 = "{self.fake}"
 env.FROM_CONFIG = "config's"
 remote_base = "/nonexistent/not/this/one"

@@ -15,6 +15,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 from ferry_harness import (ECHO_JOB, ECHO_PARAMS, SshTestCase, ferry_bin, memory_env, memory_limit_kib,  # noqa: E402
                            run_ferry, write_job)
+from sshd_fixture import USER_SET  # noqa: E402
 
 SHELLS4 = ("bash", "zsh", "fish", "tcsh")
 
@@ -164,7 +165,7 @@ class Faults(SshTestCase):
         self.assertIn(foreign, rec["error"])
 
     def test_full_disk_during_upload(self):
-        base = "/var/lib/ferry-test/tiny"
+        base = f"/var/lib/ferry-test/tiny{USER_SET}"  # one per user set: the sets' tests run at once
         os.makedirs(base, exist_ok=True)
         mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", base],
                                  capture_output=True, text=True)

@@ -185,7 +185,7 @@ class FaultsAndState(unittest.TestCase):
                 r = ssh(srv, "zsh", "true")
                 self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn(f"[127.0.0.2]:{other.port} ssh-ed25519 ", _read(other.known_hosts))
-            self.assertEqual(other.count_accepted("ferryt-zsh"), 1)
+            self.assertEqual(other.count_accepted(SshServer.user("zsh")), 1)
             fixture_dir = other.dir
         self.assertFalse(os.path.exists(fixture_dir))
 
@@ -199,7 +199,7 @@ class FaultsAndState(unittest.TestCase):
                                    capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=SSH_TIMEOUT_S)
                 self.assertEqual(r.returncode, 0, f"{address}: {r.stderr}")
             self.assertEqual(srv.known_hosts_line(also[0]).split()[0], f"[{also[0]}]:{srv.port}")
-            self.assertEqual(srv.count_accepted("ferryt-dash"), 3)
+            self.assertEqual(srv.count_accepted(SshServer.user("dash")), 3)
         with self.assertRaises(ValueError):
             SshServer(also_listen=[f"127.3.1.{i}" for i in range(1, 17)])
 

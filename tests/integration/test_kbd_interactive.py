@@ -1,7 +1,8 @@
 """A host that asks for a second factor after the key (AuthenticationMethods
 publickey,keyboard-interactive; docs/persistence.md, "A second factor"), against a real sshd whose
 PAM stack asks one question. OpenSSH names its PAM service after its program name, so this sshd
-runs through a symlink named ferry-kbd-sshd, with /etc/pam.d/ferry-kbd-sshd written here."""
+runs through a symlink named ferry-kbd-sshd, with /etc/pam.d/ferry-kbd-sshd written here (with
+the user set's digit after it for a second set of test users, whose tests run at the same time)."""
 import json
 import os
 import shutil
@@ -11,10 +12,10 @@ import time
 import unittest
 
 from ferry_harness import ferry_bin, run_ferry, run_in_pty, write_job
-from sshd_fixture import SshServer, require_root_and_tools
+from sshd_fixture import USER_SET, SshServer, require_root_and_tools
 
 CODE = "424242"
-PROGRAM = "ferry-kbd-sshd"
+PROGRAM = f"ferry-kbd-sshd{USER_SET}"
 PAM_FILE = f"/etc/pam.d/{PROGRAM}"
 # pam_exec hands the answer to the script on stdin (NUL-terminated); pam_permit gives
 # pam_setcred a module that succeeds (pam_exec's alone would deny the session).
@@ -69,11 +70,11 @@ class SecondFactor(unittest.TestCase):
         cls.addClassCleanup(os.unlink, PAM_FILE)
         program = os.path.join(cls.tmp, PROGRAM)
         os.symlink("/usr/sbin/sshd", program)
-        # Only ferryt-bash is asked for the code; ferryt-zsh logs in with its key alone.
+        # Only the bash user is asked for the code; the zsh user logs in with its key alone.
         cls.srv = SshServer(program=program, extra_config=(
             "UsePAM yes\nKbdInteractiveAuthentication yes\n"
             "AuthenticationMethods publickey,keyboard-interactive\n"
-            "Match User ferryt-zsh\n    AuthenticationMethods publickey\n")).start()
+            f"Match User {SshServer.user('zsh')}\n    AuthenticationMethods publickey\n")).start()
         cls.addClassCleanup(cls.srv.stop)
         runtime = os.path.join(cls.tmp, "runtime")
         os.mkdir(runtime, 0o700)
@@ -109,7 +110,7 @@ class SecondFactor(unittest.TestCase):
                               start_new_session=True, timeout=60)
 
     def accepted_second_factors(self) -> int:
-        return self.srv.log_text().count("Accepted keyboard-interactive/pam for ferryt-bash")
+        return self.srv.log_text().count(f"Accepted keyboard-interactive/pam for {SshServer.user('bash')}")
 
     def test_prompt_once_then_the_holder_serves_without_one(self):
         before = self.accepted_second_factors()  # one sshd for the class: its log has them all

@@ -394,7 +394,7 @@ class SlurmTarget(unittest.TestCase):
         code, records, stderr = run.finish(60)
         self.assertEqual(code, 0, stderr)
         self.assertEqual(records[0]["target"]["slurm"]["node"], "n1")
-        self.assertRegex(stderr, r"slurm:ferryt-bash node_probe: job \d+ pending: Resources")
+        self.assertRegex(stderr, rf"slurm:{SshServer.user('bash')} node_probe: job \d+ pending: Resources")
         self.assertRegex(stderr, r"job \d+ running")
 
     def test_ctrl_c_cancels_the_job_and_leaves_nothing(self):

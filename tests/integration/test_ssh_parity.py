@@ -25,7 +25,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ferry_harness import ferry_bin  # noqa: E402
-from sshd_fixture import NetNamespace, SshServer, _free_port, require_root_and_tools  # noqa: E402
+from sshd_fixture import USER_PREFIX, NetNamespace, SshServer, _free_port, require_root_and_tools  # noqa: E402
 
 KEY_ROOT = os.path.join(os.environ.get("FERRY_TEST_ROOT", "/var/lib/ferry-test"), "keys")
 PASSPHRASE = "parity-" + os.urandom(6).hex()
@@ -135,10 +135,10 @@ class Parity(unittest.TestCase):
         for name in ["ca", "right", "cert", "cert2", "expired", "stranger", "plain"] + [f"noise{i}" for i in range(8)]:
             cls._keygen(name)
         cls._keygen("locked", PASSPHRASE)
-        cls._sign("cert", "ferryt-dash")
-        cls._sign("cert2", "ferryt-dash")
+        cls._sign("cert", SshServer.user("dash"))
+        cls._sign("cert2", SshServer.user("dash"))
         os.rename(cls.key("cert2") + "-cert.pub", cls.key("cert2-elsewhere.pub"))  # CertificateFile only
-        cls._sign("expired", "ferryt-dash", "20200101:20200201")
+        cls._sign("expired", SshServer.user("dash"), "20200101:20200201")
         cls._sign("stranger", "someone-else")
         cls.askpass = os.path.join(cls.tmp, "askpass")
         with open(cls.askpass, "w") as f:
@@ -191,7 +191,7 @@ class Parity(unittest.TestCase):
 
     def block(self, srv: SshServer, user: str = "bash", alias: str = "target", **extra) -> str:
         lines = [f"Host {alias}", f"    HostName {srv.listen}", f"    Port {srv.port}",
-                 f"    User ferryt-{user}", "    UserKnownHostsFile {d}/known_hosts",
+                 f"    User {SshServer.user(user)}", "    UserKnownHostsFile {d}/known_hosts",
                  "    GlobalKnownHostsFile /dev/null", "    BatchMode yes", "    ConnectTimeout 10"]
         lines += [f"    {k} {v}" for k, v in extra.items()]
         return "\n".join(lines) + "\n"
@@ -356,7 +356,7 @@ class Parity(unittest.TestCase):
                      SAME_REFUSED, files=known, ssh_cause=denied, ferry_cause=denied + r".*expired on 2020-02-01"),
             Scenario("certificate for another principal", self.block(c, user="dash", IdentityFile=k("stranger"),
                                                                      IdentitiesOnly="yes"),
-                     SAME_REFUSED, files=known, ssh_cause=denied, ferry_cause=r"do not include ferryt-dash"),
+                     SAME_REFUSED, files=known, ssh_cause=denied, ferry_cause=rf"do not include {USER_PREFIX}dash"),
             Scenario("certificate, crowded agent, IdentitiesOnly", self.block(c, user="dash", IdentityFile=k("cert"),
                                                                               IdentitiesOnly="yes"),
                      SAME_OK, agent="crowd", files=known),
@@ -427,7 +427,7 @@ class Parity(unittest.TestCase):
     def config_scenarios(self) -> list[Scenario]:
         s, k = self.srv, self.key
         known = self.known(s)
-        common = (f"    User ferryt-bash\n    IdentityFile {k('right')}\n    IdentitiesOnly yes\n"
+        common = (f"    User {USER_PREFIX}bash\n    IdentityFile {k('right')}\n    IdentitiesOnly yes\n"
                   "    UserKnownHostsFile {d}/known_hosts\n    GlobalKnownHostsFile /dev/null\n    BatchMode yes\n")
         refused = r"Connection refused"
         return [
@@ -440,12 +440,12 @@ class Parity(unittest.TestCase):
             Scenario("Match exec false", f"Host target\n    HostName 127.0.0.1\nMatch exec false\n    Port {s.port}\n"
                      f"Host *\n    Port {self.dead_port()}\n{common}", SAME_REFUSED, files=known,
                      ssh_cause=refused, ferry_cause=refused),
-            Scenario("Match user", f"Host target\n    HostName 127.0.0.1\n    Port {s.port}\n    User ferryt-bash\n"
-                     f"Match user ferryt-bash\n    IdentityFile {k('right')}\nHost *\n"
+            Scenario("Match user", f"Host target\n    HostName 127.0.0.1\n    Port {s.port}\n    User {USER_PREFIX}bash\n"
+                     f"Match user {USER_PREFIX}bash\n    IdentityFile {k('right')}\nHost *\n"
                      "    IdentitiesOnly yes\n    UserKnownHostsFile {d}/known_hosts\n    BatchMode yes\n",
                      SAME_OK, files=known),
             Scenario("Match user before User is set", f"Host target\n    HostName 127.0.0.1\n    Port {s.port}\n"
-                     f"Match user ferryt-bash\n    IdentityFile {k('right')}\nHost *\n    User ferryt-bash\n"
+                     f"Match user {USER_PREFIX}bash\n    IdentityFile {k('right')}\nHost *\n    User {USER_PREFIX}bash\n"
                      "    IdentitiesOnly yes\n    UserKnownHostsFile {d}/known_hosts\n    BatchMode yes\n",
                      SAME_REFUSED, files=known, ssh_cause=r"Permission denied \(publickey\)",
                      ferry_cause=r"no key to offer"),

@@ -33,7 +33,7 @@ class Reach(unittest.TestCase):
         cls.locked = os.path.join(cls.tmp, "locked")
         for path, passphrase in ((cls.ca, ""), (cls.locked, cls.passphrase)):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", path], check=True)
-        subprocess.run(["ssh-keygen", "-q", "-s", cls.ca, "-I", "reach", "-n", "ferryt-dash", "-V", "-5m:+1h",
+        subprocess.run(["ssh-keygen", "-q", "-s", cls.ca, "-I", "reach", "-n", SshServer.user("dash"), "-V", "-5m:+1h",
                         cls.locked + ".pub"], check=True)
         cls.srv = SshServer(extra_config=f"TrustedUserCAKeys {cls.ca}.pub").start()
         cls.srv.set_authorized_keys("dash", [])  # the certificate only
@@ -52,7 +52,7 @@ class Reach(unittest.TestCase):
         return path
 
     def target_block(self, user="bash", **extra) -> str:
-        lines = ["Host target", "    HostName 127.0.0.1", f"    Port {self.srv.port}", f"    User ferryt-{user}",
+        lines = ["Host target", "    HostName 127.0.0.1", f"    Port {self.srv.port}", f"    User {SshServer.user(user)}",
                  f"    UserKnownHostsFile {self.srv.known_hosts}", "    GlobalKnownHostsFile /dev/null"]
         lines += [f"    {k} {v}" for k, v in extra.items()]
         return "\n".join(lines) + "\n"
@@ -80,7 +80,7 @@ class Reach(unittest.TestCase):
                                 check=True).stdout.split()[1]
             for wanted in (f"ferry: target: read ssh config {cfg}",
                            f"ferry: target: applying {cfg} line 1: host target",
-                           f"ferry: target: connecting to 127.0.0.1 port {self.srv.port} as ferryt-dash through "
+                           f"ferry: target: connecting to 127.0.0.1 port {self.srv.port} as {SshServer.user('dash')} through "
                            f"ProxyJump bastion ({cfg} line 9)",
                            f"ferry: target: host key looked up as [127.0.0.1]:{self.srv.port} in {self.srv.known_hosts}",
                            "ferry: target: ssh agent from SSH_AUTH_SOCK",
@@ -89,7 +89,7 @@ class Reach(unittest.TestCase):
                            "ferry: target: the server allows: publickey",
                            f"ferry: target: host key ssh-ed25519 {self.srv.host_key_sha256} found in "
                            f"{self.srv.known_hosts} line 1",
-                           f"ferry: target: authenticated as ferryt-dash with {self.locked}-cert.pub",
+                           f"ferry: target: authenticated as {SshServer.user('dash')} with {self.locked}-cert.pub",
                            "ferry: target: proxy: debug1: "):  # the jump host's ssh -v
                 self.assertIn(wanted, err)
             shown = run_ferry("show", "last", "--json", env={"FERRY_ARCHIVE": self.archive})
@@ -185,7 +185,7 @@ class Reach(unittest.TestCase):
     def test_every_ssh_file_is_under_the_passwd_home(self):
         home = pwd.getpwuid(os.getuid()).pw_dir
         fake = tempfile.mkdtemp(prefix="fake-home-", dir=self.tmp)
-        cfg = self.config(f"Host target\n    HostName 127.0.0.1\n    Port {self.srv.port}\n    User ferryt-bash\n")
+        cfg = self.config(f"Host target\n    HostName 127.0.0.1\n    Port {self.srv.port}\n    User {SshServer.user('bash')}\n")
         res = run_ferry("-v", "check", "--host", "target", "--ssh-config", cfg,
                         env={"FERRY_ARCHIVE": self.archive, "HOME": fake, "SSH_AUTH_SOCK": ""})
         self.assertEqual(res.code, 3, res)
