@@ -218,11 +218,7 @@ Expected<json> run_output(const RunToolSetup& setup, const RunArguments& args)
 {
   FERRY_TRY_ASSIGN(const RunRecord run, named_run(setup, args));
   FERRY_TRY_ASSIGN(auto session, sessions_of (*setup.targets)(run));
-  StagedRun staged;
-  staged.run_dir = run.detached.value("run_dir", std::string());
-  staged.launcher.run_dir = staged.run_dir;
-  staged.launcher.sentinel = run.detached.value("sentinel", std::string());
-  staged.launcher.end_marker = run.detached.value("end_marker", std::string());
+  const StagedRun staged = detached_staged(run);
   std::string out;
   std::string err;
   FollowRequest request;
@@ -253,8 +249,7 @@ Expected<json> run_output(const RunToolSetup& setup, const RunArguments& args)
 Expected<bool> wait_finished(HostSession& session, const RunRecord& run, int wait_s,
                              const StopToken& stop)
 {
-  StagedRun staged;
-  staged.run_dir = run.detached.value("run_dir", std::string());
+  const StagedRun staged = detached_staged(run);
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
   for (;;) {
     FERRY_TRY_ASSIGN(const auto state,

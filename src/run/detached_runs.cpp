@@ -81,9 +81,8 @@ std::string host_state(const DetachedSessionFor& session_for, const RunRecord& r
   if (!session) {
     return "unreachable: " + session.error().message;
   }
-  StagedRun staged;
-  staged.run_dir = run.detached.value("run_dir", std::string());
-  auto state = detached_state(**session, staged, run.detached.value("launcher_pid", 0LL));
+  auto state =
+      detached_state(**session, detached_staged(run), run.detached.value("launcher_pid", 0LL));
   if (!state) {
     return "unknown: " + state.error().message;
   }

@@ -27,6 +27,10 @@ namespace ferry {
 // run directory that is gone, rather than `gone`.
 [[nodiscard]] bool expired_by_now(const RunRecord& run);
 
+// The detached run as its record tells it: enough of a staged run to follow it, read its files
+// and remove them (`ferry attach`, `stop`, `ps`, and `ferry mcp`'s run tools alike).
+[[nodiscard]] StagedRun detached_staged(const RunRecord& record, const StopToken& stop = {});
+
 // A new, connected session to the run's target.
 using DetachedSessionFor =
     std::function<Expected<std::unique_ptr<HostSession>>(const RunRecord& run)>;
