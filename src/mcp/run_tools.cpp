@@ -292,18 +292,20 @@ Expected<json> collect_run(RunTool tool, const RunToolSetup& setup, const RunArg
   request.show_output = false; // the result carries it
   request.interrupt = setup.stop;
   request.on_error = on_error;
-  FERRY_TRY_ASSIGN(Attached attached, collect_detached(*setup.archive->archive, *session, job,
-                                                       std::move(running), request, archiving));
-  if (attached.end == Attached::End::detached) {
+  request.view = &view;
+  FERRY_TRY_ASSIGN(Collected collected, collect_detached(*setup.archive->archive, *session, job,
+                                                         std::move(running), request, archiving));
+  const RunRecord& record = collected.attached.record;
+  if (collected.attached.end == Attached::End::detached) {
     return fail(ErrorKind::failed, "{}: the call was cancelled; the run goes on", run_id);
   }
   if (setup.collected != nullptr) {
-    *setup.collected = attached.record.status;
+    *setup.collected = record.status;
   }
-  if (setup.archive->max_size) {
+  if (setup.archive->max_size && !collected.by_another) {
     archiving.keep_within(*setup.archive->max_size, setup.archive->config_file);
   }
-  return call_result(job, {attached.record}, {archiving.archived(run_id)}, out_dir);
+  return call_result(job, {record}, {collected.by_another || archiving.archived(run_id)}, out_dir);
 }
 
 } // namespace
