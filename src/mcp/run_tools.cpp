@@ -267,7 +267,13 @@ Expected<bool> wait_finished(HostSession& session, const RunRecord& run, int wai
 Expected<json> collect_run(RunTool tool, const RunToolSetup& setup, const RunArguments& args,
                            RunObserver& view)
 {
-  FERRY_TRY_ASSIGN(RunRecord running, named_run(setup, args));
+  auto named = named_run(setup, args);
+  if (!named && tool == RunTool::result) { // asked again: the run as it was collected
+    if (auto collected = collected_run_result(setup, args.run)) {
+      return std::move(*collected);
+    }
+  }
+  FERRY_TRY_ASSIGN(RunRecord running, std::move(named));
   FERRY_TRY_ASSIGN(const Job job, job_of(running));
   FERRY_TRY_ASSIGN(auto session, sessions_of (*setup.targets)(running));
   const bool stop = tool == RunTool::stop;
@@ -309,6 +315,33 @@ Expected<json> collect_run(RunTool tool, const RunToolSetup& setup, const RunArg
 }
 
 } // namespace
+
+std::optional<RunRecord> detached_run_of(const RunToolSetup& setup, const std::string& run_id)
+{
+  auto run = named_run(setup, {run_id, 0});
+  if (!run || run->run_id != run_id) {
+    return std::nullopt;
+  }
+  return std::move(run).value();
+}
+
+std::optional<json> collected_run_result(const RunToolSetup& setup, const std::string& run_id)
+{
+  auto record = setup.archive->archive->load(run_id);
+  if (!record || record->run_id != run_id) {
+    return std::nullopt;
+  }
+  // A final record has no `detached` member: job_of and options_of read that of a waiting run.
+  const std::string name = record->script_name.empty() ? record->job : record->script_name;
+  auto job = parse_job(record->job, name, "archive", record->script);
+  if (!job) {
+    return std::nullopt;
+  }
+  if (setup.collected != nullptr) {
+    *setup.collected = record->status;
+  }
+  return call_result(*job, {*record}, {true}, RunOptions{}.out_dir);
+}
 
 std::optional<RunTool> run_tool(std::string_view name)
 {
