@@ -37,15 +37,19 @@ Expected<std::optional<CollectionLock>> try_collection_lock(const fs::path& path
   for (;;) {
     Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (!fd) {
-      return fail(ErrorKind::failed, "cannot open the collection lock {}: {}",
+      return fail(ErrorKind::failed,
+                  "cannot open the collection lock {}: {}; the archive's directory must be "
+                  "writable to collect a run",
                   terminal_safe(path.string()), std::strerror(errno));
     }
     if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
       if (errno == EWOULDBLOCK) {
         return std::optional<CollectionLock>();
       }
-      return fail(ErrorKind::failed, "cannot lock {}: {}", terminal_safe(path.string()),
-                  std::strerror(errno));
+      return fail(ErrorKind::failed,
+                  "cannot lock {}: {}; the archive's directory must be on a file system that "
+                  "supports flock to collect a run",
+                  terminal_safe(path.string()), std::strerror(errno));
     }
     // The collector before removed the file as it let go of it: the lock is on the one there now.
     struct stat held {};
