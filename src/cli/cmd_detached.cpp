@@ -66,14 +66,18 @@ Expected<ExitCode> collect_run(Context& ctx, const DetachedCommand& cmd, bool st
   settings.on_error = [&view](const Error& error) { view.error(error); };
   settings.on_note = [&view](std::string_view text) { view.note(text); };
   ArchivingObserver observer(std::move(settings), view);
+  // The final record another collector archived: shown, tallied, not archived again.
+  ArchivingObserver shown_only(ArchivingSettings{}, view);
   CollectRequest request;
   request.stop = stop;
   request.show_output = !stop;
   request.verbose = ctx.global.verbose;
   request.on_error = [&view](const Error& error) { view.error(error); };
+  request.view = &shown_only;
   const std::string run_id = running.run_id;
-  FERRY_TRY_ASSIGN(const Attached attached,
+  FERRY_TRY_ASSIGN(const Collected collected,
                    collect_detached(archive, *session, job, std::move(running), request, observer));
+  const Attached& attached = collected.attached;
   if (attached.end == Attached::End::detached) {
     view.note(
         fmt::format("detached from run {}; it goes on (`ferry attach {}` again)", run_id, run_id));
@@ -81,8 +85,10 @@ Expected<ExitCode> collect_run(Context& ctx, const DetachedCommand& cmd, bool st
   }
   std::fflush(stdout);
   // `stop` did what it was asked: the run is recorded `interrupted`, and that is no failure.
-  return stop && attached.record.status == RunStatus::interrupted ? ExitCode::ok
-                                                                  : observer.exit_code();
+  if (stop && attached.record.status == RunStatus::interrupted) {
+    return ExitCode::ok;
+  }
+  return collected.by_another ? shown_only.exit_code() : observer.exit_code();
 }
 
 // Ctrl-C (or SIGTERM) before the run is followed, while connecting, leaves it as after: it goes on.

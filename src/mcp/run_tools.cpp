@@ -218,11 +218,7 @@ Expected<json> run_output(const RunToolSetup& setup, const RunArguments& args)
 {
   FERRY_TRY_ASSIGN(const RunRecord run, named_run(setup, args));
   FERRY_TRY_ASSIGN(auto session, sessions_of (*setup.targets)(run));
-  StagedRun staged;
-  staged.run_dir = run.detached.value("run_dir", std::string());
-  staged.launcher.run_dir = staged.run_dir;
-  staged.launcher.sentinel = run.detached.value("sentinel", std::string());
-  staged.launcher.end_marker = run.detached.value("end_marker", std::string());
+  const StagedRun staged = detached_staged(run);
   std::string out;
   std::string err;
   FollowRequest request;
@@ -253,8 +249,7 @@ Expected<json> run_output(const RunToolSetup& setup, const RunArguments& args)
 Expected<bool> wait_finished(HostSession& session, const RunRecord& run, int wait_s,
                              const StopToken& stop)
 {
-  StagedRun staged;
-  staged.run_dir = run.detached.value("run_dir", std::string());
+  const StagedRun staged = detached_staged(run);
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
   for (;;) {
     FERRY_TRY_ASSIGN(const auto state,
@@ -272,7 +267,13 @@ Expected<bool> wait_finished(HostSession& session, const RunRecord& run, int wai
 Expected<json> collect_run(RunTool tool, const RunToolSetup& setup, const RunArguments& args,
                            RunObserver& view)
 {
-  FERRY_TRY_ASSIGN(RunRecord running, named_run(setup, args));
+  auto named = named_run(setup, args);
+  if (!named && tool == RunTool::result) { // asked again: the run as it was collected
+    if (auto collected = collected_run_result(setup, args.run)) {
+      return std::move(*collected);
+    }
+  }
+  FERRY_TRY_ASSIGN(RunRecord running, std::move(named));
   FERRY_TRY_ASSIGN(const Job job, job_of(running));
   FERRY_TRY_ASSIGN(auto session, sessions_of (*setup.targets)(running));
   const bool stop = tool == RunTool::stop;
@@ -297,21 +298,50 @@ Expected<json> collect_run(RunTool tool, const RunToolSetup& setup, const RunArg
   request.show_output = false; // the result carries it
   request.interrupt = setup.stop;
   request.on_error = on_error;
-  FERRY_TRY_ASSIGN(Attached attached, collect_detached(*setup.archive->archive, *session, job,
-                                                       std::move(running), request, archiving));
-  if (attached.end == Attached::End::detached) {
+  request.view = &view;
+  FERRY_TRY_ASSIGN(Collected collected, collect_detached(*setup.archive->archive, *session, job,
+                                                         std::move(running), request, archiving));
+  const RunRecord& record = collected.attached.record;
+  if (collected.attached.end == Attached::End::detached) {
     return fail(ErrorKind::failed, "{}: the call was cancelled; the run goes on", run_id);
   }
   if (setup.collected != nullptr) {
-    *setup.collected = attached.record.status;
+    *setup.collected = record.status;
   }
-  if (setup.archive->max_size) {
+  if (setup.archive->max_size && !collected.by_another) {
     archiving.keep_within(*setup.archive->max_size, setup.archive->config_file);
   }
-  return call_result(job, {attached.record}, {archiving.archived(run_id)}, out_dir);
+  return call_result(job, {record}, {collected.by_another || archiving.archived(run_id)}, out_dir);
 }
 
 } // namespace
+
+std::optional<RunRecord> detached_run_of(const RunToolSetup& setup, const std::string& run_id)
+{
+  auto run = named_run(setup, {run_id, 0});
+  if (!run || run->run_id != run_id) {
+    return std::nullopt;
+  }
+  return std::move(run).value();
+}
+
+std::optional<json> collected_run_result(const RunToolSetup& setup, const std::string& run_id)
+{
+  auto record = setup.archive->archive->load(run_id);
+  if (!record || record->run_id != run_id) {
+    return std::nullopt;
+  }
+  // A final record has no `detached` member: job_of and options_of read that of a waiting run.
+  const std::string name = record->script_name.empty() ? record->job : record->script_name;
+  auto job = parse_job(record->job, name, "archive", record->script);
+  if (!job) {
+    return std::nullopt;
+  }
+  if (setup.collected != nullptr) {
+    *setup.collected = record->status;
+  }
+  return call_result(*job, {*record}, {true}, RunOptions{}.out_dir);
+}
 
 std::optional<RunTool> run_tool(std::string_view name)
 {

@@ -44,6 +44,17 @@ struct RunToolSetup {
   std::optional<RunStatus>* collected = nullptr;    // set to the run's status once collected
 };
 
+// The detached run of exactly this id on one of the server's targets (a task another ferry mcp
+// started, say); nullopt when there is none.
+[[nodiscard]] std::optional<RunRecord> detached_run_of(const RunToolSetup& setup,
+                                                       const std::string& run_id);
+
+// The result ferry_run_result returned for the run of exactly this id once it was collected (by
+// this server, another one or `ferry attach`), rebuilt from its final record in the archive;
+// sets `setup.collected`. nullopt when the archive has no final record of it.
+[[nodiscard]] std::optional<nlohmann::json> collected_run_result(const RunToolSetup& setup,
+                                                                 const std::string& run_id);
+
 // One call of a run tool: its arguments checked, its CallToolResult (a refusal or a failure is
 // a result with isError set). `view` hears a collected run as a job call's reporter does.
 [[nodiscard]] nlohmann::json call_run_tool(RunTool tool, const nlohmann::json& arguments,

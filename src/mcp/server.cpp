@@ -110,6 +110,10 @@ private:
   void task_cancel(const Incoming& message, const std::string& id);
   json call_run_tool_on(RunTool tool, const std::string& id, Call& call,
                         std::optional<RunStatus>* collected = nullptr, int wait_s = 0);
+  RunToolSetup run_tool_setup(Call& call, std::optional<RunStatus>* collected = nullptr);
+  bool adopt_task(const std::string& id);
+  json set_task(const std::string& id, std::string status, std::string message,
+                json result = nullptr);
   json task_created(const json& result, Call& call);
   void start_run_tool(const Incoming& message, RunTool tool);
   void start_worker(const Incoming& message, const std::string& name, std::size_t runs,
@@ -403,12 +407,13 @@ void Server::start_run_tool(const Incoming& message, RunTool tool)
   json given = arguments == message.params.end() ? json(nullptr) : *arguments;
   const std::string name = message.params["name"].get<std::string>();
   start_worker(message, name, 1, [this, tool, given = std::move(given)](Call& call) {
-    RunToolSetup setup;
-    setup.archive = &m_config.archive;
-    setup.targets = &m_config.targets;
-    setup.client = m_client;
-    setup.stop = call.stop;
-    return call_run_tool(tool, given, setup, *call.reporter);
+    std::optional<RunStatus> collected;
+    json result = call_run_tool(tool, given, run_tool_setup(call, &collected), *call.reporter);
+    const auto id = only_run_id(result);
+    if (collected && id && m_tasks.find(*id)) { // a task's run, collected by a run tool
+      set_task(*id, task_status_of(*collected), "", result);
+    }
+    return result;
   });
 }
 
@@ -454,8 +459,7 @@ json Server::task_created(const json& result, Call& call)
   return {{"task", task_json(*id, *m_tasks.find(*id))}};
 }
 
-json Server::call_run_tool_on(RunTool tool, const std::string& id, Call& call,
-                              std::optional<RunStatus>* collected, int wait_s)
+RunToolSetup Server::run_tool_setup(Call& call, std::optional<RunStatus>* collected)
 {
   RunToolSetup setup;
   setup.archive = &m_config.archive;
@@ -463,11 +467,47 @@ json Server::call_run_tool_on(RunTool tool, const std::string& id, Call& call,
   setup.client = m_client;
   setup.stop = call.stop;
   setup.collected = collected;
+  return setup;
+}
+
+json Server::call_run_tool_on(RunTool tool, const std::string& id, Call& call,
+                              std::optional<RunStatus>* collected, int wait_s)
+{
   json arguments = {{"run", id}};
   if (wait_s > 0) {
     arguments["wait_s"] = wait_s;
   }
-  return call_run_tool(tool, arguments, setup, *call.reporter);
+  return call_run_tool(tool, arguments, run_tool_setup(call, collected), *call.reporter);
+}
+
+// A task this server did not start: a detached run of exactly that id that waits for collection
+// on one of its targets (another ferry mcp, before a restart, started it as a task) becomes one
+// of its tasks. Whether it did.
+bool Server::adopt_task(const std::string& id)
+{
+  if (m_config.archive.archive == nullptr) {
+    return false;
+  }
+  RunToolSetup setup;
+  setup.archive = &m_config.archive;
+  setup.targets = &m_config.targets;
+  const auto run = detached_run_of(setup, id);
+  if (run) {
+    m_tasks.add(id, "working", "", nullptr, run->started_at);
+  }
+  return run.has_value();
+}
+
+// Sets the task's status; a change is told the client (notifications/tasks/status, which MCP
+// lets a server send and no client may rely on). The Task as it is now.
+json Server::set_task(const std::string& id, std::string status, std::string message, json result)
+{
+  const auto updated = m_tasks.update(id, std::move(status), std::move(message), std::move(result));
+  json task = task_json(id, updated.entry);
+  if (updated.changed) {
+    m_writer.send(notification("notifications/tasks/status", task));
+  }
+  return task;
 }
 
 void Server::answer_task(const Incoming& message)
@@ -489,9 +529,11 @@ void Server::answer_task(const Incoming& message)
     return;
   }
   const std::string task = id->get<std::string>();
-  if (!m_tasks.find(task)) {
+  if (!m_tasks.find(task) && !adopt_task(task)) {
     refuse(message.id, RpcError::invalid_params,
-           fmt::format("no task '{}' on this ferry mcp; tasks/list lists its tasks",
+           fmt::format("no task '{}' on this ferry mcp: neither a task it started nor a detached "
+                       "run waiting for collection on one of its targets; tasks/list lists its "
+                       "tasks",
                        shorten(task, 80)));
     return;
   }
@@ -518,15 +560,18 @@ void Server::task_get(const Incoming& message, const std::string& id)
   start_worker(message, "tasks/get", 1, [this, id](Call& call) {
     const json state = call_run_tool_on(RunTool::state, id, call);
     if (state.value("isError", false)) { // collected or stopped meanwhile, or its host is away
+      std::optional<RunStatus> collected;
+      if (auto done = collected_run_result(run_tool_setup(call, &collected), id)) {
+        return set_task(id, task_status_of(*collected), "", std::move(*done));
+      }
       return task_json(id, *m_tasks.find(id));
     }
     const auto word = state["structuredContent"].value("state", std::string());
     const std::string status = task_status_of_state(word);
     const std::string detail = state["structuredContent"].value("detail", std::string());
-    return task_json(id, m_tasks.update(id, status,
-                                        status == "completed"
-                                            ? "finished: tasks/result collects its result"
-                                            : (status == "failed" ? detail : "")));
+    return set_task(id, status,
+                    status == "completed" ? "finished: tasks/result collects its result"
+                                          : (status == "failed" ? detail : ""));
   });
 }
 
@@ -548,7 +593,7 @@ void Server::task_result(const Incoming& message, const std::string& id)
       result = call_run_tool_on(RunTool::result, id, call, &collected, k_max_result_wait_s);
     } while (!collected && !call.stop.stop_requested() && !result.value("isError", false));
     if (collected) { // the task ends as the run did
-      m_tasks.update(id, task_status_of(*collected), "", result);
+      set_task(id, task_status_of(*collected), "", result);
     }
     const TaskEntry now = *m_tasks.find(id); // a tasks/cancel may have collected it first
     return with_related_task(now.result.is_null() ? result : now.result, id);
@@ -572,7 +617,7 @@ void Server::task_cancel(const Incoming& message, const std::string& id)
     std::optional<RunStatus> collected;
     const json stopped = call_run_tool_on(RunTool::stop, id, call, &collected);
     if (collected) {
-      return task_json(id, m_tasks.update(id, "cancelled", "stopped by tasks/cancel", stopped));
+      return set_task(id, "cancelled", "stopped by tasks/cancel", stopped);
     }
     const TaskEntry now = *m_tasks.find(id);
     if (!task_ended(now.status)) {

@@ -20,12 +20,13 @@ std::string now()
 
 } // namespace
 
-void TaskTable::add(const std::string& id, std::string status, std::string message, json result)
+void TaskTable::add(const std::string& id, std::string status, std::string message, json result,
+                    std::string created_at)
 {
   const std::lock_guard lock(m_mutex);
   TaskEntry entry;
-  entry.created_at = now();
-  entry.updated_at = entry.created_at;
+  entry.created_at = created_at.empty() ? now() : std::move(created_at);
+  entry.updated_at = now();
   entry.status = std::move(status);
   entry.message = std::move(message);
   entry.result = std::move(result);
@@ -39,15 +40,16 @@ std::optional<TaskEntry> TaskTable::find(const std::string& id) const
   return found == m_tasks.end() ? std::nullopt : std::optional<TaskEntry>(found->second);
 }
 
-TaskEntry TaskTable::update(const std::string& id, std::string status, std::string message,
-                            json result)
+TaskTable::Updated TaskTable::update(const std::string& id, std::string status, std::string message,
+                                     json result)
 {
   const std::lock_guard lock(m_mutex);
   TaskEntry& entry = m_tasks[id];
   if (task_ended(entry.status)) {
-    return entry;
+    return {entry, false};
   }
-  if (entry.status != status || entry.message != message) {
+  const bool changed = entry.status != status;
+  if (changed || entry.message != message) {
     entry.updated_at = now();
   }
   entry.status = std::move(status);
@@ -55,7 +57,7 @@ TaskEntry TaskTable::update(const std::string& id, std::string status, std::stri
   if (!result.is_null()) {
     entry.result = std::move(result);
   }
-  return entry;
+  return {entry, changed};
 }
 
 json TaskTable::list() const

@@ -28,11 +28,18 @@ struct TaskEntry {
 // This server's tasks, by id; shared by the main thread and the calls' workers.
 class TaskTable {
 public:
-  void add(const std::string& id, std::string status, std::string message, nlohmann::json result);
+  // `created_at` empty: now.
+  void add(const std::string& id, std::string status, std::string message, nlohmann::json result,
+           std::string created_at = {});
   [[nodiscard]] std::optional<TaskEntry> find(const std::string& id) const;
   // Sets a task's status (and its result, when not null); a task that ended stays as it ended.
-  TaskEntry update(const std::string& id, std::string status, std::string message,
-                   nlohmann::json result = nullptr);
+  // `changed`: the status is not what it was.
+  struct Updated {
+    TaskEntry entry;
+    bool changed = false;
+  };
+  Updated update(const std::string& id, std::string status, std::string message,
+                 nlohmann::json result = nullptr);
   // tasks/list's result: every task, oldest first.
   [[nodiscard]] nlohmann::json list() const;
 

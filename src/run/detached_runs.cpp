@@ -1,13 +1,106 @@
 #include "run/detached_runs.hpp"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
 #include <vector>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ferry/text.hpp"
 #include "ferry/util.hpp"
 
 namespace ferry {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
+
+namespace {
+
+constexpr std::chrono::milliseconds k_collection_lock_poll{100};
+
+// A run id as ferry makes them (`20261130T221801Z-5ba13799`): safe as a file name.
+bool is_run_id_text(std::string_view id)
+{
+  return !id.empty() && id.size() <= 100 && std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '-';
+  });
+}
+
+// The lock on the file at `path`, or nullopt while another collector holds it.
+Expected<std::optional<CollectionLock>> try_collection_lock(const fs::path& path)
+{
+  for (;;) {
+    Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd) {
+      return fail(ErrorKind::failed,
+                  "cannot open the collection lock {}: {}; the archive's directory must be "
+                  "writable to collect a run",
+                  terminal_safe(path.string()), std::strerror(errno));
+    }
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK) {
+        return std::optional<CollectionLock>();
+      }
+      return fail(ErrorKind::failed,
+                  "cannot lock {}: {}; the archive's directory must be on a file system that "
+                  "supports flock to collect a run",
+                  terminal_safe(path.string()), std::strerror(errno));
+    }
+    // The collector before removed the file as it let go of it: the lock is on the one there now.
+    struct stat held {};
+    struct stat named {};
+    if (::fstat(fd.get(), &held) == 0 && ::stat(path.c_str(), &named) == 0 &&
+        held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
+      return std::optional<CollectionLock>(CollectionLock(std::move(fd), path));
+    }
+  }
+}
+
+} // namespace
+
+CollectionLock::~CollectionLock()
+{
+  if (m_fd) {
+    ::unlink(m_path.c_str()); // before the lock goes: a collector waiting on it opens a new file
+  }
+}
+
+fs::path collecting_dir(const fs::path& archive_path)
+{
+  return archive_path.parent_path() / "collecting";
+}
+
+Expected<std::optional<CollectionLock>> lock_collection(const fs::path& archive_path,
+                                                        const std::string& run_id, bool wait,
+                                                        const StopToken& stop)
+{
+  if (!is_run_id_text(run_id)) {
+    return fail(ErrorKind::failed,
+                "the archive names run id '{}', which ferry did not make; the "
+                "record is damaged",
+                terminal_safe(run_id));
+  }
+  const fs::path dir = collecting_dir(archive_path);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return fail(ErrorKind::failed, "cannot make {} for the locks of the runs being collected: {}",
+                terminal_safe(dir.string()), ec.message());
+  }
+  const fs::path path = dir / (run_id + ".lock");
+  for (;;) {
+    FERRY_TRY_ASSIGN(auto lock, try_collection_lock(path));
+    if (lock || !wait || stop.stop_requested()) {
+      return lock;
+    }
+    std::this_thread::sleep_for(k_collection_lock_poll);
+  }
+}
 
 Expected<RunRecord> find_detached(Archive& archive, const std::string& ref)
 {
@@ -81,9 +174,8 @@ std::string host_state(const DetachedSessionFor& session_for, const RunRecord& r
   if (!session) {
     return "unreachable: " + session.error().message;
   }
-  StagedRun staged;
-  staged.run_dir = run.detached.value("run_dir", std::string());
-  auto state = detached_state(**session, staged, run.detached.value("launcher_pid", 0LL));
+  auto state =
+      detached_state(**session, detached_staged(run), run.detached.value("launcher_pid", 0LL));
   if (!state) {
     return "unknown: " + state.error().message;
   }
@@ -101,14 +193,72 @@ std::string host_state(const DetachedSessionFor& session_for, const RunRecord& r
   return "running";
 }
 
-Expected<Attached> collect_detached(Archive& archive, HostSession& session, const Job& job,
-                                    RunRecord running, const CollectRequest& request,
-                                    RunObserver& observer)
+namespace {
+
+// The final record another collector archived of `run_id`; nullopt while the run still waits
+// for collection.
+Expected<std::optional<RunRecord>> collected_meanwhile(Archive& archive, const std::string& run_id)
+{
+  FERRY_TRY_ASSIGN(const auto runs, archive.detached_runs());
+  if (std::any_of(runs.begin(), runs.end(),
+                  [&run_id](const RunRecord& run) { return run.run_id == run_id; })) {
+    return std::optional<RunRecord>();
+  }
+  auto archived = archive.load(run_id);
+  if (!archived) {
+    return fail(ErrorKind::failed,
+                "run {} was collected by another ferry meanwhile, but its final record is not in "
+                "the archive ({}); `ferry show {}` shows it once it is",
+                run_id, archived.error().message, run_id);
+  }
+  return std::optional<RunRecord>(std::move(archived).value());
+}
+
+// The run's collection lock; nullopt when interrupted while another collector held it.
+Expected<std::optional<CollectionLock>> take_collection(const Archive& archive,
+                                                        const RunRecord& running,
+                                                        const CollectRequest& request,
+                                                        RunObserver& observer)
+{
+  FERRY_TRY_ASSIGN(auto lock, lock_collection(archive.path(), running.run_id, false, {}));
+  if (lock) {
+    return lock;
+  }
+  if (request.stop) {
+    return fail(ErrorKind::failed,
+                "run {} is being collected by another ferry on this machine (a `ferry attach`, or "
+                "a `ferry mcp` collecting its result); it was not stopped: stop that one (Ctrl-C "
+                "detaches an attach) and `ferry stop {}` again, or let it collect the run",
+                running.run_id, running.run_id);
+  }
+  observer.run_note({running.host_label, running.job},
+                    "another ferry on this machine is collecting this run; waiting for it to "
+                    "finish");
+  return lock_collection(archive.path(), running.run_id, true, request.interrupt);
+}
+
+} // namespace
+
+Expected<Collected> collect_detached(Archive& archive, HostSession& session, const Job& job,
+                                     RunRecord running, const CollectRequest& request,
+                                     RunObserver& observer)
 {
   const std::string host = running.host_label;
   const std::string job_name = running.job;
   observer.batch_started({1, 1, {}});
   observer.run_started({host, job_name});
+  FERRY_TRY_ASSIGN(const auto lock, take_collection(archive, running, request, observer));
+  if (!lock) { // interrupted while waiting: the run goes on
+    return Collected{{Attached::End::detached, std::move(running)}, false};
+  }
+  FERRY_TRY_ASSIGN(auto archived, collected_meanwhile(archive, running.run_id));
+  if (archived) {
+    if (request.view != nullptr) {
+      request.view->run_finished(*archived);
+    }
+    observer.batch_finished();
+    return Collected{{Attached::End::collected, std::move(*archived)}, true};
+  }
   RunOptions options = options_of(running, request.verbose);
   options.stop = request.interrupt;
   if (request.show_output) {
@@ -123,7 +273,7 @@ Expected<Attached> collect_detached(Archive& archive, HostSession& session, cons
   FERRY_TRY_ASSIGN(Attached attached,
                    attach_run(session, job, std::move(running), options, request.stop));
   if (attached.end == Attached::End::detached) {
-    return attached;
+    return Collected{std::move(attached), false};
   }
   if (attached.end == Attached::End::gone) {
     return fail(ErrorKind::failed,
@@ -139,7 +289,7 @@ Expected<Attached> collect_detached(Archive& archive, HostSession& session, cons
   if (auto forgotten = archive.forget_detached(run_id); !forgotten && request.on_error) {
     request.on_error(forgotten.error());
   }
-  return attached;
+  return Collected{std::move(attached), false};
 }
 
 } // namespace ferry

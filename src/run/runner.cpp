@@ -18,6 +18,7 @@
 #include "ferry/text.hpp"
 #include "ferry/util.hpp"
 #include "ferry/version.hpp"
+#include "run/detached_runs.hpp"
 
 namespace ferry {
 
@@ -809,10 +810,7 @@ RunRecord unstarted_run(const Job& job, const json& params, const HostSession& s
   return record;
 }
 
-namespace {
-
-// The detached run as the record tells it: enough of a staged run to read and remove its files.
-StagedRun detached_staged(const RunRecord& record, const RunOptions& options)
+StagedRun detached_staged(const RunRecord& record, const StopToken& stop)
 {
   const json& detached = record.detached;
   StagedRun staged;
@@ -820,9 +818,11 @@ StagedRun detached_staged(const RunRecord& record, const RunOptions& options)
   staged.launcher.run_dir = staged.run_dir;
   staged.launcher.sentinel = detached.value("sentinel", "");
   staged.launcher.end_marker = detached.value("end_marker", "");
-  staged.stop = options.stop;
+  staged.stop = stop;
   return staged;
 }
+
+namespace {
 
 // A detached run on a scheduler is stopped by its target: the word `stop` makes it cancel the job
 // (scancel, the launcher's TERM path as a live Ctrl-C's); nothing on the host is executed.
@@ -913,7 +913,7 @@ Expected<Attached> attach_run(HostSession& session, const Job& job, RunRecord re
 {
   const json params = record.params;
   Run run = run_of(session, job, params, options, record);
-  StagedRun staged = detached_staged(record, options);
+  StagedRun staged = detached_staged(record, options.stop);
   const auto start = Clock::now();
   if (stop) {
     FERRY_TRY(send_stop(run, staged));

@@ -335,6 +335,31 @@ class Detach(unittest.TestCase):
         self.assertEqual(done.code, 0, done)
         self.assertCollected(done.record, rec["detached"]["run_dir"])
 
+    def test_two_attaches_at_once_collect_the_run_once(self):
+        # One collector per run on this machine: the second attach waits for the first and
+        # prints the final record it archived; the run is archived once, its directory removed.
+        job = write_job(self.tmp, "twice_job", JOB.replace("sleep 2", "sleep 4"), interpreter="sh",
+                        timeout=30, params='outputs = ["out/*"]')
+        (rec,), _ = self.detach(job)
+        attaches = [self.popen_attach(rec["run_id"]) for _ in range(2)]
+        ends = [a.communicate(timeout=60) for a in attaches]
+        for attach, (out, err) in zip(attaches, ends):
+            self.assertEqual(attach.returncode, 0, err)
+            got = json.loads(out)
+            self.assertEqual((got["run_id"], got["status"]), (rec["run_id"], "ok"), got)
+            self.assertIn("start twice_job\n", got["stdout"])
+            self.assertEqual(got["result"], {"n": 7})
+        waited = [err for _, err in ends if b"another ferry on this machine is collecting" in err]
+        self.assertEqual(len(waited), 1, [err for _, err in ends])
+        self.assertFalse(os.path.exists(rec["detached"]["run_dir"]))
+        logged = self.ferry("log", "--json")
+        self.assertEqual(logged.code, 0, logged)
+        ids = [json.loads(line)["run_id"] for line in logged.stdout.splitlines()]
+        self.assertEqual(ids.count(rec["run_id"]), 1, ids)
+        shown = self.ferry("show", rec["run_id"], "--json")
+        self.assertEqual((shown.code, json.loads(shown.stdout)["status"]), (0, "ok"), shown)
+        self.assertNotIn(rec["run_id"], self.ps())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -105,12 +105,13 @@ async function callOnce(step) {
 
 // MCP tasks, through the SDK's experimental tasks API: a tool called as a task (its
 // CreateTaskResult), and tasks/get (again, up to `tries` times, 300 ms apart, until its status is
-// `untilStatus`), tasks/result, tasks/cancel and tasks/list of the task step `taskFromStep` made.
+// `untilStatus`), tasks/result, tasks/cancel and tasks/list of the task step `taskFromStep` made
+// (or of the task `taskId` names: one an earlier server started, say).
 const taskIdOf = (steps, index) => steps[index]?.result?.task?.taskId;
 
 async function taskStep(step, done) {
   const tasks = client.experimental.tasks;
-  const id = taskIdOf(done, step.taskFromStep);
+  const id = step.taskId ?? taskIdOf(done, step.taskFromStep);
   switch (step.op) {
     case "callTask": {
       const request = { method: "tools/call", params: { name: step.name, arguments: step.arguments } };

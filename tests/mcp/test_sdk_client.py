@@ -509,6 +509,72 @@ class Local(McpTestCase):
         self.assertIn("not offered as a task", steps[13]["error"]["message"])
         self.assertEqual(os.listdir(self.runs), [])
 
+    def test_a_task_an_earlier_server_started_is_taken_up_and_its_end_is_notified(self):
+        """A client that comes back to a new `ferry mcp` with the taskId of a task the previous
+        one started: tasks/get and tasks/result reach its detached run (found in the archive),
+        tasks/list lists it from then on, and the server tells the client when the task's
+        status changes (notifications/tasks/status); an id that is no detached run is refused
+        with -32602; ferry_run_result asked again answers from the archive."""
+        gate = os.path.join(self.tmp, "gate-adopted")
+        first = self.client([{"op": "callTask", "name": "gated", "arguments": {"gate": gate}}])
+        task = first["steps"][0]["result"]["task"]
+        self.assertEqual(task["status"], "working", first["steps"][0])
+        with open(gate, "w"):
+            pass
+        report = self.client([
+            {"op": "getTask", "taskId": task["taskId"], "untilStatus": "completed", "tries": 60},
+            {"op": "taskResult", "taskId": task["taskId"]},
+            {"op": "listTasks"},
+            {"op": "getTask", "taskId": "20200101T000000Z-00000000"},
+            {"op": "call", "name": "ferry_run_result", "arguments": {"run": task["taskId"]}},
+        ])
+        steps = report["steps"]
+        self.assertEqual(steps[0]["result"]["status"], "completed", steps[0])
+        self.assertEqual(steps[0]["result"]["createdAt"], self.row_started(task["taskId"]))
+        result, row = self.one_run(steps[1])
+        self.assertEqual(run_ids(result), [task["taskId"]])
+        self.assertEqual(row["result"], {"opened": True})
+        self.assertEqual([t["taskId"] for t in steps[2]["result"]["tasks"]], [task["taskId"]])
+        self.assertIn("neither a task it started nor a detached run", steps[3]["error"]["message"])
+        # Asked again once collected: the same answer, from the archive.
+        self.assertEqual(steps[4]["result"], {k: v for k, v in result.items() if k != "_meta"})
+        told = [m["params"] for m in report["received"]
+                if m.get("method") == "notifications/tasks/status"]
+        self.assertEqual([(t["taskId"], t["status"]) for t in told],
+                         [(task["taskId"], "completed")], told)
+        self.assertEqual(set(told[0]), set(steps[0]["result"]), told[0])
+
+    def test_a_task_collected_by_ferry_run_result_ends_as_its_run_did(self):
+        """A task's run collected by the run tool rather than tasks/result: the task ends as
+        its run did (tasks/get, tasks/result answer from the archive), and the change is told."""
+        gate = os.path.join(self.tmp, "gate-open")
+        with open(gate, "w"):
+            pass
+        report = self.client([
+            {"op": "callTask", "name": "gated", "arguments": {"gate": gate}},
+            {"op": "call", "name": "ferry_run_result", "arguments": {"wait_s": 60},
+             "taskFromStep": 0},
+            {"op": "getTask", "taskFromStep": 0},
+            {"op": "taskResult", "taskFromStep": 0},
+        ])
+        steps = report["steps"]
+        task = steps[0]["result"]["task"]["taskId"]
+        result, _ = self.one_run(steps[1])
+        self.assertEqual(run_ids(result), [task])
+        self.assertEqual(steps[2]["result"]["status"], "completed", steps[2])
+        self.assertEqual(run_ids(steps[3]["result"]), [task])
+        received = report["received"]
+        told = [(i, m["params"]["taskId"], m["params"]["status"]) for i, m in enumerate(received)
+                if m.get("method") == "notifications/tasks/status"]
+        self.assertEqual([t[1:] for t in told], [(task, "completed")])
+        # Told as the run tool collected it, before its answer (not when tasks/get found out).
+        answered = next(i for i, m in enumerate(received)
+                        if "structuredContent" in m.get("result", {}))
+        self.assertLess(told[0][0], answered)
+
+    def row_started(self, run_id: str) -> str:
+        return self.row(run_id)["started_at"]
+
     def test_failing_job(self):
         report = self.client([{"op": "call", "name": "boom", "arguments": {}}])
         result, row = self.one_run(report["steps"][0], "failed")

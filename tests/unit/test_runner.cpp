@@ -3,12 +3,16 @@
 #include <cstdio>
 #include <future>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <signal.h>
+
+#include "archive_test_support.hpp"
 
 #include "ferry/json_diff.hpp"
 #include "ferry/remote/launcher.hpp"
@@ -17,6 +21,7 @@
 #include "ferry/run_record.hpp"
 #include "ferry/runner.hpp"
 #include "ferry/util.hpp"
+#include "run/detached_runs.hpp"
 #include "transport/exec_request.hpp"
 #include "transport/run_files.hpp"
 
@@ -588,4 +593,148 @@ TEST_CASE("bytes the host dropped from a capped output file make the stream trun
   followed = follow_detached(session, detached_run(), request);
   REQUIRE(followed);
   CHECK_FALSE(followed->outcome.out.truncated);
+}
+
+namespace {
+
+// What a front end shows of a collection: notes and final records, never archived.
+class SeenRuns final : public RunObserver {
+public:
+  void run_note(const RunRef& /*run*/, std::string_view text) override
+  {
+    const std::lock_guard lock(m_mutex);
+    m_notes.emplace_back(text);
+  }
+  void run_finished(RunRecord& record) override
+  {
+    const std::lock_guard lock(m_mutex);
+    m_finished.push_back(record);
+  }
+  [[nodiscard]] std::vector<std::string> notes() const
+  {
+    const std::lock_guard lock(m_mutex);
+    return m_notes;
+  }
+  [[nodiscard]] std::vector<RunRecord> finished() const
+  {
+    const std::lock_guard lock(m_mutex);
+    return m_finished;
+  }
+
+private:
+  mutable std::mutex m_mutex;
+  std::vector<std::string> m_notes;
+  std::vector<RunRecord> m_finished;
+};
+
+// A detached run waiting for collection in a new archive at `path`.
+RunRecord waiting_run(const std::filesystem::path& path)
+{
+  RunRecord running = archive_test::make_run("20260102T030405Z-0000c011");
+  running.detached = detached_record().detached;
+  Archive archive = archive_test::open_archive(path);
+  REQUIRE(archive.record_detached(running));
+  return running;
+}
+
+} // namespace
+
+TEST_CASE("a second collector of a run waits for the first and answers with its final record",
+          "[runner][detach]")
+{
+  archive_test::TempDir tmp;
+  const auto path = tmp / "archive.db";
+  const RunRecord running = waiting_run(path);
+  auto held = lock_collection(path, running.run_id, false, {});
+  REQUIRE(held);
+  REQUIRE(held->has_value()); // the first collector, following the run
+  FakeSession session;
+  SeenRuns observer; // stands for the archiving observer: it must hear no final record
+  SeenRuns view;
+  auto second = std::async(std::launch::async, [&] {
+    Archive archive = archive_test::open_archive(path);
+    CollectRequest request;
+    request.view = &view;
+    return collect_detached(archive, session, test_job(), running, request, observer);
+  });
+  const auto waiting = [&observer] { return !observer.notes().empty(); };
+  for (int i = 0; i < 100 && !waiting(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  REQUIRE(observer.notes().size() == 1);
+  CHECK_THAT(observer.notes()[0], Catch::Contains("another ferry on this machine is collecting"));
+  // The first one collects: the final record archived, the detached entry forgotten, let go.
+  RunRecord final_record = running;
+  final_record.detached = nullptr;
+  final_record.stdout_text = "collected by the first\n";
+  {
+    Archive archive = archive_test::open_archive(path);
+    REQUIRE(archive.record(final_record));
+    REQUIRE(archive.forget_detached(running.run_id));
+  }
+  held->reset();
+  auto collected = second.get();
+  REQUIRE(collected);
+  CHECK(collected->by_another);
+  CHECK(collected->attached.end == Attached::End::collected);
+  CHECK(collected->attached.record.stdout_text == "collected by the first\n");
+  CHECK(observer.finished().empty());
+  REQUIRE(view.finished().size() == 1);
+  CHECK(view.finished()[0].run_id == running.run_id);
+  CHECK(session.executed.empty()); // nothing on the host was touched
+  CHECK(session.removed.empty());
+  CHECK_FALSE(std::filesystem::exists(collecting_dir(path) / (running.run_id + ".lock")));
+}
+
+TEST_CASE("ferry stop does not wait for another collector of the run: it says who holds it",
+          "[runner][detach]")
+{
+  archive_test::TempDir tmp;
+  const auto path = tmp / "archive.db";
+  const RunRecord running = waiting_run(path);
+  auto held = lock_collection(path, running.run_id, false, {});
+  REQUIRE(held);
+  REQUIRE(held->has_value());
+  FakeSession session;
+  SeenRuns observer;
+  Archive archive = archive_test::open_archive(path);
+  CollectRequest request;
+  request.stop = true;
+  auto stopped = collect_detached(archive, session, test_job(), running, request, observer);
+  REQUIRE_FALSE(stopped);
+  CHECK_THAT(stopped.error().message, Catch::Contains("being collected by another ferry"));
+  CHECK(session.executed.empty());
+  CHECK(archive.detached_runs()->size() == 1);
+}
+
+TEST_CASE("a killed collector never holds up the next one", "[runner][detach]")
+{
+  archive_test::TempDir tmp;
+  const auto path = tmp / "archive.db";
+  const std::string id = "20260102T030405Z-0000c012";
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    auto lock = lock_collection(path, id, false, {});
+    const char said = lock && lock->has_value() ? 'y' : 'n';
+    (void)!::write(ready[1], &said, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char said = 0;
+  REQUIRE(::read(ready[0], &said, 1) == 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  REQUIRE(said == 'y');
+  auto busy = lock_collection(path, id, false, {});
+  REQUIRE(busy);
+  CHECK_FALSE(busy->has_value());
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  auto free = lock_collection(path, id, false, {});
+  REQUIRE(free);
+  CHECK(free->has_value());
 }
