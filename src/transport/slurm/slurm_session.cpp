@@ -227,6 +227,14 @@ public:
     withdraw("its run was not launched");
     return m_login->finish(run, how);
   }
+  // `ferry stop` of the detached job this session follows (SlurmTarget::detached_job): scancel of
+  // that job alone (an array's task alone); the launcher on the node gets Slurm's TERM, as on a
+  // live run's Ctrl-C. What was sent, for -v.
+  std::string cancel_detached()
+  {
+    slurm::cancel_job(*m_login, m_target.detached_job);
+    return "sent (scancel " + m_target.detached_job + ")";
+  }
 
 private:
   // This thread's run (see RunState); a thread that has run nothing sees an empty one.
@@ -589,22 +597,14 @@ Expected<ExecOutcome> SlurmSession::follow(const ExecRequest& request, const std
   return settle(run, follow, std::move(script), run_dir);
 }
 
-// `attach` or `stop` of a detached run: stop is scancel (the launcher's TERM path, as a live
-// Ctrl-C's); following is the submit script's, as for a live run, for the job submitted before.
+// `attach` or `stop` of a detached run: following is the submit script's, as for a live run, for
+// the job submitted before (`stop` cancelled it first: cancel_detached).
 Expected<ExecOutcome> SlurmSession::reattach(const StagedRun& staged, const ExecRequest& request)
 {
   RunState& run = mine();
   run.options = m_target.command_line;
   run.time_min = m_target.command_line.time_min.value_or(0);
   run.job_id = m_target.detached_job;
-  if (staged.launcher_args == std::vector<std::string>{k_launcher_stop_arg}) {
-    slurm::cancel_job(*m_login, run.job_id);
-    ExecOutcome sent;
-    sent.end = ExecEnd::exited;
-    sent.exit_code = 0;
-    sent.out.bytes = "sent (scancel)";
-    return sent;
-  }
   return follow(request, staged.run_dir, run.job_id, "attach");
 }
 
@@ -652,6 +652,16 @@ Expected<std::string> detached_slurm_state(const SlurmTarget& target, const std:
   staged.run_dir = run_dir;
   FERRY_TRY_ASSIGN(const auto listed, login->list(staged, ""));
   return std::string(listed ? "finished" : "gone");
+}
+
+Expected<std::string> cancel_detached_slurm_job(HostSession& session)
+{
+  auto* slurm = dynamic_cast<SlurmSession*>(&session);
+  if (slurm == nullptr) {
+    return fail(ErrorKind::failed, "{}: not a Slurm login node; no Slurm job to cancel",
+                session.label());
+  }
+  return slurm->cancel_detached();
 }
 
 std::vector<std::unique_ptr<HostSession>> make_slurm_sessions(const SlurmTarget& target)
