@@ -24,14 +24,21 @@ struct SlurmTarget {
   int array_points = 0;
   int array_throttle = 0;
   // `attach`/`stop` of a --detach run (docs/slurm.md, "Detached runs"): the session follows this
-  // job, submitted before, instead of submitting; ferry's Ctrl-C leaves it running, and the
-  // launcher's `stop` is scancel.
+  // job ("4242", or "4242_3": task 3 of a sweep's array, `array_points` then its size), submitted
+  // before, instead of submitting; ferry's Ctrl-C leaves it running, and cancel_detached_slurm_job
+  // stops it.
   std::string detached_job;
 };
 
 // `nodes` sessions that share each run's allocation: one Slurm job per run, one node each.
 [[nodiscard]] std::vector<std::unique_ptr<HostSession>>
 make_slurm_sessions(const SlurmTarget& target);
+
+// `ferry stop` of a detached run: scancel of the job `session` (a Slurm session made for
+// `detached_job`) follows, that job alone; its launcher gets Slurm's TERM and stops the job as on a
+// live run's Ctrl-C, then `launch` follows it to its end. Says what was sent; an error for a
+// session of another target.
+[[nodiscard]] Expected<std::string> cancel_detached_slurm_job(HostSession& session);
 
 // `ps` of a detached run (`detached_job` set): pending or running (squeue's word for it, in lower
 // case), finished (the job has ended and its run directory waits for `attach`) or gone (the

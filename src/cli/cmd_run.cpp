@@ -224,19 +224,16 @@ Expected<void> set_gpu_options(RunOptions& options, TargetOptions& target, const
 constexpr long long k_max_keep_for_s = 365LL * 24 * 3600;
 
 // --detach's --keep-for, checked; detached runs are kept in the archive to be collected. Under
-// --slurm the job stays queued (docs/slurm.md, "Detached runs"): one job of one node.
+// --slurm the job stays queued (docs/slurm.md, "Detached runs"): one job of one node, or a
+// sweep's job array, one node a point; not an allocation of several nodes.
 Expected<long long> detach_keep_for(const RunCommand& cmd, const TargetOptions& target,
                                     std::size_t sessions)
 {
-  if (!target.slurm.login.empty() && (target.slurm.array_points > 1 || sessions > 1)) {
+  if (!target.slurm.login.empty() && sessions > 1) {
     return fail(ErrorKind::usage,
-                "--detach with --slurm is for one job on one node, not {}: run it without "
-                "--detach{}",
-                target.slurm.array_points > 1 ? "a --sweep (submitted as one job array)"
-                                              : "an allocation of several --nodes",
-                target.slurm.array_points > 1
-                    ? ", or detach each point in a `ferry run ... --param` of its own"
-                    : "");
+                "--detach with --slurm is for jobs of one node each (one run, or a --sweep's job "
+                "array), not an allocation of {} --nodes: run it without --detach",
+                sessions);
   }
   if (cmd.no_archive) {
     return fail(ErrorKind::usage, "--detach needs the archive: `ferry attach` finds the run there; "

@@ -11,6 +11,7 @@
 #include "ferry/slurm.hpp"
 #include "ferry/text.hpp"
 #include "ferry/util.hpp"
+#include "run/detached_runs.hpp"
 
 namespace ferry::cli {
 
@@ -220,13 +221,26 @@ int batch_parallel(const TargetOptions& target, int parallel, std::size_t sessio
 
 namespace {
 
-// The target a detached run was submitted to, as its record keeps it, following its job.
+// "4242", or "4242_3" (task 3 of job array 4242).
+bool is_job_id(std::string_view id)
+{
+  const auto digits = [](std::string_view part) {
+    return !part.empty() && part.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  const auto underscore = id.find('_');
+  return underscore == std::string_view::npos
+             ? digits(id)
+             : digits(id.substr(0, underscore)) && digits(id.substr(underscore + 1));
+}
+
+// The target a detached run was submitted to, as its record keeps it, following its job (a
+// sweep's point: its task of the array).
 Expected<SlurmTarget> detached_target(Context& ctx, const HostTargets& ssh, const RunRecord& run)
 {
   const nlohmann::json& slurm = run.target["slurm"];
   const std::string login = slurm.value("login", std::string());
   const std::string job = slurm.value("job_id", std::string());
-  if (login.empty() || job.empty() || job.find_first_not_of("0123456789") != std::string::npos) {
+  if (login.empty() || !is_job_id(job)) {
     return fail(ErrorKind::failed, "run {}: its record names no Slurm login node and job id",
                 run.run_id);
   }
@@ -241,6 +255,10 @@ Expected<SlurmTarget> detached_target(Context& ctx, const HostTargets& ssh, cons
     target.command_line.time_min = slurm["time_limit_min"].get<int>();
   }
   target.detached_job = job;
+  if (const auto size = slurm.find("array_size");
+      size != slurm.end() && size->is_number_integer()) {
+    target.array_points = size->get<int>();
+  }
   return target;
 }
 
@@ -270,7 +288,12 @@ std::optional<std::string> detached_slurm_ps(Context& ctx, const HostTargets& ss
     return "unknown: " + target.error().message;
   }
   const auto state = detached_slurm_state(*target, run.detached.value("run_dir", std::string()));
-  return state ? *state : "unreachable: " + state.error().message;
+  if (!state) {
+    return "unreachable: " + state.error().message;
+  }
+  // As for an SSH host: a directory gone after the run's timeout, grace and --keep-for was
+  // removed by the run base's sweep (docs/record.md, "The life of a run").
+  return *state == "gone" && expired_by_now(run) ? "expired" : *state;
 }
 
 void use_archived_slurm_target(TargetOptions& target, const RunRecord& original)

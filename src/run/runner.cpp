@@ -15,6 +15,7 @@
 #include "ferry/remote/shell_neutral.hpp"
 #include "ferry/remote/standby_boot.hpp"
 #include "ferry/runner.hpp"
+#include "ferry/slurm.hpp"
 #include "ferry/text.hpp"
 #include "ferry/util.hpp"
 #include "ferry/version.hpp"
@@ -824,16 +825,12 @@ StagedRun detached_staged(const RunRecord& record, const StopToken& stop)
 
 namespace {
 
-// A detached run on a scheduler is stopped by its target: the word `stop` makes it cancel the job
-// (scancel, the launcher's TERM path as a live Ctrl-C's); nothing on the host is executed.
-Expected<void> send_scheduled_stop(const Run& run, const StagedRun& detached)
+// A detached run on a scheduler is stopped by its scheduler: scancel of its job (the launcher's
+// TERM path, as a live Ctrl-C's); nothing on the host is staged or executed.
+Expected<void> send_scheduled_stop(const Run& run)
 {
-  StagedRun scheduled = detached;
-  scheduled.launcher_args = {k_launcher_stop_arg};
-  LaunchRequest request;
-  request.deadline = std::chrono::seconds(30);
-  FERRY_TRY_ASSIGN(const ExecOutcome outcome, run.session.launch(scheduled, request));
-  run.step(fmt::format("stop: {}", terminal_safe(trim(outcome.out.bytes))), 0);
+  FERRY_TRY_ASSIGN(const std::string said, cancel_detached_slurm_job(run.session));
+  run.step(fmt::format("stop: {}", terminal_safe(said)), 0);
   return {};
 }
 
@@ -846,7 +843,7 @@ Expected<void> send_scheduled_stop(const Run& run, const StagedRun& detached)
 Expected<void> send_stop(const Run& run, const StagedRun& detached)
 {
   if (run.record.target.contains("slurm")) {
-    return send_scheduled_stop(run, detached);
+    return send_scheduled_stop(run);
   }
   if (!is_shell_neutral_token(detached.run_dir) || !detached.run_dir.starts_with('/')) {
     return fail(ErrorKind::failed,

@@ -1,7 +1,9 @@
-"""`ferry run --slurm --detach` on the real Slurm cluster of slurm_fixture.py (issue 44 item 1):
-the run returns once sbatch has said the job's id, the job staying queued; `ps` reads its state
-from the login node; `attach` follows it and records it as a live --slurm run would; `stop`
-cancels it. Needs root; a missing prerequisite fails, never skips."""
+"""`ferry run --slurm --detach` on the real Slurm cluster of slurm_fixture.py (issue 44 items 1
+and 3): the run returns once sbatch has said the job's id, the job staying queued; `ps` reads its
+state from the login node; `attach` follows it and records it as a live --slurm run would; `stop`
+cancels it; a sweep is one job array whose points are detached runs of their own; a finished run
+waits for --keep-for, then the run base's sweep removes it. Needs root; a missing prerequisite
+fails, never skips."""
 
 import json
 import os
@@ -23,6 +25,15 @@ printf '{"node": "%s", "slurm_job": "%s"}\\n' "$node" "$SLURM_JOB_ID" >"$FERRY_R
 echo "hello from $node"
 """
 
+# A sweep point: point 1 runs until stopped, point 2 for a while, then leaves a result.
+POINT_JOB = """
+n=$(sed -n 's/.*"n": *\\([0-9]*\\).*/\\1/p' "$FERRY_PARAMS")
+echo "point $n"
+if [ "$n" = 1 ]; then sleep 300; fi
+sleep 30
+printf '{"n": %s, "task": "%s"}\\n' "$n" "$SLURM_ARRAY_TASK_ID" >"$FERRY_RESULT"
+"""
+
 
 class SlurmDetach(unittest.TestCase):
     @classmethod
@@ -39,6 +50,9 @@ class SlurmDetach(unittest.TestCase):
             cls.node_job = write_job(cls.tmp, "node_probe", NODE_JOB, interpreter="sh",
                                      params="[params.n]\ntype = \"int\"\ndefault = 0")
             cls.sleep_job = write_job(cls.tmp, "sleeper", SLEEP_JOB, interpreter="sh", timeout=600)
+            cls.point_job = write_job(cls.tmp, "pointer", POINT_JOB, interpreter="sh", timeout=600,
+                                      params="[params.n]\ntype = \"int\"")
+            cls.quick_job = write_job(cls.tmp, "quick", "echo quick\n", interpreter="sh")
         except BaseException:
             cls.tearDownClass()
             raise
@@ -146,12 +160,83 @@ class SlurmDetach(unittest.TestCase):
         self.assertIn("cancelled outside ferry", r.record["error"])
         self.assertEqual(r.record["target"]["slurm"]["state"], "CANCELLED")
 
-    def test_a_sweep_is_not_detached_under_slurm(self):
+    def test_a_sweep_is_one_job_array_of_detached_points_each_stopped_and_attached_alone(self):
+        r = self.ferry("run", self.point_job, "--slurm", self.srv.alias("bash"), "--detach",
+                       "--json", "--sweep", "n=1,2")
+        self.assertEqual(r.code, 0, r)
+        recs = [json.loads(line) for line in r.stdout.decode().splitlines() if line.strip()]
+        self.assertEqual(len(recs), 2, r)
+        self.assertEqual(len({rec["run_id"] for rec in recs}), 2, recs)
+        self.assertEqual(len({rec["invocation"] for rec in recs}), 1, recs)
+        by_n = {rec["params"]["n"]: rec for rec in recs}
+        slurm = {n: rec["target"]["slurm"] for n, rec in by_n.items()}
+        array = slurm[1]["array_job_id"]
+        self.assertRegex(array, r"^\d+$", slurm)
+        for n, s in slurm.items():  # one sbatch: one array, a task for each point
+            self.assertEqual(by_n[n]["status"], "running", by_n[n])
+            self.assertEqual((s["array_job_id"], s["array_size"]), (array, 2), s)
+            self.assertEqual(s["job_id"], f"{array}_{s['array_task_id']}", s)
+        self.assertEqual(sorted(s["array_task_id"] for s in slurm.values()), [0, 1])
+        one, two = by_n[1]["run_id"], by_n[2]["run_id"]
+        self.assertTrue(wait_for(lambda: self.ps() == {one: "running", two: "running"}, 60, 1),
+                        self.ps())
+        # Stopping point 1 cancels its task alone: point 2's goes on.
+        r = self.ferry("stop", one, "--json")
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual((r.record["status"], r.record["stdout"]), ("interrupted", "point 1\n"),
+                         r.record)
+        self.assertEqual(r.record["target"]["slurm"]["state"], "CANCELLED", r.record)
+        self.assertEqual(self.cluster.squeue_state(slurm[2]["job_id"]), "RUNNING")
+        self.assertEqual(self.ps(), {two: "running"})
+        r = self.ferry("attach", two, "--json", timeout=90)
+        self.assertEqual(r.code, 0, r)
+        done = r.record
+        self.assertEqual((done["run_id"], done["status"], done["stdout"]),
+                         (two, "ok", "point 2\n"), done)
+        self.assertEqual(done["result"], {"n": 2, "task": str(slurm[2]["array_task_id"])})
+        got = done["target"]["slurm"]
+        self.assertEqual((got["job_id"], got["state"], got["array_job_id"], got["array_task_id"]),
+                         (slurm[2]["job_id"], "COMPLETED", array, slurm[2]["array_task_id"]), got)
+        self.assertEqual(self.ps(), {})
+
+    def test_keep_for_passes_then_the_sweep_removes_the_run_and_attach_says_it_is_gone(self):
+        detached_at = time.monotonic()
+        short, short_job, _ = self.detach(self.node_job, "--keep-for", "1s", "--timeout", "3")
+        kept, kept_job, _ = self.detach(self.node_job)
+        for rec, job, keep_for in ((short, short_job, 1), (kept, kept_job, 7 * 86400)):
+            self.cluster.wait_job(job, timeout_s=30)
+            # Once the launcher ended, its state file gives the run base's sweep the --keep-for.
+            state = os.path.join(rec["detached"]["run_dir"], ".ferry-launcher")
+            self.assertTrue(wait_for(lambda: os.path.exists(state), 10), state)
+            with open(state) as f:
+                self.assertRegex(f.read(), rf"^\d+ \+{keep_for}\n$")
+        self.assertEqual(self.ps()[short["run_id"]], "finished")
+        # Both finished two minutes ago, as the sweep sees it: past 1 s, not past 7 days. The
+        # sweep of the next run on the login node's base (here an SSH run) removes the first.
+        past = time.time() - 120
+        for rec in (short, kept):
+            os.utime(rec["detached"]["run_dir"], (past, past))
+        swept = self.ferry("run", self.quick_job, "--host", self.srv.alias("bash"), "--json")
+        self.assertEqual(swept.code, 0, swept)
+        self.assertFalse(os.path.exists(short["detached"]["run_dir"]), "the expired run stayed")
+        self.assertTrue(os.path.exists(kept["detached"]["run_dir"]), "a run within --keep-for went")
+        # `ps` says expired once the run's timeout, grace and --keep-for have passed since it started.
+        time.sleep(max(0.0, detached_at + 6.3 - time.monotonic()))
+        self.assertEqual(self.ps(), {short["run_id"]: "expired", kept["run_id"]: "finished"})
+        gone = self.ferry("attach", short["run_id"])
+        self.assertEqual(gone.code, 1, gone)
+        self.assertIn(b"is gone from", gone.stderr)
+        self.assertIn(b"removed by the host's sweep after --keep-for 1 s", gone.stderr)
+        r = self.ferry("attach", kept["run_id"], "--json")
+        self.assertEqual((r.code, r.record["status"]), (0, "ok"), r)
+
+    def test_nodes_are_not_detached_under_slurm(self):
         r = self.ferry("run", self.node_job, "--slurm", self.srv.alias("bash"), "--detach",
-                       "--sweep", "n=1,2")
+                       "--nodes", "2")
         self.assertEqual(r.code, 2, r)
-        self.assertRegex(r.stderr.decode(), r"--detach with --slurm is for one job on one node, "
-                                            r"not a --sweep")
+        self.assertRegex(r.stderr.decode(), r"--detach with --slurm is for jobs of one node each "
+                                            r".*not an allocation of 2 --nodes: run it without "
+                                            r"--detach")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <thread>
 
 #include <sys/wait.h>
@@ -442,6 +443,48 @@ TEST_CASE("the submit script is filled with quoted fields and parses under sh", 
   std::ofstream(path) << array;
   CHECK(std::system(("sh -n " + path.string()).c_str()) == 0);
   std::filesystem::remove(path);
+}
+
+namespace {
+
+// The batch script's task for one run directory, its launcher a stand-in that leaves and removes
+// its state file as a kept run's does and exits 3: the state file afterwards ("" when none), and
+// the task's exit status. In a session of its own: the task signals its process group at the end.
+std::pair<std::string, int> batch_task_with(const std::optional<std::string>& keep_for)
+{
+  const auto dir = std::filesystem::temp_directory_path() / ("ferry-unit-batch-" + random_hex(6));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "launch.sh") << "printf '7 +302\\n' >.ferry-launcher\n"
+                                   << "rm -f .ferry-launcher\nexit 3\n";
+  std::ofstream(dir / "batch.sh") << remote_script("slurm_batch.sh");
+  if (keep_for) {
+    std::ofstream(dir / ".ferry-keep-for") << *keep_for;
+  }
+  const int status =
+      std::system(("env -u SLURM_ARRAY_TASK_ID -u SLURM_NODEID setsid -w /bin/sh " +
+                   sh_quote((dir / "batch.sh").string()) + " " + sh_quote(dir.string()))
+                      .c_str());
+  std::ifstream in(dir / ".ferry-launcher");
+  std::string state((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove_all(dir);
+  return {state, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
+} // namespace
+
+TEST_CASE("a detached run's batch task leaves its --keep-for in the launcher's state file",
+          "[slurm][detach]")
+{
+  // Once the launcher has ended: `PID +SECONDS`, for the run base's sweep (docs/slurm.md).
+  const auto [kept, kept_status] = batch_task_with("60\n");
+  CHECK(kept_status == 3);
+  CHECK_THAT(kept, Catch::Matches("[0-9]+ \\+60\n"));
+  // A run ferry follows (no --keep-for), or a garbled file: nothing is left for the sweep.
+  for (const auto& keep_for : {std::optional<std::string>(), std::optional<std::string>("6x0")}) {
+    const auto [state, status] = batch_task_with(keep_for);
+    CHECK(status == 3);
+    CHECK(state.empty());
+  }
 }
 
 namespace {

@@ -5,6 +5,7 @@
 // meet like node slots; then one script on one channel submits the array and follows every task
 // (ArrayFollow), each point taking its own task's part.
 #include <atomic>
+#include <charconv>
 #include <map>
 #include <thread>
 
@@ -31,6 +32,8 @@ constexpr std::string_view k_submit_script = ".ferry-submit.sh";
 constexpr std::string_view k_array_script = ".ferry-follow-array.sh";
 constexpr std::string_view k_batch_script = ".ferry-batch.sh";
 constexpr std::string_view k_sbatch_args = ".ferry-sbatch-args";
+// A detached run's --keep-for in seconds, for the batch script (src/remote/slurm_batch.sh).
+constexpr std::string_view k_keep_for_file = ".ferry-keep-for";
 
 // "ferry-kv_calc-3f9a1c0b": the job's name in squeue, unique so that a submission cut short
 // before sbatch said the id can still be cancelled by name.
@@ -129,8 +132,36 @@ struct RunState {
   std::string node;
   std::optional<slurm::JobEnd> end;
   std::optional<bool> run_dir_shared;
-  bool detach = false; // run --detach: submitted, then left queued
+  bool detach = false;      // run --detach: submitted, then left queued...
+  long long keep_for_s = 0; // ...its finished directory kept this long (--keep-for; 0: unknown)
 };
+
+// The seconds of detach_request's `SECONDS:CAP` (0 when it says none).
+long long keep_for_of(const std::string& request)
+{
+  long long seconds = 0;
+  const auto [end, error] =
+      std::from_chars(request.data(), request.data() + request.size(), seconds);
+  return error == std::errc() ? seconds : 0;
+}
+
+// A sweep's points submitted as one job array (not a detached point followed again: that is
+// one task of an array submitted before).
+bool submits_array(const SlurmTarget& target)
+{
+  return target.array_points > 1 && target.nodes == 1 && target.detached_job.empty();
+}
+
+// "4242_3" -> 3; -1 for a job that is no array task.
+int task_of(const std::string& job_id)
+{
+  const auto underscore = job_id.find('_');
+  int task = -1;
+  if (underscore != std::string::npos) {
+    std::from_chars(job_id.data() + underscore + 1, job_id.data() + job_id.size(), task);
+  }
+  return task;
+}
 
 // What a launcher that detached itself says (docs/run-protocol.md, "Detached runs"): a detached
 // run's job has been submitted, and the runner records the run as detached.
@@ -155,8 +186,8 @@ public:
   SlurmSession(std::shared_ptr<const SlurmTarget> target, int slot,
                std::shared_ptr<SharedAllocation> allocation)
       : m_shared_target(std::move(target)), m_target(*m_shared_target), m_slot(slot),
-        m_array(m_target.array_points > 1 && m_target.nodes == 1),
-        m_allocation(std::move(allocation)), m_login(ssh::make_remote(m_target.login))
+        m_array(submits_array(m_target)), m_allocation(std::move(allocation)),
+        m_login(ssh::make_remote(m_target.login))
   {
     m_login->without_job_cache();
     if (m_array) {
@@ -196,6 +227,14 @@ public:
     withdraw("its run was not launched");
     return m_login->finish(run, how);
   }
+  // `ferry stop` of the detached job this session follows (SlurmTarget::detached_job): scancel of
+  // that job alone (an array's task alone); the launcher on the node gets Slurm's TERM, as on a
+  // live run's Ctrl-C. What was sent, for -v.
+  std::string cancel_detached()
+  {
+    slurm::cancel_job(*m_login, m_target.detached_job);
+    return "sent (scancel " + m_target.detached_job + ")";
+  }
 
 private:
   // This thread's run (see RunState); a thread that has run nothing sees an empty one.
@@ -229,6 +268,7 @@ private:
   Expected<ExecOutcome> follow(const ExecRequest& request, const std::string& run_dir,
                                const std::string& job_id, const std::string& mode);
   Expected<ExecOutcome> reattach(const StagedRun& staged, const ExecRequest& request);
+  Expected<ExecOutcome> submit_detached(const ExecRequest& request, const std::string& run_dir);
   Expected<ExecOutcome> follow_point(const ExecRequest& request, const std::string& run_dir);
   Expected<void> arm_follower(const ExecRequest& request, const std::string& run_dir);
   Expected<ExecOutcome> settle(RunState& run, slurm::Follow& follow, ExecOutcome script,
@@ -267,9 +307,10 @@ nlohmann::json SlurmSession::target() const
     slurm["job_id"] = run.job_id;
     slurm["node"] = run.node.empty() ? nlohmann::json() : nlohmann::json(run.node);
   }
-  if (m_array) {
+  // A sweep's point, as it runs, or followed again once detached ("4242_3": task 3).
+  if (m_array || (m_target.array_points > 1 && task_of(run.job_id) >= 0)) {
     slurm["array_size"] = m_target.array_points;
-    slurm["array_task_id"] = run.slot;
+    slurm["array_task_id"] = m_array ? run.slot : task_of(run.job_id);
     if (!run.job_id.empty()) {
       slurm["array_job_id"] = array_of(run.job_id);
     }
@@ -346,7 +387,13 @@ Expected<StagedRun> SlurmSession::stage(const RunBundle& bundle, const StopToken
   kept.launcher.keep_run_dir = true; // the submit script reads the launcher's output there
   // --detach: the job stays queued apart from ferry, its launcher on the node running as for a
   // live run (a launcher that detached itself would end the batch job at once).
-  mine().detach = kept.launcher.env.erase(k_launcher_detach_var) > 0;
+  RunState& run = mine();
+  if (const auto detach = kept.launcher.env.find(k_launcher_detach_var);
+      detach != kept.launcher.env.end()) {
+    run.detach = true;
+    run.keep_for_s = keep_for_of(detach->second);
+    kept.launcher.env.erase(detach);
+  }
   auto staged = m_login->stage(kept, stop);
   if (!staged) {
     withdraw("its run could not be staged");
@@ -405,6 +452,9 @@ Expected<ExecOutcome> SlurmSession::launch(StagedRun& staged, const LaunchReques
   run.time_min = run.options.time_min.value_or(slurm_minutes_for(
       run.timeout_s,
       static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(request.grace).count())));
+  if (run.detach) {
+    return submit_detached(request, run_dir);
+  }
   if (m_array) {
     return follow_point(request, run_dir);
   }
@@ -415,16 +465,49 @@ Expected<ExecOutcome> SlurmSession::launch(StagedRun& staged, const LaunchReques
     }
     return Unexpected<Error>{job_id.error()};
   }
-  auto outcome = follow(request, run_dir, *job_id, run.detach ? "detach" : "");
+  auto outcome = follow(request, run_dir, *job_id, "");
   if (run.slot == 0) {
     // Whatever happened, the others stop waiting (a no-op once the id is out).
     m_allocation->abandon(run.round,
                           outcome ? "sbatch did not submit the job" : outcome.error().message);
   }
-  if (outcome && run.detach && outcome->end == ExecEnd::exited && !run.job_id.empty()) {
-    return detached_outcome(run.job_id); // submitted; anything else is as for a live run
-  }
   return outcome;
+}
+
+// --detach: point 0 of a sweep (or the one run) submits the job, a sweep's points as one job array,
+// and leaves it queued; each run is recorded with its own job, an array point with its task
+// ("4242_3"), which attach, stop and ps follow alone. The run directory says how long it is kept
+// once finished (--keep-for): the batch script leaves that in the launcher's state file for the
+// run base's sweep (src/remote/slurm_batch.sh).
+Expected<ExecOutcome> SlurmSession::submit_detached(const ExecRequest& request,
+                                                    const std::string& run_dir)
+{
+  RunState& run = mine();
+  if (run.keep_for_s > 0) {
+    FERRY_TRY(m_login->put_file(run_dir + "/" + std::string(k_keep_for_file),
+                                fmt::format("{}\n", run.keep_for_s)));
+  }
+  auto job_id = submit_or_wait(run_dir, request);
+  if (!job_id) {
+    if (run.slot == 0) {
+      m_allocation->abandon(run.round, job_id.error().message);
+    }
+    return Unexpected<Error>{job_id.error()};
+  }
+  if (run.slot != 0) { // point 0's submit script said the array's id
+    run.job_id = m_array ? fmt::format("{}_{}", *job_id, run.slot) : *job_id;
+    return detached_outcome(run.job_id);
+  }
+  auto outcome = follow(request, run_dir, *job_id, "detach");
+  m_allocation->abandon(run.round,
+                        outcome ? "sbatch did not submit the job" : outcome.error().message);
+  if (!outcome || outcome->end != ExecEnd::exited || run.job_id.empty()) {
+    return outcome; // not submitted: as for a live run
+  }
+  if (m_array) {
+    run.job_id += "_0";
+  }
+  return detached_outcome(run.job_id);
 }
 
 // A point of a job array: once every point is staged, point 0 readies the one script that submits
@@ -514,22 +597,14 @@ Expected<ExecOutcome> SlurmSession::follow(const ExecRequest& request, const std
   return settle(run, follow, std::move(script), run_dir);
 }
 
-// `attach` or `stop` of a detached run: stop is scancel (the launcher's TERM path, as a live
-// Ctrl-C's); following is the submit script's, as for a live run, for the job submitted before.
+// `attach` or `stop` of a detached run: following is the submit script's, as for a live run, for
+// the job submitted before (`stop` cancelled it first: cancel_detached).
 Expected<ExecOutcome> SlurmSession::reattach(const StagedRun& staged, const ExecRequest& request)
 {
   RunState& run = mine();
   run.options = m_target.command_line;
   run.time_min = m_target.command_line.time_min.value_or(0);
   run.job_id = m_target.detached_job;
-  if (staged.launcher_args == std::vector<std::string>{k_launcher_stop_arg}) {
-    slurm::cancel_job(*m_login, run.job_id);
-    ExecOutcome sent;
-    sent.end = ExecEnd::exited;
-    sent.exit_code = 0;
-    sent.out.bytes = "sent (scancel)";
-    return sent;
-  }
   return follow(request, staged.run_dir, run.job_id, "attach");
 }
 
@@ -579,11 +654,21 @@ Expected<std::string> detached_slurm_state(const SlurmTarget& target, const std:
   return std::string(listed ? "finished" : "gone");
 }
 
+Expected<std::string> cancel_detached_slurm_job(HostSession& session)
+{
+  auto* slurm = dynamic_cast<SlurmSession*>(&session);
+  if (slurm == nullptr) {
+    return fail(ErrorKind::failed, "{}: not a Slurm login node; no Slurm job to cancel",
+                session.label());
+  }
+  return slurm->cancel_detached();
+}
+
 std::vector<std::unique_ptr<HostSession>> make_slurm_sessions(const SlurmTarget& target)
 {
   auto shared = std::make_shared<const SlurmTarget>(target);
   // A job array's points meet like node slots, on the one session of a one-node target.
-  const bool array = target.array_points > 1 && target.nodes == 1;
+  const bool array = submits_array(target);
   auto allocation = std::make_shared<SharedAllocation>(array ? target.array_points : target.nodes);
   std::vector<std::unique_ptr<HostSession>> sessions;
   for (int slot = 0; slot < target.nodes; ++slot) {
