@@ -90,6 +90,7 @@ Expected<ExitCode> collect_run(Context& ctx, const DetachedCommand& cmd, bool st
 }
 
 // Ctrl-C (or SIGTERM) before the run is followed, while connecting, leaves it as after: it goes on.
+// Any other failure (a lost connection) loses nothing either: the error says so.
 Expected<ExitCode> collect(Context& ctx, const DetachedCommand& cmd, bool stop)
 {
   install_interrupt_handlers();
@@ -99,6 +100,14 @@ Expected<ExitCode> collect(Context& ctx, const DetachedCommand& cmd, bool stop)
                                     collected.error().message, terminal_safe(cmd.run),
                                     stop ? "stop" : "attach", terminal_safe(cmd.run)));
     return ExitCode::interrupted;
+  }
+  if (!collected && collected.error().kind != ErrorKind::usage) {
+    Error error = collected.error();
+    error.message +=
+        fmt::format("; run {} was not collected and stays in `ferry ps` (`ferry {} {}` "
+                    "again)",
+                    terminal_safe(cmd.run), stop ? "stop" : "attach", terminal_safe(cmd.run));
+    return Unexpected{std::move(error)};
   }
   return collected;
 }
