@@ -25,6 +25,13 @@ inline constexpr int k_default_persist_s = 60;
 make_persistent_session(std::unique_ptr<SshConnection> direct, const SshTarget& target,
                         int persist_s);
 
+// `ferry attach`, `stop` and `ps`: the session the user's holder keeps already for `direct`'s
+// effective options (a host held by `ferry connect` or a recent run; its persist time left as
+// it is), else `direct` connecting as it would. No holder is started, nor a host connected
+// through one, for this.
+[[nodiscard]] std::unique_ptr<HostSession>
+make_held_or_direct_session(std::unique_ptr<SshConnection> direct, const SshTarget& target);
+
 // `ferry connect`: the holder connects the host now as a run's first connect would (its
 // keyboard-interactive prompts asked through `target.prompt`) and keeps the session for
 // `persist_s` after its last use. An error when the connect failed, or when no holder could

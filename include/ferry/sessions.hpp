@@ -85,6 +85,12 @@ public:
   virtual void on_ahead_taken(std::function<void()> callback) { (void)callback; }
   // Starts SFTP now rather than at the first run's staging (a holder, as it starts).
   virtual void prepare_files() {}
+  // The host's run base as staging finds and judges it (resolved once per session): a holder
+  // checks that a run directory a client names lies in it before it serves that run's files.
+  [[nodiscard]] virtual Expected<std::string> run_base()
+  {
+    return fail(ErrorKind::failed, "this session names no run base");
+  }
 };
 
 [[nodiscard]] std::unique_ptr<HostSession> make_ssh_session(const SshTarget& target);

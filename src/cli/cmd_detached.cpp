@@ -11,6 +11,7 @@
 #include "cli/detached.hpp"
 #include "cli/execute.hpp"
 #include "cli/slurm_cli.hpp"
+#include "ferry/held.hpp"
 #include "ferry/runner.hpp"
 #include "ferry/sessions.hpp"
 #include "ferry/text.hpp"
@@ -31,7 +32,9 @@ struct DetachedCommand {
 };
 
 // A new session to the run's target: this machine, or its SSH host as the record names it, with
-// the SSH options given now (a direct connection, not a held one).
+// the SSH options given now: the session the connection holder keeps for those options when it
+// keeps one (a host held by `ferry connect`: no second factor asked again), else a direct
+// connection (none is held for attach alone; --persist 0 always connects directly).
 Expected<std::unique_ptr<HostSession>> session_for(Context& ctx, const HostTargets& ssh,
                                                    const RunRecord& run)
 {
@@ -43,10 +46,11 @@ Expected<std::unique_ptr<HostSession>> session_for(Context& ctx, const HostTarge
     return slurm; // its login node, following its job
   }
   FERRY_TRY_ASSIGN(const UserConfig* config, ctx.user_config());
-  HostTargets target = ssh;
-  target.persist_s = 0;
-  auto session =
-      make_ssh_session(ferry::ssh_target_for(target, *config, run.host_label, ctx.global.verbose));
+  const SshTarget target = ferry::ssh_target_for(ssh, *config, run.host_label, ctx.global.verbose);
+  FERRY_TRY_ASSIGN(auto direct, make_checked_ssh_session(target));
+  FERRY_TRY_ASSIGN(const int persist_s, persist_for(ssh, *config, run.host_label));
+  std::unique_ptr<HostSession> session =
+      persist_s > 0 ? make_held_or_direct_session(std::move(direct), target) : std::move(direct);
   FERRY_TRY(session->connect());
   return session;
 }
@@ -92,6 +96,7 @@ Expected<ExitCode> collect_run(Context& ctx, const DetachedCommand& cmd, bool st
 }
 
 // Ctrl-C (or SIGTERM) before the run is followed, while connecting, leaves it as after: it goes on.
+// Any other failure (a lost connection) loses nothing either: the error says so.
 Expected<ExitCode> collect(Context& ctx, const DetachedCommand& cmd, bool stop)
 {
   install_interrupt_handlers();
@@ -101,6 +106,14 @@ Expected<ExitCode> collect(Context& ctx, const DetachedCommand& cmd, bool stop)
                                     collected.error().message, terminal_safe(cmd.run),
                                     stop ? "stop" : "attach", terminal_safe(cmd.run)));
     return ExitCode::interrupted;
+  }
+  if (!collected && collected.error().kind != ErrorKind::usage) {
+    Error error = collected.error();
+    error.message +=
+        fmt::format("; run {} was not collected and stays in `ferry ps` (`ferry {} {}` "
+                    "again)",
+                    terminal_safe(cmd.run), stop ? "stop" : "attach", terminal_safe(cmd.run));
+    return Unexpected{std::move(error)};
   }
   return collected;
 }

@@ -178,16 +178,30 @@ class Detach(unittest.TestCase):
         time.sleep(0.7)
         first.send_signal(signal.SIGKILL)
         first.communicate()
-        # The job finishes while the second client is stopped; it collects on SIGCONT.
-        second = self.popen_attach(rec["run_id"])
-        time.sleep(0.3)
-        second.send_signal(signal.SIGSTOP)
-        wait_for(lambda: os.path.exists(os.path.join(rec["detached"]["run_dir"], ".ferry-done")), 10,
-                 "the detached job to finish")
-        second.send_signal(signal.SIGCONT)
-        out, err = second.communicate(timeout=30)
-        self.assertEqual(second.returncode, 0, err)
-        self.assertCollected(json.loads(out), rec["detached"]["run_dir"])
+        # issue 44: the second client is stopped (SIGSTOP) for 30 s while it follows the run, and
+        # the job finishes meanwhile. On SIGCONT it collects the run, or (its connection dropped
+        # meanwhile) fails clearly with the run still in `ps`, and the next attach collects it.
+        run_dir = rec["detached"]["run_dir"]
+
+        def stop_for_30_s(attach):
+            attach.send_signal(signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            wait_for(lambda: os.path.exists(os.path.join(run_dir, ".ferry-done")), 10,
+                     "the detached job to finish")
+            time.sleep(max(0.0, stopped_at + 30 - time.monotonic()))
+            self.assertTrue(os.path.isdir(run_dir), "the run directory went while attach was stopped")
+            attach.send_signal(signal.SIGCONT)
+        code, out, err = self.attach_then(rec["run_id"], stop_for_30_s, timeout=60)
+        if code != 0:
+            self.assertNotIn(code, (130,), err)
+            self.assertEqual(out, b"", "attach printed a record for a run it did not collect")
+            self.assertIn(f"`ferry attach {rec['run_id']}`".encode(), err)
+            self.assertIn(rec["run_id"], self.ps())
+            res = self.ferry("attach", rec["run_id"], "--json", *self.ssh())
+            self.assertEqual(res.code, 0, res)
+            out = res.stdout
+        self.assertCollected(json.loads(out), run_dir)
+        self.assertNotIn(rec["run_id"], self.ps())
 
     def test_a_lost_connection_during_attach_loses_nothing(self):
         # The SSH connection (not ferry) dies while attach follows the run: attach fails, the job

@@ -6,6 +6,7 @@ the user set's digit after it for a second set of test users, whose tests run at
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import tempfile
 import time
@@ -100,14 +101,22 @@ class SecondFactor(unittest.TestCase):
             while alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
 
-    def run_args(self, *hosts: str, config: str | None = None) -> list[str]:
-        return [ferry_bin(), "run", self.job, "--json", "--ssh-config", config or self.ssh_config,
+    def run_args(self, *hosts: str, config: str | None = None, job: str | None = None) -> list[str]:
+        return [ferry_bin(), "run", job or self.job, "--json", "--ssh-config", config or self.ssh_config,
                 *[a for h in hosts for a in ("--host", h)]]
 
     def without_terminal(self, argv: list[str]) -> subprocess.CompletedProcess:
         """No controlling terminal (a new session), stdin and stdout not one either."""
         return subprocess.run(argv, env=self.env, stdin=subprocess.DEVNULL, capture_output=True,
                               start_new_session=True, timeout=60)
+
+    def set_run_dir(self, run_id: str, run_dir: str) -> None:
+        """Rewrites a detached run's directory in the archive's record (a damaged record)."""
+        with sqlite3.connect(self.env["FERRY_ARCHIVE"]) as db:
+            (text,) = db.execute("SELECT record FROM detached_runs WHERE run_id = ?", (run_id,)).fetchone()
+            record = json.loads(text)
+            record["detached"]["run_dir"] = run_dir
+            db.execute("UPDATE detached_runs SET record = ? WHERE run_id = ?", (json.dumps(record), run_id))
 
     def accepted_second_factors(self) -> int:
         return self.srv.log_text().count(f"Accepted keyboard-interactive/pam for {SshServer.user('bash')}")
@@ -183,6 +192,61 @@ class SecondFactor(unittest.TestCase):
         self.assertEqual(record.get("failure"), "auth", record)
         self.assertIn(f"{self.host}: authentication failed for user {self.srv.user('bash')}: the "
                       "server did not accept the answers", record["error"])
+
+    def test_detached_runs_are_attached_and_stopped_through_the_held_session(self):
+        # A login node with a second factor, held by `ferry connect`: ps, attach and stop with no
+        # terminal use that session (issue 43 item 1, issue 44 item 2): no prompt, no new login.
+        before = self.accepted_second_factors()
+        connect = [ferry_bin(), "connect", self.host, "--ssh-config", self.ssh_config]
+        code, shown, prompts = on_terminal(connect, self.env, CODE)
+        self.assertEqual((code, prompts), (0, 1), shown)
+        runs = {}
+        for name, body in (("waits", "import time\ntime.sleep(1)\nprint('collected', flush=True)\n"),
+                           ("long", "import time\nprint('long', flush=True)\ntime.sleep(30)\n")):
+            res = self.without_terminal([*self.run_args(self.host, job=write_job(self.tmp, name, body)),
+                                         "--detach"])
+            self.assertEqual(res.returncode, 0, res)
+            runs[name] = json.loads(res.stdout)
+            self.assertEqual(runs[name]["status"], "running", runs[name])
+        ferry = [ferry_bin(), "-v"]
+        ssh = ["--ssh-config", self.ssh_config]
+        res = self.without_terminal([*ferry, "ps", "--json", *ssh])
+        self.assertEqual(res.returncode, 0, res)
+        states = {row["run_id"]: row["state"] for row in map(json.loads, res.stdout.splitlines())}
+        self.assertEqual(states.get(runs["long"]["run_id"]), "running", res)
+        # The holder serves only run directories in the host's run base: a record that names
+        # another one (damaged) is refused, and nothing there is touched.
+        run_dir = runs["waits"]["detached"]["run_dir"]
+        elsewhere = os.path.join(os.path.dirname(os.path.dirname(run_dir)), os.path.basename(run_dir))
+        self.set_run_dir(runs["waits"]["run_id"], elsewhere)
+        res = self.without_terminal([ferry_bin(), "attach", runs["waits"]["run_id"], *ssh])
+        self.assertEqual(res.returncode, 1, res)
+        self.assertIn(f"'{elsewhere}' is not a run directory in the run base {os.path.dirname(run_dir)}".encode(),
+                      res.stderr)
+        self.set_run_dir(runs["waits"]["run_id"], run_dir)
+        res = self.without_terminal([*ferry, "attach", runs["waits"]["run_id"], "--json", *ssh])
+        self.assertEqual(res.returncode, 0, res)
+        self.assertIn(b"using the connection held by process", res.stderr)
+        record = json.loads(res.stdout)
+        self.assertEqual((record["status"], record["stdout"]), ("ok", "collected\n"), record)
+        self.assertFalse(os.path.exists(runs["waits"]["detached"]["run_dir"]))
+        res = self.without_terminal([*ferry, "stop", runs["long"]["run_id"], "--json", *ssh])
+        self.assertEqual(res.returncode, 0, res)
+        self.assertIn(b"using the connection held by process", res.stderr)
+        record = json.loads(res.stdout)
+        self.assertEqual((record["status"], record["stdout"]), ("interrupted", "long\n"), record)
+        self.assertFalse(os.path.exists(runs["long"]["detached"]["run_dir"]))
+        self.assertEqual(self.accepted_second_factors() - before, 1, self.srv.log_text()[-3000:])
+        # Not held (disconnected): attach connects directly, which needs the second factor, and
+        # with no terminal it says so; it starts no holder for itself.
+        res = self.without_terminal([*self.run_args(self.host), "--detach"])
+        self.assertEqual(res.returncode, 0, res)
+        again = json.loads(res.stdout)["run_id"]
+        run_ferry("disconnect", "--all", env=self.env)
+        res = self.without_terminal([*ferry, "attach", again, *ssh])
+        self.assertEqual(res.returncode, 3, res)
+        self.assertIn(f"run `ferry connect {self.host}` in a terminal first".encode(), res.stderr)
+        self.assertEqual(json.loads(run_ferry("disconnect", "--list", "--json", env=self.env).stdout or b"[]"), [])
 
     def test_connect_with_persist_0_is_a_usage_error(self):
         for args, env in ((["--persist", "0"], {}), ([], {"FERRY_PERSIST": "0"})):

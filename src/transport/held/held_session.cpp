@@ -134,23 +134,45 @@ public:
   Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun& run,
                                                       const std::string& rel) override
   {
-    FERRY_TRY_ASSIGN(const auto reply,
-                     call({{"op", "list"}, {"run", run.id}, {"path", rel}}, run.id));
+    FERRY_TRY_ASSIGN(const std::uint64_t id, id_of(run));
+    FERRY_TRY_ASSIGN(const auto reply, call({{"op", "list"}, {"run", id}, {"path", rel}}, id));
     return held::decode_entries(reply.at("entries"));
   }
   Expected<void> finish(StagedRun& run, Finish how) override
   {
-    auto finished =
-        call({{"op", "finish"}, {"run", run.id}, {"how", static_cast<int>(how)}}, run.id);
+    FERRY_TRY_ASSIGN(const std::uint64_t id, id_of(run));
+    auto finished = call({{"op", "finish"}, {"run", id}, {"how", static_cast<int>(how)}}, id);
     const std::lock_guard lock(m_mutex);
-    if (auto pinned = m_pinned.extract(run.id)) {
+    if (auto pinned = m_pinned.extract(id)) {
       m_idle.push_back(std::move(pinned.mapped())); // free for the next run's stage
     }
+    m_adopted.erase(run.run_dir);
     FERRY_TRY(finished);
     return {};
   }
 
 private:
+  // The holder's id for `run`: its own, when it was staged through the holder; else (a detached
+  // run, staged by an earlier ferry, or /proc) the id the holder gives the directory once it has
+  // checked it (docs/run-protocol.md, "Through a held session").
+  Expected<std::uint64_t> id_of(const StagedRun& run)
+  {
+    if (run.id != 0) {
+      return run.id;
+    }
+    {
+      const std::lock_guard lock(m_mutex);
+      if (auto it = m_adopted.find(run.run_dir); it != m_adopted.end()) {
+        return it->second;
+      }
+    }
+    std::uint64_t adopted = 0;
+    FERRY_TRY(call({{"op", "adopt"}, {"run_dir", run.run_dir}}, 0, &adopted));
+    const std::lock_guard lock(m_mutex);
+    m_adopted[run.run_dir] = adopted;
+    return adopted;
+  }
+
   Unexpected<Error> lost(std::string_view what) const
   {
     return fail(ErrorKind::failed, "{}: the connection holder ({}) {}", m_label,
@@ -232,15 +254,17 @@ private:
   Prompter m_prompter; // for a holder that connects the host anew
   std::mutex m_mutex;
   std::vector<Fd> m_idle;
-  std::map<std::uint64_t, Fd> m_pinned; // by run id: the connection that staged it
+  std::map<std::uint64_t, Fd> m_pinned;           // by run id: the connection that staged it
+  std::map<std::string, std::uint64_t> m_adopted; // by run directory: the holder's id for it
 };
 
 Expected<FetchedFile> HeldSession::fetch(const StagedRun& run, const std::string& rel,
                                          const ChunkSink& sink, std::uint64_t offset)
 {
-  FERRY_TRY_ASSIGN(Fd fd, take(run.id));
+  FERRY_TRY_ASSIGN(const std::uint64_t id, id_of(run));
+  FERRY_TRY_ASSIGN(Fd fd, take(id));
   if (!held::send_message(fd.get(),
-                          {{"op", "fetch"}, {"run", run.id}, {"path", rel}, {"offset", offset}})) {
+                          {{"op", "fetch"}, {"run", id}, {"path", rel}, {"offset", offset}})) {
     return lost("went away");
   }
   std::optional<Error> refused; // the sink's error: the rest is read and dropped
@@ -257,7 +281,7 @@ Expected<FetchedFile> HeldSession::fetch(const StagedRun& run, const std::string
       }
       continue;
     }
-    give_back(std::move(fd), run.id);
+    give_back(std::move(fd), id);
     if (auto error = held::error_in(m)) {
       return Unexpected{*error};
     }
@@ -425,8 +449,12 @@ Expected<Fd> dial_started(const fs::path& socket)
 
 class PersistentSession final : public HostSession {
 public:
-  PersistentSession(std::unique_ptr<SshConnection> direct, SshTarget target, int persist_s)
-      : m_direct(std::move(direct)), m_target(std::move(target)), m_persist_s(persist_s)
+  // `existing`: only a session the holder keeps already is used (none is connected, and no
+  // holder started, for this one), else `direct` connects.
+  PersistentSession(std::unique_ptr<SshConnection> direct, SshTarget target, int persist_s,
+                    bool existing = false)
+      : m_direct(std::move(direct)), m_target(std::move(target)), m_persist_s(persist_s),
+        m_existing(existing)
   {
   }
 
@@ -480,6 +508,7 @@ private:
             {"persist_s", m_persist_s},
             {"verbose", static_cast<bool>(m_target.debug)},
             {"prompt", static_cast<bool>(m_target.prompt)},
+            {"existing", m_existing},
             {"wait_s", static_cast<int>(connect_s * (1 + std::max(0, m_target.retries))) + 20}};
   }
   Expected<Fd> dial_holder();
@@ -491,6 +520,7 @@ private:
   std::unique_ptr<HeldSession> m_held;
   SshTarget m_target;
   int m_persist_s;
+  bool m_existing;
   fs::path m_socket;
   std::string m_not_used; // why the holder was passed over
 };
@@ -499,6 +529,9 @@ Expected<Fd> PersistentSession::dial_holder()
 {
   if (auto fd = held::dial(m_socket)) {
     return fd;
+  }
+  if (m_existing) {
+    return fail(ErrorKind::failed, "no holder answers at {}", m_socket.string());
   }
   std::error_code ec;
   const auto status = fs::symlink_status(m_socket, ec);
@@ -562,9 +595,9 @@ Expected<bool> PersistentSession::use_holder()
 
 Expected<void> PersistentSession::connect()
 {
-  auto dir = held::holder_dir(true);
+  auto dir = held::holder_dir(!m_existing);
   if (!dir) {
-    if (m_target.warn) {
+    if (m_target.warn && !m_existing) {
       m_target.warn(fmt::format("connections are not kept (--persist): {}", dir.error().message));
     }
     return m_direct->connect();
@@ -602,6 +635,12 @@ std::unique_ptr<HostSession> make_persistent_session(std::unique_ptr<SshConnecti
                                                      const SshTarget& target, int persist_s)
 {
   return std::make_unique<PersistentSession>(std::move(direct), target, persist_s);
+}
+
+std::unique_ptr<HostSession> make_held_or_direct_session(std::unique_ptr<SshConnection> direct,
+                                                         const SshTarget& target)
+{
+  return std::make_unique<PersistentSession>(std::move(direct), target, 0, true);
 }
 
 namespace {

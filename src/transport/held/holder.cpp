@@ -302,7 +302,8 @@ private:
 
   // The held session for these options: the one there is (checked), or a new one, connected
   // now on this client's thread (its prompts relayed to the client on `fd`). `bound` is set
-  // when the client may use it.
+  // when the client may use it. A hello that asks only for an `existing` one (`ferry attach`)
+  // connects nothing and leaves the session's persist time as it is.
   Message hello(const Message& request, std::shared_ptr<HeldHost>& bound, int fd)
   {
     if (request.value("protocol", 0) != k_protocol) {
@@ -310,10 +311,15 @@ private:
     }
     const std::string identity = request.at("identity").get<std::string>();
     const nlohmann::json& target = request.at("target");
+    const bool existing = request.value("existing", false);
     for (int attempt = 0; attempt < 2 && !m_exit; ++attempt) {
-      const auto found = find_or_add(sha256_hex(identity), target.at("spec").get<std::string>());
+      const auto found =
+          find_or_add(sha256_hex(identity), target.at("spec").get<std::string>(), !existing);
       const std::shared_ptr<HeldHost>& host = found.first;
       const bool fresh = found.second;
+      if (!host) {
+        return gone("it holds no session for these options");
+      }
       Message story = Message::array();
       if (fresh) {
         SshTarget wanted = target_of(target);
@@ -332,6 +338,9 @@ private:
       lock.unlock();
       if (!fresh && !host->session->alive()) {
         end_host(host); // and connect anew
+        if (existing) {
+          return gone("its session for these options had ended");
+        }
         continue;
       }
       // known_hosts as it reads now decides, as for a direct connection.
@@ -339,9 +348,11 @@ private:
         end_host(host);
         return error_message(trusted.error());
       }
-      host->persist = std::chrono::duration_cast<Clock::duration>(
-                          std::chrono::seconds(request.value("persist_s", k_default_persist_s)))
-                          .count();
+      if (!existing) {
+        host->persist = std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::seconds(request.value("persist_s", k_default_persist_s)))
+                            .count();
+      }
       ++host->clients;
       host->heard();
       bound = host;
@@ -355,12 +366,16 @@ private:
     return gone("it is ending");
   }
 
+  // The host kept for `key`, else (with `add`) a new one to connect; {nullptr, false}: none.
   std::pair<std::shared_ptr<HeldHost>, bool> find_or_add(const std::string& key,
-                                                         const std::string& label)
+                                                         const std::string& label, bool add)
   {
     const std::lock_guard lock(m_hosts_mutex);
     if (auto it = m_hosts.find(key); it != m_hosts.end()) {
       return {it->second, false};
+    }
+    if (!add) {
+      return {nullptr, false};
     }
     auto host = std::make_shared<HeldHost>(key, label, utc_iso(std::chrono::system_clock::now()));
     m_hosts[key] = host;

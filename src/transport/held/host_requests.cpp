@@ -10,6 +10,8 @@
 
 #include "ferry/fd.hpp"
 #include "ferry/remote/launcher.hpp"
+#include "ferry/remote/shell_neutral.hpp"
+#include "ferry/text.hpp"
 #include "transport/held/held_host.hpp"
 #include "transport/held/wire.hpp"
 
@@ -32,8 +34,16 @@ struct Busy {
   std::atomic<int>& count;
 };
 
-// The runs a client staged and has not finished: finished for it when it goes (removed, unless
-// its launcher said it removed the directory itself).
+// Where a client's run comes from: staged here, or a directory the client named (adopt).
+enum class Origin {
+  staged,
+  detached, // a detached run's directory, in the run base: its files read, removed at its finish
+  proc,     // /proc, read for a detached launcher's liveness: its files read, nothing else
+};
+
+// The runs a client staged (or adopted) and has not finished: finished for it when it goes. A
+// staged one is removed, unless its launcher said it removed the directory itself; an adopted
+// one is only forgotten (its detached job goes on, for a later attach).
 struct ClientRuns {
   explicit ClientRuns(SshConnection& s) : session(s) {}
   ClientRuns(const ClientRuns&) = delete;
@@ -41,12 +51,17 @@ struct ClientRuns {
   ~ClientRuns()
   {
     for (auto& [id, run] : runs) {
-      (void)session.finish(run.staged, run.removed ? Finish::by_launcher : Finish::remove);
+      if (run.origin == Origin::staged) {
+        (void)session.finish(run.staged, run.removed ? Finish::by_launcher : Finish::remove);
+      } else if (run.origin == Origin::detached) {
+        (void)session.finish(run.staged, Finish::keep);
+      }
     }
   }
   struct Run {
     StagedRun staged;
     bool removed = false; // its launcher's report said it removed the run directory
+    Origin origin = Origin::staged;
   };
   SshConnection& session;
   std::map<std::uint64_t, Run> runs;
@@ -129,8 +144,11 @@ public:
         return error_message(staged.error());
       }
       staged->id = ++g_last_run;
-      m_runs.runs[staged->id] = {*staged, false};
+      m_runs.runs[staged->id] = {*staged, false, Origin::staged};
       return ok_message({{"run", encode(*staged)}});
+    }
+    if (op == "adopt") {
+      return adopt(request.at("run_dir").get<std::string>());
     }
     const auto id = request.at("run").get<std::uint64_t>();
     const auto it = m_runs.runs.find(id);
@@ -138,8 +156,16 @@ public:
       return error_message({ErrorKind::failed, fmt::format("no run {} staged by this client", id)});
     }
     StagedRun& run = it->second.staged;
+    const Origin origin = it->second.origin;
     if (op == "launch") {
-      return launch(request, it->second);
+      // ferry executes only the files it has just put in place (a detached run's launch.sh may
+      // have been rewritten by its job): what was adopted is never launched.
+      return origin == Origin::staged
+                 ? launch(request, it->second)
+                 : error_message({ErrorKind::failed,
+                                  fmt::format("run {} was named by its directory, not staged "
+                                              "through this holder: it is not launched",
+                                              id)});
     }
     if (op == "fetch") {
       return fetch(run, request.at("path").get<std::string>(),
@@ -150,7 +176,13 @@ public:
       return entries ? ok_message({{"entries", encode(*entries)}}) : error_message(entries.error());
     }
     if (op == "finish") {
-      auto finished = m_session.finish(run, static_cast<Finish>(request.at("how").get<int>()));
+      const auto how = static_cast<Finish>(request.at("how").get<int>());
+      if (origin == Origin::proc) {
+        m_runs.runs.erase(it);
+        return how == Finish::remove ? error_message({ErrorKind::failed, "/proc is not removed"})
+                                     : ok_message();
+      }
+      auto finished = m_session.finish(run, how);
       m_runs.runs.erase(it);
       return finished ? ok_message() : error_message(finished.error());
     }
@@ -158,6 +190,41 @@ public:
   }
 
 private:
+  // A run directory the client names rather than stages (a detached run's, which an earlier
+  // ferry staged): served only when it is one of ferry's run directories in this session's run
+  // base (as staging finds and judges the base), or /proc (read-only).
+  Message adopt(const std::string& dir)
+  {
+    auto origin = adoptable(dir);
+    if (!origin) {
+      return error_message(origin.error());
+    }
+    StagedRun staged;
+    staged.run_dir = dir;
+    staged.launcher.run_dir = dir;
+    staged.id = ++g_last_run;
+    m_runs.runs[staged.id] = {staged, false, *origin};
+    return ok_message({{"run", {{"id", staged.id}}}});
+  }
+
+  Expected<Origin> adoptable(const std::string& dir)
+  {
+    if (dir == "/proc") {
+      return Origin::proc;
+    }
+    FERRY_TRY_ASSIGN(const std::string base, m_session.run_base());
+    const auto slash = dir.rfind('/');
+    if (slash == std::string::npos || dir.substr(0, slash) != base ||
+        !dir.substr(slash + 1).starts_with("ferry-") || !is_shell_neutral_token(dir)) {
+      return fail(ErrorKind::failed,
+                  "{}: '{}' is not a run directory in the run base {}; the holder serves only "
+                  "ferry's own run directories there (a damaged record, or a run base changed "
+                  "since the run started: try again with --persist 0)",
+                  terminal_safe(m_host.label), terminal_safe(dir), terminal_safe(base));
+    }
+    return Origin::detached;
+  }
+
   Message fetch(const StagedRun& run, const std::string& rel, std::uint64_t offset)
   {
     auto file = m_session.fetch(

@@ -35,6 +35,12 @@ public:
             CallWatchdog& watchdog, const StopToken& stop);
 
   [[nodiscard]] Expected<std::string> create_run_dir();
+  // The run base, resolved and judged (prepare_base) on first use.
+  [[nodiscard]] Expected<std::string> run_base()
+  {
+    FERRY_TRY(prepare_base());
+    return m_base;
+  }
   // Whether this session has swept the base (its first run directory is made).
   [[nodiscard]] bool swept() const { return m_chmod_run_dirs.has_value(); }
   [[nodiscard]] Expected<void> put_file(const std::string& path, std::string_view bytes);

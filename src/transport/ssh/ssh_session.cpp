@@ -116,6 +116,10 @@ public:
     });
   }
   void without_job_cache() override { m_job_cache = false; }
+  Expected<std::string> run_base() override
+  {
+    return with_sftp([&]() -> Expected<std::string> { return files().run_base(); });
+  }
   void prepare_files() override
   {
     (void)with_sftp([&]() -> Expected<bool> { return files().file_exists("/"); });
