@@ -1,15 +1,6 @@
 #include "transport/held/held_host.hpp"
 
-#include <algorithm>
-
 namespace ferry::held {
-
-namespace {
-
-// How often hosts whose work waits for other hosts' requests look again.
-constexpr auto k_others_look = std::chrono::milliseconds(50);
-
-} // namespace
 
 HeldHost::~HeldHost()
 {
@@ -67,9 +58,6 @@ void PreparePool::want(const std::shared_ptr<HeldHost>& host, Wish wish)
       host->idle_wanted = true;
       break;
     }
-    if (wish != Wish::standby && !host->waits_since) {
-      host->waits_since = Clock::now();
-    }
     if (host->queued || host->working) {
       return; // the thread preparing it queues it again for this wish when it is done
     }
@@ -107,28 +95,6 @@ void PreparePool::stop()
   }
 }
 
-bool PreparePool::waits_for_others(const HeldHost& host, Clock::time_point now) const
-{
-  if (host.standby_wanted || host.ending || !host.waits_since ||
-      now - *host.waits_since >= k_others_first_at_most) {
-    return false;
-  }
-  return m_requests.load() > host.requests.load(); // another host's request is under way
-}
-
-std::shared_ptr<HeldHost> PreparePool::next_ready()
-{
-  const auto now = Clock::now();
-  const auto it = std::find_if(m_queue.begin(), m_queue.end(),
-                               [&](const auto& host) { return !waits_for_others(*host, now); });
-  if (it == m_queue.end()) {
-    return nullptr;
-  }
-  std::shared_ptr<HeldHost> host = std::move(*it);
-  m_queue.erase(it);
-  return host;
-}
-
 // One host at a time, by one thread at a time (two preparing one session would open two
 // standbys): a sh standby first as it starts (for a run that comes meanwhile), then
 // the python one; after a run, the next run's channel; when idle, the idle work. A host queued
@@ -141,12 +107,8 @@ void PreparePool::work()
     if (m_stopping) {
       return;
     }
-    std::shared_ptr<HeldHost> host = next_ready();
-    if (!host) {
-      m_wake.wait_for(lock, k_others_look); // every queued host waits for others' requests
-      continue;
-    }
-    host->waits_since.reset();
+    std::shared_ptr<HeldHost> host = std::move(m_queue.front());
+    m_queue.pop_front();
     const bool start = std::exchange(host->start_wanted, false);
     const bool idle = std::exchange(host->idle_wanted, false);
     const bool standby = std::exchange(host->standby_wanted, false);

@@ -75,9 +75,6 @@ struct HeldHost : std::enable_shared_from_this<HeldHost> {
   std::atomic<bool> start_pending{true};
   bool standby_wanted = false; // prepare_ahead
   bool idle_wanted = false;    // prepare_idle
-  // When its start or idle work was first wished for since it was last prepared: that work
-  // waits while other hosts' requests are under way (a fan-out), at most a while from then.
-  std::optional<Clock::time_point> waits_since;
   bool queued = false;
   bool working = false; // a pool thread prepares it now: no second one may (one session each)
 
@@ -87,16 +84,9 @@ private:
 
 // The threads (a fixed few) that do every host's preparing, fed by one queue; a host retired
 // into it is dropped there, so its session's teardown never holds the main loop up.
-//
-// A host's start and idle work (a channel opened ahead, the python standby's script looked at,
-// its interpreter started: work for runs to come) waits while other hosts have requests under
-// way, at most k_others_first_at_most: during a fan-out it would take the CPU of hosts that
-// share a machine, and of the holder's, from the runs under way (docs/persistence.md, "When
-// the holder prepares"). The next run's channel after a run (Wish::standby) never waits.
 class PreparePool {
 public:
   enum class Wish { start, standby, idle };
-  static constexpr auto k_others_first_at_most = std::chrono::minutes(2);
   explicit PreparePool(int threads);
   PreparePool(const PreparePool&) = delete;
   PreparePool& operator=(const PreparePool&) = delete;
@@ -106,22 +96,15 @@ public:
   void retire(std::shared_ptr<HeldHost> host);
   // Drops what is queued and waits for the work under way.
   void stop();
-  // Requests under way on every host (each also counts in its host's `requests`).
-  [[nodiscard]] std::atomic<int>& requests() { return m_requests; }
 
 private:
   void work();
   void queue(std::shared_ptr<HeldHost> host);
-  // Whether `host`'s wishes wait for other hosts' requests now (under the pool's lock).
-  [[nodiscard]] bool waits_for_others(const HeldHost& host, Clock::time_point now) const;
-  // The next host to prepare now, taken from the queue; none: all of them wait.
-  [[nodiscard]] std::shared_ptr<HeldHost> next_ready();
 
   std::mutex m_mutex;
   std::condition_variable m_wake;
   std::deque<std::shared_ptr<HeldHost>> m_queue;
   bool m_stopping = false;
-  std::atomic<int> m_requests{0};
   std::vector<std::thread> m_threads;
 };
 

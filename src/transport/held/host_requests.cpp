@@ -305,7 +305,6 @@ void serve_host_client(const std::shared_ptr<HeldHost>& host, PreparePool& pool,
     Message reply;
     try {
       const Busy busy(host->requests);
-      const Busy all(pool.requests());
       reply = client.dispatch(request);
     } catch (const std::exception& e) {
       reply = error_message({ErrorKind::failed, fmt::format("bad request: {}", e.what())});
