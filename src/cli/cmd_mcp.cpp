@@ -33,7 +33,8 @@ void note(std::string_view text)
 
 // The targets a call picks from: each host given, resolved as `ferry run` resolves it, and this
 // machine with --local (or when no host is given). Unlike `run`, --local and hosts may be
-// combined: a client picks per call. The server keeps direct sessions of its own (no holder).
+// combined: a client picks per call. The server keeps sessions of its own (through a host's
+// held session when the user's holder keeps one, docs/mcp.md).
 Expected<std::vector<PoolTarget>> server_targets(const TargetOptions& options,
                                                  const UserConfig& config, bool verbose)
 {

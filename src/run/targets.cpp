@@ -275,7 +275,16 @@ Expected<SessionMaker> direct_sessions(const HostTargets& target, const UserConf
   SshTarget ssh = ssh_target_for(target, config, host, verbose);
   ssh.prompt = nullptr; // a long-lived process (the MCP server) has nobody at a terminal
   FERRY_TRY(make_checked_ssh_session(ssh));
-  return SessionMaker([ssh = std::move(ssh)] { return make_ssh_session(ssh); });
+  FERRY_TRY_ASSIGN(const int persist_s, persist_for(target, config, host));
+  // A host the user's holder keeps (`ferry connect` answered its second factor on a terminal)
+  // is used through it; no holder is started for the server's own sessions.
+  return SessionMaker([ssh = std::move(ssh), persist_s]() -> std::unique_ptr<HostSession> {
+    auto direct = make_checked_ssh_session(ssh);
+    if (!direct || persist_s <= 0) {
+      return make_ssh_session(ssh);
+    }
+    return make_held_or_direct_session(std::move(*direct), ssh);
+  });
 }
 
 Expected<std::vector<std::unique_ptr<HostSession>>> make_host_sessions(const HostTargets& target,

@@ -63,9 +63,11 @@ make_host_sessions(const HostTargets& target, const UserConfig& config, bool ver
 // Makes a new, unconnected session each time it is called.
 using SessionMaker = std::function<std::unique_ptr<HostSession>()>;
 
-// Direct SSH sessions to `host` (no holder), as many as asked for: what a long-lived process
-// that keeps its own sessions uses; they never prompt. The ssh config is read now: one ssh would
-// refuse is a usage error here, before any host is contacted.
+// SSH sessions to `host`, as many as asked for: what a long-lived process that keeps its own
+// sessions uses; they never prompt. Each goes through the session the user's holder keeps for
+// the host when there is one (held by `ferry connect`, which answered a second factor), else
+// connects directly; no holder is started for them (--persist 0 / FERRY_PERSIST=0: direct). The ssh
+// config is read now: one ssh would refuse is a usage error here, before any host is contacted.
 [[nodiscard]] Expected<SessionMaker> direct_sessions(const HostTargets& target,
                                                      const UserConfig& config,
                                                      const std::string& host, bool verbose);

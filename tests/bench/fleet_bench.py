@@ -1470,7 +1470,10 @@ def cpu_split(c) -> list[str]:
             disconnect = [c.ferry, "disconnect", "--all"]
             subprocess.run(disconnect, env=c.env, capture_output=True, timeout=120)
             if name == first:
-                run_checked("cpu: the holder kept up", f"{c.F} connect {keeper} --ssh-config {q(cfg)} --persist 900",
+                # Started in the client's group: the holder's own CPU (the first run's connect,
+                # its SFTP steps) counts on the client's side, as the held row's does.
+                run_checked("cpu: the holder kept up",
+                            f"{into_client} && {c.F} connect {keeper} --ssh-config {q(cfg)} --persist 900",
                             c.env, c.cwd)
             run_checked(f"cpu: {name}", f"{into_client} && {cmd}", c.env, c.cwd)
             before = {side: get() for side, get in usage.items()}

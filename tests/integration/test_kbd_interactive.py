@@ -8,12 +8,16 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
 
 from ferry_harness import ferry_bin, run_ferry, run_in_pty, write_job
 from sshd_fixture import USER_SET, SshServer, require_root_and_tools
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mcp"))
+from mcp_harness import RawServer  # noqa: E402
 
 CODE = "424242"
 PROGRAM = f"ferry-kbd-sshd{USER_SET}"
@@ -247,6 +251,35 @@ class SecondFactor(unittest.TestCase):
         self.assertEqual(res.returncode, 3, res)
         self.assertIn(f"run `ferry connect {self.host}` in a terminal first".encode(), res.stderr)
         self.assertEqual(json.loads(run_ferry("disconnect", "--list", "--json", env=self.env).stdout or b"[]"), [])
+
+    def test_mcp_calls_use_the_held_session_after_connect(self):
+        # ferry mcp has no terminal: a call to a host with a second factor fails naming `ferry
+        # connect`; once it is held (one prompt, on a terminal), the server's calls go through
+        # the held session with no new login (docs/mcp.md, "Sessions").
+        jobs = os.path.join(self.tmp, "mcp-jobs")
+        os.makedirs(jobs, exist_ok=True)
+        write_job(jobs, "second", JOB)
+        server = RawServer(["--host", self.host, "--ssh-config", self.ssh_config, "--jobs", jobs], self.env)
+        self.addCleanup(server.kill)
+        server.initialize()
+
+        def call(id_: int) -> dict:
+            server.request(id_, "tools/call", {"name": "second", "arguments": {"target": self.host}})
+            return server.response(id_, timeout=60)["result"]
+
+        before = self.accepted_second_factors()
+        result = call(1)
+        self.assertTrue(result.get("isError"), result)
+        self.assertIn(f"run `ferry connect {self.host}` in a terminal first", json.dumps(result))
+        connect = [ferry_bin(), "connect", self.host, "--ssh-config", self.ssh_config]
+        code, shown, prompts = on_terminal(connect, self.env, CODE)
+        self.assertEqual((code, prompts), (0, 1), shown)
+        for id_ in (2, 3):
+            result = call(id_)
+            self.assertFalse(result.get("isError"), result)
+            self.assertIn("second factor ok", json.dumps(result))
+        self.assertEqual(self.accepted_second_factors() - before, 1, self.srv.log_text()[-3000:])
+        self.assertEqual(server.close(), 0)
 
     def test_connect_with_persist_0_is_a_usage_error(self):
         for args, env in ((["--persist", "0"], {}), ([], {"FERRY_PERSIST": "0"})):
