@@ -637,15 +637,23 @@ RunRecord waiting_run(const std::filesystem::path& path)
   return running;
 }
 
+// A run waiting for collection, whose collection lock a first collector holds.
+struct HeldCollection {
+  archive_test::TempDir tmp;
+  std::filesystem::path path = tmp / "archive.db";
+  RunRecord running = waiting_run(path);
+  Expected<std::optional<CollectionLock>> held = lock_collection(path, running.run_id, false, {});
+};
+
 } // namespace
 
 TEST_CASE("a second collector of a run waits for the first and answers with its final record",
           "[runner][detach]")
 {
-  archive_test::TempDir tmp;
-  const auto path = tmp / "archive.db";
-  const RunRecord running = waiting_run(path);
-  auto held = lock_collection(path, running.run_id, false, {});
+  HeldCollection first;
+  const auto& path = first.path;
+  const RunRecord& running = first.running;
+  auto& held = first.held;
   REQUIRE(held);
   REQUIRE(held->has_value()); // the first collector, following the run
   FakeSession session;
@@ -689,10 +697,10 @@ TEST_CASE("a second collector of a run waits for the first and answers with its 
 TEST_CASE("ferry stop does not wait for another collector of the run: it says who holds it",
           "[runner][detach]")
 {
-  archive_test::TempDir tmp;
-  const auto path = tmp / "archive.db";
-  const RunRecord running = waiting_run(path);
-  auto held = lock_collection(path, running.run_id, false, {});
+  HeldCollection first;
+  const auto& path = first.path;
+  const RunRecord& running = first.running;
+  auto& held = first.held;
   REQUIRE(held);
   REQUIRE(held->has_value());
   FakeSession session;
