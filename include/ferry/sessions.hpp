@@ -83,8 +83,6 @@ public:
   // Called (holding the session's lock: it must only take note) when a run takes the channel
   // opened ahead, so that the holder opens the next one while this run's job runs.
   virtual void on_ahead_taken(std::function<void()> callback) { (void)callback; }
-  // Starts SFTP now rather than at the first run's staging (a holder, as it starts).
-  virtual void prepare_files() {}
   // The host's run base as staging finds and judges it (resolved once per session): a holder
   // checks that a run directory a client names lies in it before it serves that run's files.
   [[nodiscard]] virtual Expected<std::string> run_base()

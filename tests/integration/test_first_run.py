@@ -287,6 +287,35 @@ class FirstRunWithoutSftp(SshTestCase):
         self.assert_ok(res, "fresh again")
         self.assertEqual(self.sftp_sessions(), before + 1)
 
+    def test_a_holders_first_run_of_a_host_goes_as_its_only_run(self):
+        """The run whose hello made the holder connect, the invocation's only run on the host,
+        goes as a direct connection's only run (its once standby stages it, without SFTP); the
+        holder readies the next run's standby after it, and the next run uses the held session
+        (docs/persistence.md, "A host's first run through the holder")."""
+        run_ferry("disconnect", "--all", env=self.env)
+        accepted = self.srv.count_accepted(self.user)
+        try:
+            first = self.run_job(self.job("first through the holder"), "--persist", "60", "-p", "k=v")
+            self.assertIn(b"the connection holder (process", first.stderr)
+            self.assertIn(b"connected " + self.srv.alias("bash").encode() + b" for this run", first.stderr)
+            self.assertEqual((first.code, first.record["status"]), (0, "ok"), first)
+            parent = json.loads(first.record["stdout"])["parent"]
+            self.assertEqual(parent[:4], ["python3", "-I", "-S", "-c"], parent)
+            self.assertEqual(parent[-2:], ["once", "ferry-standby"], parent)
+            again = self.run_job(self.job("held"), "--persist", "60", "-p", "k=v")
+            self.assertIn(b"using the connection held by process", again.stderr)
+            self.assertEqual((again.code, again.record["status"]), (0, "ok"), again)
+            seen = json.loads(again.record["stdout"])
+            self.assertEqual(json.loads(seen["params"]), {"k": "v"})
+            self.assertNotEqual(seen["parent"][-2:], ["once", "ferry-standby"], seen)
+            self.assertEqual(self.srv.count_accepted(self.user), accepted + 1, "the second run connected anew")
+        finally:
+            run_ferry("disconnect", "--all", env=self.env)
+        deadline = time.monotonic() + 15
+        while self.srv.run_dirs(self.user) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(self.srv.run_dirs(self.user), [])
+
     def test_a_base_open_to_others_is_refused_as_over_sftp(self):
         os.chmod(self.base, 0o770)
         try:

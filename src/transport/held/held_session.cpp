@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -106,7 +107,8 @@ public:
   HeldSession(fs::path socket, std::string label, Message hello, Fd first, Message greeting,
               Prompter prompter)
       : m_socket(std::move(socket)), m_label(std::move(label)), m_hello(std::move(hello)),
-        m_target(greeting.value("target", Message::object())), m_prompter(std::move(prompter))
+        m_target(greeting.value("target", Message::object())), m_prompter(std::move(prompter)),
+        m_connected(greeting.value("connected", false))
   {
     m_idle.push_back(std::move(first));
     // Later connections find the session there: a holder that does not answer at once is
@@ -119,11 +121,24 @@ public:
   Expected<void> connect() override { return {}; }
   SessionTraits traits() const override { return {true}; }
 
+  // The holder connected the host for this session: its first run may go as a direct
+  // connection's only run does (docs/persistence.md, "A host's first run through the holder").
+  void plan(std::size_t runs, std::size_t /*at_once*/) override
+  {
+    const std::lock_guard lock(m_mutex);
+    m_only_run = m_connected && runs == 1;
+  }
   Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override
   {
+    Message request{{"op", "stage"}, {"bundle", held::encode(bundle)}};
+    {
+      const std::lock_guard lock(m_mutex);
+      if (std::exchange(m_only_run, false)) {
+        request["only_run"] = true;
+      }
+    }
     std::uint64_t staged_id = 0;
-    FERRY_TRY_ASSIGN(const auto reply,
-                     call({{"op", "stage"}, {"bundle", held::encode(bundle)}}, 0, &staged_id));
+    FERRY_TRY_ASSIGN(const auto reply, call(request, 0, &staged_id));
     StagedRun run = held::decode_run(reply.at("run"));
     run.stop = stop;
     return run;
@@ -256,6 +271,8 @@ private:
   std::vector<Fd> m_idle;
   std::map<std::uint64_t, Fd> m_pinned;           // by run id: the connection that staged it
   std::map<std::string, std::uint64_t> m_adopted; // by run directory: the holder's id for it
+  const bool m_connected;  // the holder connected the host for this session's hello
+  bool m_only_run = false; // plan: the first stage asks for a direct connection's only run
 };
 
 Expected<FetchedFile> HeldSession::fetch(const StagedRun& run, const std::string& rel,
@@ -464,7 +481,8 @@ public:
   // Through the holder only: an error when it cannot be used.
   Expected<void> hold();
   SessionTraits traits() const override { return active().traits(); }
-  // Only a direct connection's standbys end with its last run; a holder keeps its own.
+  // A holder keeps its standbys past a run; it is told only of a first run that is its
+  // connection's only one (HeldSession::plan).
   void plan(std::size_t runs, std::size_t at_once) override { active().plan(runs, at_once); }
   Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override
   {

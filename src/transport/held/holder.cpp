@@ -411,8 +411,6 @@ private:
     } else if (auto connected = (*session)->connect(); !connected) {
       failure = connect_failure(connected.error());
     } else {
-      // SFTP started now: the run that asked for the connection stages at once.
-      (*session)->prepare_files();
       const std::weak_ptr<HeldHost> weak = host;
       // The next run's standby opens while this run's job runs, not after it.
       (*session)->on_ahead_taken([this, weak] {

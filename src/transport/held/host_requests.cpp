@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -51,6 +52,7 @@ struct ClientRuns {
   ~ClientRuns()
   {
     for (auto& [id, run] : runs) {
+      unplan(run);
       if (run.origin == Origin::staged) {
         (void)session.finish(run.staged, run.removed ? Finish::by_launcher : Finish::remove);
       } else if (run.origin == Origin::detached) {
@@ -62,7 +64,17 @@ struct ClientRuns {
     StagedRun staged;
     bool removed = false; // its launcher's report said it removed the run directory
     Origin origin = Origin::staged;
+    // Staged as the session's only run (plan 1): the session is the holder's again (plan
+    // unknown: standbys stay) once its exec has begun.
+    bool only_run = false;
   };
+  // After an only run's exec (or its finish without one): the session's plan is unknown again.
+  void unplan(Run& run) const
+  {
+    if (std::exchange(run.only_run, false)) {
+      session.plan(0, 1);
+    }
+  }
   SshConnection& session;
   std::map<std::uint64_t, Run> runs;
 };
@@ -139,12 +151,22 @@ public:
   {
     const std::string op = request.at("op").get<std::string>();
     if (op == "stage") {
+      // The run of the client whose hello connected the host, its only one: it goes as a
+      // direct connection's only run (no SFTP, no standby kept after it); the standbys of the
+      // runs to come are the holder's preparing, after it.
+      const bool only_run = request.value("only_run", false);
+      if (only_run) {
+        m_session.plan(1, 1);
+      }
       auto staged = m_session.stage(decode_bundle(request.at("bundle")), StopToken::make());
       if (!staged) {
+        if (only_run) {
+          m_session.plan(0, 1);
+        }
         return error_message(staged.error());
       }
       staged->id = ++g_last_run;
-      m_runs.runs[staged->id] = {*staged, false, Origin::staged};
+      m_runs.runs[staged->id] = {*staged, false, Origin::staged, only_run};
       return ok_message({{"run", encode(*staged)}});
     }
     if (op == "adopt") {
@@ -182,6 +204,7 @@ public:
         return how == Finish::remove ? error_message({ErrorKind::failed, "/proc is not removed"})
                                      : ok_message();
       }
+      m_runs.unplan(it->second);
       auto finished = m_session.finish(run, how);
       m_runs.runs.erase(it);
       return finished ? ok_message() : error_message(finished.error());
@@ -267,6 +290,7 @@ private:
     std::thread watcher([&] { watch_client(link, wake_read.get()); });
     m_host.launching(run.staged.id, stop);
     auto outcome = m_session.launch(run.staged, request);
+    m_runs.unplan(run);
     m_host.launched(run.staged.id);
     wake_write.reset();
     watcher.join();

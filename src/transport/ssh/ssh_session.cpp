@@ -120,10 +120,6 @@ public:
   {
     return with_sftp([&]() -> Expected<std::string> { return files().run_base(); });
   }
-  void prepare_files() override
-  {
-    (void)with_sftp([&]() -> Expected<bool> { return files().file_exists("/"); });
-  }
   std::string options_identity() const override;
   bool alive() override
   {
