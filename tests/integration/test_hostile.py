@@ -511,6 +511,7 @@ class RunsKeptApart(unittest.TestCase):
     held = test_persist.Persistence.held
     holder = test_persist.Persistence.holder
     python_standby = test_persist.Persistence.python_standby
+    _booted = test_persist.Persistence._booted
 
     @classmethod
     def setUpClass(cls):

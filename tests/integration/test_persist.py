@@ -385,11 +385,14 @@ class Persistence(unittest.TestCase):
         return [pid for pid in found if parent_of(pid) not in found]
 
     def python_standby(self) -> int:
-        """A holder for self.user whose standby is a python one (it becomes one once the holder
-        has been idle 2 s): its pid."""
+        """A holder for self.user whose standby is a python one, booted (the holder's start-up
+        work after the host's first run, which went on a once standby, opens it): its pid. A
+        run that came while it boots would open a channel of its own."""
         self.holder()
         ready = wait_until(lambda: self.standbys(self.user, ("python",)), 20)
         self.assertEqual(len(ready or []), 1, self.srv.describe_processes(self.user))
+        self.assertTrue(wait_until(lambda: self._booted(self.user, ready[0]), 20),
+                        self.srv.describe_processes(self.user))
         return ready[0]
 
     def standby_script(self) -> str:
