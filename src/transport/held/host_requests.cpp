@@ -65,7 +65,7 @@ struct ClientRuns {
     bool removed = false; // its launcher's report said it removed the run directory
     Origin origin = Origin::staged;
     // Staged as the session's only run (plan 1): the session is the holder's again (plan
-    // unknown: standbys stay) once its exec has begun.
+    // unknown: standbys stay) once it has ended, or is finished without an exec.
     bool only_run = false;
   };
   // After an only run's exec (or its finish without one): the session's plan is unknown again.
