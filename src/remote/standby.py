@@ -45,7 +45,7 @@
 # in ` last` (a direct connection's last run: nothing follows on this channel).
 #
 # Only modules that are built in or frozen are imported, and from the python's own library ctypes
-# (to make this process not dumpable: keep_to_itself), _sha256 (to hash a job's cache entry:
+# (to make this process not dumpable: keep_to_itself; not a `once` standby), _sha256 (to hash a job's cache entry:
 # job_intact) and _socket (the interpreter's descriptor 3); -I -S: nothing of the user's or the run's can stand in for them. Python changes its own environment at start (PEP 538 sets
 # LC_CTYPE under the C locale): the environment passed on is the one in /proc/self/environ, as
 # this process got it. Without /proc this process ends at once, and the holder's later standbys
@@ -972,11 +972,13 @@ def main():
     environment = original_environment()
     if environment is None:
         os._exit(3)
-    if not keep_to_itself():
-        os._exit(3)
     # `once ferry-standby`: a direct connection's channel for its only run (docs/run-protocol.md,
-    # "A first run without SFTP"): no interpreter is started ahead for it.
+    # "A first run without SFTP"): no interpreter is started ahead for it, and it need not keep
+    # to itself (ctypes' import is a fifth of its start): nothing comes on its stdin after its
+    # run's bytes, which are in the run's own files too.
     ahead = sys.argv[-2:] != ["once", "ferry-standby"]
+    if ahead and not keep_to_itself():
+        os._exit(3)
     while True:
         end_marker, ahead = serve(environment, ahead)
         # The run's stderr ends here too: ferry takes the channel back for its next run. A stop

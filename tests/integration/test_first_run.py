@@ -6,6 +6,8 @@ itself, the job's cache entry included; a note that is stale, a script rewritten
 base it refuses or a standby that cannot start send the run over SFTP and launch.sh as before."""
 import glob
 import hashlib
+import importlib.util
+import marshal
 import json
 import os
 import tempfile
@@ -273,6 +275,84 @@ class FirstRunWithoutSftp(SshTestCase):
             with open(self.script, "wb") as f:
                 f.write(honest)
             os.chmod(self.script, 0o400)
+
+    def test_the_compiled_code_is_named_in_the_note_and_used_by_the_next_only_run(self):
+        """A once standby that compiled its code gives that code's sha256 on its ready line; the
+        note keeps it (its time unchanged, so the base is still swept as often), and the next only
+        run's standby is given it and runs the code kept beside the script without compiling or
+        writing it again. Code rewritten on the host no longer matches: the standby compiles
+        afresh and writes the code anew, the rewritten code does not run, and the note names the
+        sum of what is there now."""
+        then = time.time() - 600
+        os.utime(self.note_file, (then, then))
+
+        def sha256_of(path: str) -> str:
+            with open(path, "rb") as f:
+                return hashlib.sha256(f.read()).hexdigest()
+
+        first = self.assert_ok(self.run_job(self.job("compiles"), "-p", "k=v"), "compiles")
+        self.assertEqual(first["parent"][-3:], ["-", "once", "ferry-standby"], first["parent"])
+        compiled = glob.glob(self.script[:-3] + ".cpython*")
+        self.assertEqual(len(compiled), 1, compiled)
+        compiled = compiled[0]
+        code = sha256_of(compiled)
+        self.assertEqual(self.note_text(), f"{self.script} {code}")
+        self.assertAlmostEqual(os.stat(self.note_file).st_mtime, then, delta=2)
+        inode = os.lstat(compiled).st_ino
+
+        res = self.run_job(self.job("uses it"), "-p", "k=v")
+        self.assertIn(STAGED, res.stderr)
+        seen = self.assert_ok(res, "uses it")
+        self.assertEqual(seen["parent"][-3:], [code, "once", "ferry-standby"], seen["parent"])
+        self.assertEqual(os.lstat(compiled).st_ino, inode, "the compiled code was written again")
+        self.assertEqual(self.note_text(), f"{self.script} {code}")
+
+        # Rewritten by a process of the user's: this python's magic number, then other code.
+        home = SshServer.home(self.user)
+        evil = compile(f"open({home!r} + '/evil-ran', 'w').close()", "evil", "exec")
+        st = os.stat(compiled)
+        os.chmod(compiled, 0o600)
+        with open(compiled, "wb") as f:
+            f.write(importlib.util.MAGIC_NUMBER + marshal.dumps(evil))
+        os.chown(compiled, st.st_uid, st.st_gid)
+        os.chmod(compiled, 0o400)
+        try:
+            res = self.run_job(self.job("compiles again"), "-p", "k=v")
+            seen = self.assert_ok(res, "compiles again")
+            self.assertEqual(seen["parent"][-3:], [code, "once", "ferry-standby"], seen["parent"])
+            self.assertFalse(os.path.exists(os.path.join(home, "evil-ran")), "the rewritten code ran")
+            # Written anew from the script (the same bytes as before: the compile is the same).
+            self.assertNotEqual(os.lstat(compiled).st_ino, inode, "the rewritten code was kept")
+            self.assertEqual(self.note_text(), f"{self.script} {sha256_of(compiled)}")
+        finally:
+            if os.path.exists(os.path.join(home, "evil-ran")):
+                os.unlink(os.path.join(home, "evil-ran"))
+
+        # A holder's session: its first python standby is told the note's sum too.
+        code = sha256_of(compiled)
+
+        def held_standby():
+            for pid in self.srv.processes_of(self.user):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        argv = f.read().split(b"\0")
+                except OSError:
+                    continue
+                if argv[:4] == [b"python3", b"-I", b"-S", b"-c"] and argv[-2:] == [b"ferry-standby", b""]:
+                    return argv
+            return None
+        try:
+            res = run_ferry("connect", self.srv.alias("bash"), "--ssh-config", self.srv.ssh_config,
+                            "--persist", "60", env=self.env)
+            self.assertEqual(res.code, 0, res)
+            deadline = time.monotonic() + 20
+            while held_standby() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            argv = held_standby()
+            self.assertIsNotNone(argv, self.srv.describe_processes(self.user))
+            self.assertEqual(argv[-3].decode(), code, argv)
+        finally:
+            run_ferry("disconnect", "--all", env=self.env)
 
     def test_a_stale_note_is_not_used_and_the_next_sweep_writes_it_again(self):
         then = time.time() - HOUR - 60

@@ -128,3 +128,53 @@ TEST_CASE("a note that is not the user's own private file, or not a plain entry,
   REQUIRE(::symlink(link.c_str(), runtime.memo().c_str()) == 0); // a link is never followed
   CHECK_FALSE(ssh::recall_standby(k_memo_identity, k_memo_script));
 }
+
+TEST_CASE("a once standby's compiled code is added to the note, which keeps its time",
+          "[standby_memo]")
+{
+  const MemoRuntimeDir runtime;
+  const std::string tag(64, 'e');
+  // No note, or a note of another entry: nothing is added.
+  ssh::remember_standby_code(k_memo_identity, k_memo_entry, tag);
+  CHECK_FALSE(ssh::recall_standby(k_memo_identity, k_memo_script));
+  ssh::remember_standby(k_memo_identity, k_memo_entry);
+  ssh::remember_standby_code(k_memo_identity, "/elsewhere/" + k_memo_script, tag);
+  REQUIRE(ssh::recall_standby(k_memo_identity, k_memo_script));
+  CHECK(ssh::recall_standby(k_memo_identity, k_memo_script)->tag_sha256.empty());
+  // Not a sha256: nothing is added.
+  for (const std::string& bad :
+       {std::string("-"), std::string(63, 'e'), std::string(64, 'E'), std::string(63, 'e') + " "}) {
+    ssh::remember_standby_code(k_memo_identity, k_memo_entry, bad);
+    CHECK(ssh::recall_standby(k_memo_identity, k_memo_script)->tag_sha256.empty());
+  }
+  // Added, and the note is as old as the sweep that wrote it.
+  age_memo(runtime.memo(), 1800);
+  struct stat before {};
+  REQUIRE(::stat(runtime.memo().c_str(), &before) == 0);
+  ssh::remember_standby_code(k_memo_identity, k_memo_entry, tag);
+  auto memo = ssh::recall_standby(k_memo_identity, k_memo_script);
+  REQUIRE(memo);
+  CHECK(memo->entry == k_memo_entry);
+  CHECK(memo->tag_sha256 == tag);
+  struct stat after {};
+  REQUIRE(::stat(runtime.memo().c_str(), &after) == 0);
+  CHECK(after.st_mtime == before.st_mtime);
+  CHECK((after.st_mode & 0777) == 0600);
+  // A sweep that sees the same entry keeps it (and dates the note now); another entry drops it.
+  ssh::remember_standby(k_memo_identity, k_memo_entry);
+  CHECK(ssh::recall_standby(k_memo_identity, k_memo_script)->tag_sha256 == tag);
+  REQUIRE(::stat(runtime.memo().c_str(), &after) == 0);
+  CHECK(after.st_mtime > before.st_mtime);
+  const std::string other = "/home/ops/.cache/ferry/other/" + k_memo_script;
+  ssh::remember_standby(k_memo_identity, other);
+  memo = ssh::recall_standby(k_memo_identity, k_memo_script);
+  REQUIRE(memo);
+  CHECK(memo->entry == other);
+  CHECK(memo->tag_sha256.empty());
+  // A note whose second field is not a sha256 still gives its entry, without a sum.
+  std::ofstream(runtime.memo(), std::ios::trunc) << other << " $(reboot)\n";
+  memo = ssh::recall_standby(k_memo_identity, k_memo_script);
+  REQUIRE(memo);
+  CHECK(memo->entry == other);
+  CHECK(memo->tag_sha256.empty());
+}

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <ctime>
 #include <filesystem>
+#include <utility>
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -34,8 +35,8 @@ std::optional<fs::path> memo_path(const std::string& options_identity, bool crea
   return standby_memo_path(*dir, options_identity);
 }
 
-// The note's text when it is the user's own regular file, private, and fresh.
-std::optional<std::string> read_fresh(const fs::path& path)
+// The note's text when it is the user's own regular file, private, and fresh (`written`: when).
+std::optional<std::string> read_fresh(const fs::path& path, struct timespec* written = nullptr)
 {
   const Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
   struct stat st {};
@@ -55,11 +56,30 @@ std::optional<std::string> read_fresh(const fs::path& path)
   while (!text.empty() && text.back() == '\n') {
     text.pop_back();
   }
+  if (written != nullptr) {
+    *written = st.st_mtim;
+  }
   return text;
 }
 
-// Written whole under a fresh name, then renamed over the note.
-void write_note(const std::string& options_identity, std::string_view text)
+bool is_sha256_hex(std::string_view text)
+{
+  return text.size() == 64 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// A note's text: the entry, then the compiled code's sha256 when known.
+std::pair<std::string_view, std::string_view> note_fields(std::string_view text)
+{
+  const auto space = text.find(' ');
+  if (space == std::string_view::npos) {
+    return {text, {}};
+  }
+  return {text.substr(0, space), text.substr(space + 1)};
+}
+
+// Written whole under a fresh name, then renamed over the note (dated `written` when given).
+void write_note(const std::string& options_identity, std::string_view text,
+                const struct timespec* written = nullptr)
 {
   const auto path = memo_path(options_identity, true);
   if (!path) {
@@ -74,7 +94,9 @@ void write_note(const std::string& options_identity, std::string_view text)
       return;
     }
     const std::string line = std::string(text) + "\n";
-    if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    const struct timespec times[2] = {{0, UTIME_OMIT}, written ? *written : timespec{0, UTIME_NOW}};
+    if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()) ||
+        ::futimens(fd.get(), times) != 0) {
       ::unlink(temporary.c_str());
       return;
     }
@@ -104,13 +126,13 @@ std::optional<StandbyMemo> recall_standby(const std::string& options_identity,
     return StandbyMemo{};
   }
   // This build's script, under an absolute run base whose path is neutral in a command.
-  const auto slash = text->rfind('/');
-  if (slash == std::string::npos || slash == 0 || (*text)[0] != '/' ||
-      std::string_view(*text).substr(slash + 1) != expected_name ||
-      !is_shell_neutral_token(*text)) {
+  const auto [entry, tag] = note_fields(*text);
+  const auto slash = entry.rfind('/');
+  if (slash == std::string::npos || slash == 0 || entry[0] != '/' ||
+      entry.substr(slash + 1) != expected_name || !is_shell_neutral_token(entry)) {
     return std::nullopt;
   }
-  return StandbyMemo{*text};
+  return StandbyMemo{std::string(entry), is_sha256_hex(tag) ? std::string(tag) : std::string()};
 }
 
 void remember_standby(const std::string& options_identity, const std::string& entry)
@@ -118,9 +140,28 @@ void remember_standby(const std::string& options_identity, const std::string& en
   if (const auto path = memo_path(options_identity, false)) {
     if (const auto text = read_fresh(*path); text && *text == k_failed) {
       return;
+    } else if (text) {
+      const auto [noted, tag] = note_fields(*text);
+      if (noted == entry && is_sha256_hex(tag)) {
+        write_note(options_identity, *text);
+        return;
+      }
     }
   }
   write_note(options_identity, entry);
+}
+
+void remember_standby_code(const std::string& options_identity, const std::string& entry,
+                           const std::string& tag_sha256)
+{
+  const auto path = memo_path(options_identity, false);
+  struct timespec written {};
+  const auto text = path ? read_fresh(*path, &written) : std::nullopt;
+  if (!text || note_fields(*text).first != entry || !is_sha256_hex(tag_sha256) ||
+      !is_shell_neutral_token(entry)) {
+    return;
+  }
+  write_note(options_identity, entry + " " + tag_sha256, &written);
 }
 
 void standby_failed(const std::string& options_identity)

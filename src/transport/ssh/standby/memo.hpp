@@ -21,16 +21,23 @@ inline constexpr std::chrono::hours k_standby_memo_fresh{1};
                                                       const std::string& options_identity);
 
 // What a fresh note says for a connection with these options: the script's entry (its name
-// `expected_name`: this build's script), or "no" when a standby could not start there lately;
-// nullopt when there is no fresh note.
+// `expected_name`: this build's script) and the sha256 a standby gave on its ready line for the
+// compiled code it keeps beside it, or "no" when a standby could not start there lately; nullopt
+// when there is no fresh note.
 struct StandbyMemo {
-  std::string entry; // empty: a standby could not start on the host
+  std::string entry;      // empty: a standby could not start on the host
+  std::string tag_sha256; // empty: not known
 };
 [[nodiscard]] std::optional<StandbyMemo> recall_standby(const std::string& options_identity,
                                                         std::string_view expected_name);
 // Notes the script's entry (an SFTP session saw it in the job cache as it swept the base);
-// kept when a fresh note says a standby could not start there.
+// kept when a fresh note says a standby could not start there. The sha256 of the compiled code
+// stays when the note already named that entry.
 void remember_standby(const std::string& options_identity, const std::string& entry);
+// Adds to a fresh note of `entry` the sha256 of the compiled code a `once` standby wrote beside
+// it (its ready line), keeping the note's time: the base is still swept as often.
+void remember_standby_code(const std::string& options_identity, const std::string& entry,
+                           const std::string& tag_sha256);
 // Notes that a standby could not start on the host (no python3, the script gone, a base it
 // refused): the next runs stage over SFTP, for as long as the note is fresh.
 void standby_failed(const std::string& options_identity);

@@ -53,6 +53,7 @@ void Standbys::first_run(const LauncherSpec& launcher)
     if (auto memo = recall_standby(m_memo_key(), standby_entry_name());
         memo && !memo->entry.empty()) {
       m_once_entry = std::move(memo->entry);
+      m_once_tag = std::move(memo->tag_sha256);
       m_debug(fmt::format("the run is staged by a python standby, without SFTP (its script {} "
                           "was in the job cache at this machine's last sweep)",
                           m_once_entry));
@@ -87,8 +88,31 @@ void Standbys::run_dir_made()
   }
   const auto entry = m_files().cached_script(k_standby_script, standby_script());
   if (entry && is_shell_neutral_token(*entry)) {
-    m_python_command = *entry;
+    set_python_command(*entry);
     m_debug("python3 jobs go to python standbys (their script is in the job cache)");
+  }
+}
+
+void Standbys::set_python_command(const std::string& entry)
+{
+  m_python_command = entry;
+  // The compiled code kept beside the script, as an earlier standby of this connection's
+  // said it (this machine's note), until this session's own standby says.
+  if (m_tag_sha256.empty()) {
+    if (auto memo = recall_standby(m_memo_key(), standby_entry_name());
+        memo && memo->entry == entry) {
+      m_tag_sha256 = memo->tag_sha256;
+      m_noted_tag = m_tag_sha256;
+    }
+  }
+}
+
+void Standbys::said_tag(const std::string& tag_sha256)
+{
+  m_tag_sha256 = tag_sha256;
+  if (!m_python_command.empty() && tag_sha256 != m_noted_tag) {
+    remember_standby_code(m_memo_key(), m_python_command, tag_sha256);
+    m_noted_tag = tag_sha256;
   }
 }
 
@@ -244,7 +268,7 @@ StandbyUse Standbys::use_for(const std::string& dir, const std::string& stage,
                  nullptr,
                  [this] { return m_channels.limit > 1; },
                  [this](int code) { boot_failed(code); },
-                 [this](const std::string& tag_sha256) { m_tag_sha256 = tag_sha256; }};
+                 [this](const std::string& tag_sha256) { said_tag(tag_sha256); }};
   const auto it = dir.empty() ? m_deferred.end() : m_deferred.find(dir);
   if (it == m_deferred.end()) {
     return use;
@@ -263,17 +287,23 @@ void Standbys::once_use(StandbyUse& use, const std::string& standby_entry)
   // Booted through the verifier, as every python standby; its refusal (or any other end before
   // its ready line) is noted for after the exec, not taken as the session's standbys' (there
   // are none: nothing of the script is discarded over SFTP while the run waits).
-  use.python_command = standby_boot_line(standby_entry, {}, true);
+  // The compiled code beside the script is used when its sha256 is the one a standby gave
+  // earlier (the note); else the standby compiles and writes it, and says its sum.
+  use.python_command = standby_boot_line(standby_entry, m_once_tag, true);
   use.any_job = true;
   m_once_code = -1;
+  m_once_script = standby_entry;
   use.boot_failed = [this](int code) { m_once_code = code; };
-  use.booted = nullptr;
+  use.booted = [this](const std::string& tag_sha256) { m_once_said_tag = tag_sha256; };
 }
 
 void Standbys::after_once(const std::string& dir, bool staged_by_standby, bool stopped)
 {
   if (staged_by_standby) {
     made_by_standby(dir);
+    if (!m_once_said_tag.empty() && m_once_said_tag != m_once_tag) {
+      remember_standby_code(m_memo_key(), m_once_script, m_once_said_tag);
+    }
     return;
   }
   if (stopped) {
@@ -330,7 +360,7 @@ void Standbys::open_next(ssh_session session, std::unique_lock<std::mutex>& lock
     boot_failed(code);
   }
   if (standby && is_python(standby)) {
-    m_tag_sha256 = standby->tag_sha256;
+    said_tag(standby->tag_sha256);
   }
   if (standby && !m_standby) {
     m_standby = std::move(standby);
@@ -363,8 +393,8 @@ bool Standbys::look_at_script()
     m_debug("no python standby: its script cannot be kept in the job cache");
     return false;
   }
-  m_python_command = *entry;
   note_script(std::optional<std::string>(*entry));
+  set_python_command(*entry);
   return true;
 }
 

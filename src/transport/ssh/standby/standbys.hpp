@@ -148,6 +148,11 @@ private:
   // while the script is not known to be in the job cache.
   [[nodiscard]] std::string python_boot_line() const;
   void boot_failed(int code);
+  // The script's entry, now in the job cache: later python standbys boot from it.
+  void set_python_command(const std::string& entry);
+  // What a python standby's ready line said of the compiled code beside its script: the next
+  // standby is told it, and so is this machine's note, for the connection's later sessions.
+  void said_tag(const std::string& tag_sha256);
   [[nodiscard]] bool python_ready() const
   {
     return !m_no_python_standby && !m_python_command.empty();
@@ -157,9 +162,13 @@ private:
   std::function<SftpFiles&()> m_files;
   std::function<void(std::string_view)> m_debug;
   std::function<std::string()> m_memo_key;
-  // From this machine's note (first_run): the session's only run is left to a `once` standby.
+  // From this machine's note (first_run): the session's only run is left to a `once` standby,
+  // told the sha256 of the compiled code kept beside its script when the note knows it.
   std::string m_once_entry;
-  int m_once_code = -1; // how its standby ended before its ready line, if it did
+  std::string m_once_tag;
+  std::string m_once_script;   // the entry its standby ran (once_use)
+  std::string m_once_said_tag; // what its ready line said of the compiled code
+  int m_once_code = -1;        // how its standby ended before its ready line, if it did
   // The next run's channel, opened ahead (open_next); not counted in Channels::execs.
   StandbyChannel m_standby;
   bool m_opening = false;
@@ -173,6 +182,7 @@ private:
   // The sha256 of the compiled code the last python standby kept beside its script (its ready
   // line): the next one runs that code only when it still matches.
   std::string m_tag_sha256;
+  std::string m_noted_tag; // what this machine's note says of it, as far as this session knows
   int m_script_refusals = 0;
   // What the python standby last refused (its script's entry), until a run's record says so.
   std::string m_refused;
