@@ -83,8 +83,9 @@ public:
   // Opens the next run's channel when there is room for it and one more (the lock released
   // while the server answers).
   virtual void open_next(ssh_session session, std::unique_lock<std::mutex>& lock) = 0;
-  // Nobody runs: the channels kept for runs side by side go, and so do files held for runs
-  // whose client went before their exec.
+  // Nobody has come for a while: the channels kept for runs side by side go. Files held for a
+  // run stay until its exec or its finish (a client that goes finishes its runs): the idle work
+  // was wished while nobody ran, and may come once a run has been staged meanwhile.
   virtual void idle() = 0;
   // After idle: a plain channel opened ahead goes while one that starts the interpreter can be
   // had, for open_next to open that.

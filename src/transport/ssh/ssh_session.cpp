@@ -327,8 +327,9 @@ void SshSession::prepare_idle()
 {
   {
     const std::lock_guard lock(m_mutex);
-    m_ahead->idle(); // what stayed for runs side by side, runs whose client went before their exec
-    m_staging.clear();
+    // What stayed for runs side by side. A run staged since the idle work was wished keeps its
+    // held files and its place among the runs the idle steps let go first.
+    m_ahead->idle();
   }
   prepare_interpreter();
   const std::lock_guard lock(m_mutex);

@@ -81,13 +81,8 @@ public:
   // Opens the next run's channel when there is room for it and one more (the lock released
   // while the server answers); a python standby once its script is in the job cache.
   void open_next(ssh_session session, std::unique_lock<std::mutex>& lock) override;
-  // Nobody runs: the spares go, and so do files held for runs whose client went before their
-  // exec.
-  void idle() override
-  {
-    m_spares.clear();
-    m_deferred.clear();
-  }
+  // Nobody has come for a while: the spares go (held files stay: Ahead::idle).
+  void idle() override { m_spares.clear(); }
   // After idle: a sh standby goes while a python one can be had, for open_next to open that.
   void refresh() override;
   // Looks at the python standby's script in the job cache (put there if missing) when a look is
