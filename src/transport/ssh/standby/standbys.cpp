@@ -110,9 +110,14 @@ void Standbys::set_python_command(const std::string& entry)
 void Standbys::said_tag(const std::string& tag_sha256)
 {
   m_tag_sha256 = tag_sha256;
-  if (!m_python_command.empty() && tag_sha256 != m_noted_tag) {
-    remember_standby_code(m_memo_key(), m_python_command, tag_sha256);
-    m_noted_tag = tag_sha256;
+  note_code(m_python_command, tag_sha256, m_noted_tag);
+}
+
+void Standbys::note_code(const std::string& entry, const std::string& said, std::string& noted)
+{
+  if (!entry.empty() && said != noted) {
+    remember_standby_code(m_memo_key(), entry, said);
+    noted = said;
   }
 }
 
@@ -292,18 +297,19 @@ void Standbys::once_use(StandbyUse& use, const std::string& standby_entry)
   use.python_command = standby_boot_line(standby_entry, m_once_tag, true);
   use.any_job = true;
   m_once_code = -1;
-  m_once_script = standby_entry;
   use.boot_failed = [this](int code) { m_once_code = code; };
-  use.booted = [this](const std::string& tag_sha256) { m_once_said_tag = tag_sha256; };
+  // Its ready line says the code is there, whether or not the run then goes to it.
+  use.booted = [this, standby_entry](const std::string& tag_sha256) {
+    if (!tag_sha256.empty()) {
+      note_code(standby_entry, tag_sha256, m_once_tag);
+    }
+  };
 }
 
 void Standbys::after_once(const std::string& dir, bool staged_by_standby, bool stopped)
 {
   if (staged_by_standby) {
     made_by_standby(dir);
-    if (!m_once_said_tag.empty() && m_once_said_tag != m_once_tag) {
-      remember_standby_code(m_memo_key(), m_once_script, m_once_said_tag);
-    }
     return;
   }
   if (stopped) {

@@ -148,6 +148,9 @@ private:
   // What a python standby's ready line said of the compiled code beside its script: the next
   // standby is told it, and so is this machine's note, for the connection's later sessions.
   void said_tag(const std::string& tag_sha256);
+  // This machine's note told that the code beside `entry` has the sum `said`, unless `noted`
+  // (what the note says, as far as this session knows) already is that.
+  void note_code(const std::string& entry, const std::string& said, std::string& noted);
   [[nodiscard]] bool python_ready() const
   {
     return !m_no_python_standby && !m_python_command.empty();
@@ -161,9 +164,7 @@ private:
   // told the sha256 of the compiled code kept beside its script when the note knows it.
   std::string m_once_entry;
   std::string m_once_tag;
-  std::string m_once_script;   // the entry its standby ran (once_use)
-  std::string m_once_said_tag; // what its ready line said of the compiled code
-  int m_once_code = -1;        // how its standby ended before its ready line, if it did
+  int m_once_code = -1; // how its standby ended before its ready line, if it did
   // The next run's channel, opened ahead (open_next); not counted in Channels::execs.
   StandbyChannel m_standby;
   bool m_opening = false;
