@@ -20,6 +20,10 @@ constexpr std::size_t k_state_cap = 64;
 constexpr std::size_t k_cmdline_cap = 64 * 1024;
 // How many polls apart the launcher is looked for in /proc while no done file is there.
 constexpr int k_polls_per_liveness_look = 4;
+// /proc/PID/stat is read up to this much (a command name of 16 bytes, then numbers).
+constexpr std::size_t k_stat_cap = 4096;
+// The flag of a kernel thread in /proc/PID/stat's ninth field (PF_KTHREAD).
+constexpr unsigned long long k_kernel_thread = 0x00200000;
 
 // The done file's bytes, nullopt when it is not there yet (or not a regular file).
 Expected<std::optional<std::string>> done_line(HostSession& session, const StagedRun& run)
@@ -89,10 +93,34 @@ Expected<long long> launcher_pid(HostSession& session, const StagedRun& run, lon
   return said > 0 ? said : 0;
 }
 
+// A process whose command line reads empty: one between the two halves of an exec (the
+// launcher's pid is said before `exec setsid /bin/sh launch.sh detached` has run: under load a
+// read of its command line found it so), a zombie or a kernel thread. Its stat tells which: only
+// the first may still be the launcher.
+Expected<bool> ended_or_kernel(HostSession& session, long long pid)
+{
+  StagedRun proc;
+  proc.run_dir = "/proc";
+  auto stat = fetch_capped(session, proc, std::to_string(pid) + "/stat", k_stat_cap);
+  if (!stat || stat->kind == FetchedFile::Kind::other) {
+    return false; // unreadable: not known to be gone
+  }
+  const auto name_end = stat->bytes.rfind(") ");
+  if (stat->kind == FetchedFile::Kind::missing || name_end == std::string::npos) {
+    return stat->kind == FetchedFile::Kind::missing;
+  }
+  // After the name: the state (field 3), then ppid, pgrp, session, tty, tpgid and the flags.
+  const std::string_view fields = std::string_view(stat->bytes).substr(name_end + 2);
+  const auto flags = number_at<unsigned long long>(fields, 6);
+  return fields.starts_with('Z') || fields.starts_with('X') ||
+         (flags && (*flags & k_kernel_thread) != 0);
+}
+
 // Whether the detached launcher is known to be gone: its pid names no process, or one that is
-// not `/bin/sh RUN_DIR/launch.sh` (the pid was reused), as `launch.sh stop` checks. Nothing is
-// executed: /proc is read over the session's files. No pid known yet, or no /proc to read: not
-// known to be gone. A launcher that ended writes its done file first: the caller looks again.
+// not `/bin/sh RUN_DIR/launch.sh` (the pid was reused; an empty command line: ended_or_kernel),
+// as `launch.sh stop` checks. Nothing is executed: /proc is read over the session's files. No
+// pid known yet, or no /proc to read: not known to be gone. A launcher that ended writes its
+// done file first: the caller looks again.
 Expected<bool> launcher_gone(HostSession& session, const StagedRun& run, long long said)
 {
   FERRY_TRY_ASSIGN(const long long pid, launcher_pid(session, run, said));
@@ -111,6 +139,9 @@ Expected<bool> launcher_gone(HostSession& session, const StagedRun& run, long lo
   }
   if (cmdline->kind == FetchedFile::Kind::missing) {
     return true;
+  }
+  if (cmdline->bytes.empty()) {
+    return ended_or_kernel(session, pid);
   }
   const std::string launcher = run.run_dir + "/" + k_launcher_file;
   std::string_view args = cmdline->bytes;

@@ -531,6 +531,18 @@ TEST_CASE("a detached launcher is lost only when /proc says it is gone", "[runne
                                                     "30\0",
                                                     9);
   CHECK(state_of(session, run, 0) == DetachedState::lost);
+  // A command line that reads empty: the pid between the two halves of an exec (the said pid
+  // before `exec setsid /bin/sh launch.sh detached` has run) runs; a zombie or a kernel thread
+  // does not; with no stat to read, no process.
+  session.files["/proc/4242/cmdline"] = "";
+  CHECK(state_of(session, run, 0) == DetachedState::lost);
+  session.files["/proc/4242/stat"] = "4242 (setsid) R 4241 4241 4241 0 -1 4194560 96 0 0 0\n";
+  CHECK(state_of(session, run, 0) == DetachedState::running);
+  session.files["/proc/4242/stat"] = "4242 (a) b) Z 1 4241 4241 0 -1 4228164 96 0 0 0\n";
+  CHECK(state_of(session, run, 0) == DetachedState::lost);
+  session.files["/proc/4242/stat"] = "4242 (kworker/0:1) I 2 0 0 0 -1 69238880 0 0 0 0\n";
+  CHECK(state_of(session, run, 0) == DetachedState::lost);
+  session.files.erase("/proc/4242/stat");
   // Before the state file: the pid the channel said.
   session.files.erase(k_detached_dir + "/.ferry-launcher");
   CHECK(state_of(session, run, 0) == DetachedState::running);
