@@ -71,12 +71,18 @@ void add_dropped(CapturedStream& stream, std::optional<std::uint64_t> dropped)
   }
 }
 
-// Whether /proc is there to read at all (sftp-server's own, or this process's, entry).
-Expected<bool> proc_readable(HostSession& session)
+// A file under the host's /proc (`rel`: `PID/cmdline`), read over the session's files.
+Expected<FetchedFile> read_proc(HostSession& session, const std::string& rel, std::size_t cap)
 {
   StagedRun proc;
   proc.run_dir = "/proc";
-  auto self = fetch_capped(session, proc, "self/cmdline", k_cmdline_cap);
+  return fetch_capped(session, proc, rel, cap);
+}
+
+// Whether /proc is there to read at all (sftp-server's own, or this process's, entry).
+Expected<bool> proc_readable(HostSession& session)
+{
+  auto self = read_proc(session, "self/cmdline", k_cmdline_cap);
   return self && self->kind == FetchedFile::Kind::regular && !self->bytes.empty();
 }
 
@@ -99,9 +105,7 @@ Expected<long long> launcher_pid(HostSession& session, const StagedRun& run, lon
 // the first may still be the launcher.
 Expected<bool> ended_or_kernel(HostSession& session, long long pid)
 {
-  StagedRun proc;
-  proc.run_dir = "/proc";
-  auto stat = fetch_capped(session, proc, std::to_string(pid) + "/stat", k_stat_cap);
+  auto stat = read_proc(session, std::to_string(pid) + "/stat", k_stat_cap);
   if (!stat || stat->kind == FetchedFile::Kind::other) {
     return false; // unreadable: not known to be gone
   }
@@ -131,9 +135,7 @@ Expected<bool> launcher_gone(HostSession& session, const StagedRun& run, long lo
   if (!readable) {
     return false;
   }
-  StagedRun proc;
-  proc.run_dir = "/proc";
-  auto cmdline = fetch_capped(session, proc, std::to_string(pid) + "/cmdline", k_cmdline_cap);
+  auto cmdline = read_proc(session, std::to_string(pid) + "/cmdline", k_cmdline_cap);
   if (!cmdline || cmdline->kind == FetchedFile::Kind::other) {
     return false; // unreadable: not known to be gone
   }
