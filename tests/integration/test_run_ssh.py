@@ -64,6 +64,28 @@ class InternalSftp(SshRunBase):
                     self.assertEqual(rec["target"]["host_key_sha256"], self.srv.host_key_sha256)
             self.assertNoRunDirs(shell)
 
+    def test_a_connection_ends_with_a_disconnect_message(self):
+        # As ssh's do: sshd then ends the connection's processes at once ("Received
+        # disconnect"), where a connection that only drops ("Connection closed by") makes it
+        # take its whole teardown. libssh 0.10 left the message unsent after any write.
+        def ends(since):
+            text = self.srv.log_text()[since:]
+            return text.count("Received disconnect from "), text.count("Connection closed by ")
+        for how in (("--persist", "0"), ("--persist", "30")):
+            with self.subTest(how=how):
+                self.assertEqual(run_ferry("disconnect", "--all", env=self.env).code, 0)
+                time.sleep(0.5)  # what an earlier test held is let go first
+                since = len(self.srv.log_text())
+                rec = self.assertRun(self.ferry("run", self.echo, "-p", "text=x", *how, "--json"))
+                self.assertEqual(rec["stdout"], "echoed 3 params\n")
+                if how[1] != "0":  # the holder's connection ends at its disconnect
+                    res = run_ferry("disconnect", "--all", env=self.env)
+                    self.assertEqual(res.code, 0, res)
+                deadline = time.monotonic() + 15
+                while ends(since) == (0, 0) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                self.assertEqual(ends(since), (1, 0), self.srv.log_text()[since:])
+
     def test_list_parameter_elements_survive_commas_only_as_separators(self):
         res = self.ferry("run", self.echo, "-p", "text=x", "-p", "items=$(id),`id`,*,;", "--json")
         rec = self.assertRun(res)

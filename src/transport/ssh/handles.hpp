@@ -8,11 +8,9 @@
 namespace ferry::ssh {
 
 struct SessionFree {
-  void operator()(ssh_session s) const
-  {
-    ssh_disconnect(s);
-    ssh_free(s);
-  }
+  // Sends SSH's disconnect message when it cannot block, then frees the session
+  // (src/transport/ssh/ssh_session.cpp).
+  void operator()(ssh_session s) const;
 };
 struct SftpFree {
   void operator()(sftp_session s) const { sftp_free(s); }

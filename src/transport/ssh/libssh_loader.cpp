@@ -108,6 +108,7 @@
     (channel, cb))                                                                                 \
   X(int, ssh_set_agent_socket, (ssh_session session, socket_t fd), (session, fd))                  \
   X(void, ssh_set_blocking, (ssh_session session, int blocking), (session, blocking))              \
+  X(void, ssh_set_fd_towrite, (ssh_session session), (session))                                    \
   X(int, ssh_set_channel_callbacks, (ssh_channel channel, ssh_channel_callbacks cb),               \
     (channel, cb))                                                                                 \
   X(void, ssh_string_free_char, (char* s), (s))                                                    \

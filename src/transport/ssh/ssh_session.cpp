@@ -34,6 +34,25 @@
 #include "transport/ssh/sftp_files.hpp"
 
 namespace ferry {
+
+// libssh 0.10 queues the disconnect message and closes the socket at once when no poll has seen
+// the socket writable since the session's last write (after any write, then): the server sees
+// the connection drop rather than end, and OpenSSH's sshd then takes its whole teardown where a
+// disconnect ends it at once (7 ms of the host's CPU a run, docs/performance.md). Told that the
+// socket is writable, libssh sends the message before the close: only when nothing of the
+// session is left unsent and poll says so, so that the send cannot block.
+void ssh::SessionFree::operator()(ssh_session s) const
+{
+  const socket_t fd = ssh_get_fd(s);
+  pollfd p{fd, POLLOUT, 0};
+  if (fd != SSH_INVALID_SOCKET && ssh_is_connected(s) != 0 && ssh_blocking_flush(s, 0) == SSH_OK &&
+      ::poll(&p, 1, 0) == 1 && p.revents == POLLOUT) {
+    ssh_set_fd_towrite(s);
+  }
+  ssh_disconnect(s);
+  ssh_free(s);
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
