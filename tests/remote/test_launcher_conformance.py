@@ -150,10 +150,14 @@ def report(code, cause="exit", result="none", clean="removed", data=b""):
 # Waits to be stopped (P/ready: it waits); on TERM it makes P/term, then exits 7 or goes on
 # waiting. Python rather than sh: a sh's child that TERM killed has the shell say "Terminated", or
 # not, as the signal found it.
+# A stop's TERM comes twice (to the job's group, then to the job): a job that exits on the first
+# is not to see the second in its interpreter's shutdown ("Exception ignored in: <module
+# 'threading'>"), which would come or not by the two signals' timing.
 PY_WAIT = """import signal, time
 def on_term(signum, frame):
     open(P + "/term", "w").close()
     if @exit@:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(7)
 signal.signal(signal.SIGTERM, on_term)
 open(P + "/ready", "w").close()
