@@ -155,9 +155,10 @@ def report(code, cause="exit", result="none", clean="removed", data=b""):
 # 'threading'>"), which would come or not by the two signals' timing.
 PY_WAIT = """import signal, time
 def on_term(signum, frame):
-    open(P + "/term", "w").close()
     if @exit@:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open(P + "/term", "w").close()
+    if @exit@:
         raise SystemExit(7)
 signal.signal(signal.SIGTERM, on_term)
 open(P + "/ready", "w").close()
