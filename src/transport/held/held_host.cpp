@@ -1,5 +1,7 @@
 #include "transport/held/held_host.hpp"
 
+#include <algorithm>
+
 namespace ferry::held {
 
 HeldHost::~HeldHost()
@@ -76,16 +78,74 @@ void PreparePool::retire(std::shared_ptr<HeldHost> host)
     }
     m_queue.push_back(std::move(host));
   }
-  m_wake.notify_one();
+  m_wake.notify_all(); // a thread that waits for a held-back host's time lets an ending one go
+}
+
+void PreparePool::first_run_began()
+{
+  const std::lock_guard lock(m_mutex);
+  ++m_first_runs;
+}
+
+void PreparePool::first_run_ended()
+{
+  {
+    const std::lock_guard lock(m_mutex);
+    if (--m_first_runs > 0 || m_held_back.empty()) {
+      return;
+    }
+  }
+  m_wake.notify_all();
+}
+
+std::shared_ptr<HeldHost> PreparePool::next_host(std::optional<Clock::time_point>& next_look)
+{
+  const auto now = Clock::now();
+  const auto waited_enough = [now](const HeldHost& host) {
+    return now - *host.start_held_since >= k_start_waits_at_most;
+  };
+  // Held-back start work goes once no first run is under way, after its longest wait, or for a
+  // host that is ending (its teardown is not held up).
+  for (auto it = m_held_back.begin(); it != m_held_back.end();) {
+    if (m_first_runs == 0 || waited_enough(**it) || (*it)->ending) {
+      m_queue.push_back(std::move(*it));
+      it = m_held_back.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  while (!m_queue.empty()) {
+    std::shared_ptr<HeldHost> host = std::move(m_queue.front());
+    m_queue.pop_front();
+    if (host->start_wanted && m_first_runs > 0 && !host->ending) {
+      if (!host->start_held_since) {
+        host->start_held_since = now;
+      }
+      if (!waited_enough(*host)) {
+        m_held_back.push_back(std::move(host)); // still queued: later wishes join it
+        continue;
+      }
+    }
+    host->start_held_since.reset();
+    return host;
+  }
+  next_look.reset();
+  for (const auto& host : m_held_back) {
+    const auto at = *host->start_held_since + k_start_waits_at_most;
+    next_look = next_look ? std::min(*next_look, at) : at;
+  }
+  return nullptr;
 }
 
 void PreparePool::stop()
 {
   std::deque<std::shared_ptr<HeldHost>> dropped;
+  std::deque<std::shared_ptr<HeldHost>> held_back;
   {
     const std::lock_guard lock(m_mutex);
     m_stopping = true;
     dropped.swap(m_queue);
+    held_back.swap(m_held_back);
   }
   m_wake.notify_all();
   for (auto& thread : m_threads) {
@@ -103,12 +163,18 @@ void PreparePool::work()
 {
   std::unique_lock lock(m_mutex);
   while (true) {
-    m_wake.wait(lock, [this] { return m_stopping || !m_queue.empty(); });
+    std::optional<Clock::time_point> next_look;
+    std::shared_ptr<HeldHost> host;
+    while (!m_stopping && !(host = next_host(next_look))) {
+      if (next_look) {
+        m_wake.wait_until(lock, *next_look);
+      } else {
+        m_wake.wait(lock);
+      }
+    }
     if (m_stopping) {
       return;
     }
-    std::shared_ptr<HeldHost> host = std::move(m_queue.front());
-    m_queue.pop_front();
     const bool start = std::exchange(host->start_wanted, false);
     const bool idle = std::exchange(host->idle_wanted, false);
     const bool standby = std::exchange(host->standby_wanted, false);

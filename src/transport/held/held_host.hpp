@@ -77,16 +77,22 @@ struct HeldHost : std::enable_shared_from_this<HeldHost> {
   bool idle_wanted = false;    // prepare_idle
   bool queued = false;
   bool working = false; // a pool thread prepares it now: no second one may (one session each)
+  // Since when its start work has waited for other hosts' first runs (PreparePool).
+  std::optional<Clock::time_point> start_held_since;
 
 private:
   std::map<std::uint64_t, StopToken> m_launches;
 };
 
 // The threads (a fixed few) that do every host's preparing, fed by one queue; a host retired
-// into it is dropped there, so its session's teardown never holds the main loop up.
+// into it is dropped there, so its session's teardown never holds the main loop up. A host's
+// start work waits while other hosts' first runs are under way through the holder (a fan-out's
+// first run: those hosts' logins, jobs and this work would share the CPUs), at most
+// k_start_waits_at_most.
 class PreparePool {
 public:
   enum class Wish { start, standby, idle };
+  static constexpr auto k_start_waits_at_most = std::chrono::seconds(30);
   explicit PreparePool(int threads);
   PreparePool(const PreparePool&) = delete;
   PreparePool& operator=(const PreparePool&) = delete;
@@ -94,16 +100,23 @@ public:
 
   void want(const std::shared_ptr<HeldHost>& host, Wish wish);
   void retire(std::shared_ptr<HeldHost> host);
+  // A host's first run through the holder (its client's `only_run`) is staged; it has ended.
+  void first_run_began();
+  void first_run_ended();
   // Drops what is queued and waits for the work under way.
   void stop();
 
 private:
   void work();
-  void queue(std::shared_ptr<HeldHost> host);
+  // Under m_mutex: the next host to prepare, or null (then `next_look`: when a held-back start
+  // may go regardless).
+  std::shared_ptr<HeldHost> next_host(std::optional<Clock::time_point>& next_look);
 
   std::mutex m_mutex;
   std::condition_variable m_wake;
   std::deque<std::shared_ptr<HeldHost>> m_queue;
+  std::deque<std::shared_ptr<HeldHost>> m_held_back; // start work waiting for first runs
+  int m_first_runs = 0;
   bool m_stopping = false;
   std::vector<std::thread> m_threads;
 };

@@ -46,7 +46,7 @@ enum class Origin {
 // staged one is removed, unless its launcher said it removed the directory itself; an adopted
 // one is only forgotten (its detached job goes on, for a later attach).
 struct ClientRuns {
-  explicit ClientRuns(SshConnection& s) : session(s) {}
+  ClientRuns(SshConnection& s, PreparePool& p) : session(s), pool(p) {}
   ClientRuns(const ClientRuns&) = delete;
   ClientRuns& operator=(const ClientRuns&) = delete;
   ~ClientRuns()
@@ -73,9 +73,11 @@ struct ClientRuns {
   {
     if (std::exchange(run.only_run, false)) {
       session.plan(0, 1);
+      pool.first_run_ended();
     }
   }
   SshConnection& session;
+  PreparePool& pool;
   std::map<std::uint64_t, Run> runs;
 };
 
@@ -145,7 +147,10 @@ void watch_client(ClientLink& link, int wake)
 
 class HostClient {
 public:
-  HostClient(HeldHost& host, int fd) : m_host(host), m_session(*host.session), m_fd(fd) {}
+  HostClient(HeldHost& host, PreparePool& pool, int fd)
+      : m_host(host), m_session(*host.session), m_fd(fd), m_runs(m_session, pool)
+  {
+  }
 
   Message dispatch(const Message& request)
   {
@@ -167,6 +172,9 @@ public:
       }
       staged->id = ++g_last_run;
       m_runs.runs[staged->id] = {*staged, false, Origin::staged, only_run};
+      if (only_run) {
+        m_runs.pool.first_run_began(); // other hosts' start work waits for it (PreparePool)
+      }
       return ok_message({{"run", encode(*staged)}});
     }
     if (op == "adopt") {
@@ -307,7 +315,7 @@ private:
   HeldHost& m_host;
   SshConnection& m_session;
   int m_fd;
-  ClientRuns m_runs{m_session};
+  ClientRuns m_runs;
 };
 
 } // namespace
@@ -315,7 +323,7 @@ private:
 void serve_host_client(const std::shared_ptr<HeldHost>& host, PreparePool& pool, int fd,
                        const std::atomic<bool>& exiting)
 {
-  HostClient client(*host, fd);
+  HostClient client(*host, pool, fd);
   while (!exiting && !host->ending && !interrupt_requested()) {
     Message request;
     const auto got = receive_message(fd, request, 500ms);
