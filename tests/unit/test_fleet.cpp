@@ -13,6 +13,7 @@
 #include "ferry/fleet.hpp"
 #include "ferry/run_record.hpp"
 #include "ferry/runner.hpp"
+#include "stub_session.hpp"
 
 using namespace ferry;
 using nlohmann::json;
@@ -22,13 +23,10 @@ namespace {
 constexpr int k_runs = 4;
 constexpr std::chrono::seconds k_bound{10};
 
-class ReversingSession final : public HostSession {
+class ReversingSession final : public testing::StubSession<HostSession> {
 public:
   ReversingSession(bool concurrent, int& peak) : m_concurrent(concurrent), m_peak(peak) {}
-  json target() const override { return {{"host", "h"}}; }
-  std::string label() const override { return "h"; }
   SessionTraits traits() const override { return {m_concurrent}; }
-  Expected<void> connect() override { return {}; }
   Expected<StagedRun> stage(const RunBundle& bundle, const StopToken& stop) override
   {
     StagedRun run;
@@ -69,16 +67,6 @@ public:
     outcome.out.launcher_report = "0 exit\nresult none\nclean removed\n";
     return outcome;
   }
-  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&,
-                              std::uint64_t) override
-  {
-    return FetchedFile{};
-  }
-  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun&, const std::string&) override
-  {
-    return std::optional<std::vector<DirEntry>>{};
-  }
-  Expected<void> finish(StagedRun&, Finish) override { return {}; }
 
 private:
   bool m_concurrent;
@@ -150,11 +138,9 @@ namespace {
 
 // A session that runs every job at once, fine; or, `dead`, one whose connection went while it
 // sat idle: nothing can be staged on it.
-class PlainSession final : public HostSession {
+class PlainSession final : public testing::StubSession<HostSession> {
 public:
   explicit PlainSession(bool dead) : m_dead(dead) {}
-  json target() const override { return {{"host", "h"}}; }
-  std::string label() const override { return "h"; }
   Expected<void> connect() override
   {
     ++connects;
@@ -182,16 +168,6 @@ public:
     outcome.out.launcher_report = "0 exit\nresult none\nclean removed\n";
     return outcome;
   }
-  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&,
-                              std::uint64_t) override
-  {
-    return FetchedFile{};
-  }
-  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun&, const std::string&) override
-  {
-    return std::optional<std::vector<DirEntry>>{};
-  }
-  Expected<void> finish(StagedRun&, Finish) override { return {}; }
 
   int connects = 0;
   std::optional<Error> connect_error;

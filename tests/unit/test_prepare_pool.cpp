@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "stub_session.hpp"
 #include "transport/held/held_host.hpp"
 
 using namespace ferry;
@@ -14,24 +15,9 @@ using namespace std::chrono_literals;
 namespace {
 
 // Counts what the pool asks of it; connects nowhere.
-class CountingSession final : public SshConnection {
+class CountingSession final : public testing::StubSession<SshConnection> {
 public:
   explicit CountingSession(std::atomic<int>& prepared) : m_prepared(prepared) {}
-  nlohmann::json target() const override { return {{"host", "h"}}; }
-  std::string label() const override { return "h"; }
-  Expected<void> connect() override { return {}; }
-  Expected<StagedRun> stage(const RunBundle&, const StopToken&) override { return StagedRun{}; }
-  Expected<ExecOutcome> launch(StagedRun&, const LaunchRequest&) override { return ExecOutcome{}; }
-  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&,
-                              std::uint64_t) override
-  {
-    return FetchedFile{};
-  }
-  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun&, const std::string&) override
-  {
-    return std::optional<std::vector<DirEntry>>{};
-  }
-  Expected<void> finish(StagedRun&, Finish) override { return {}; }
   std::string options_identity() const override { return "h"; }
   bool alive() override { return true; }
   Expected<void> recheck_host_key() override { return {}; }

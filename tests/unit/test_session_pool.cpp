@@ -5,29 +5,16 @@
 #include <catch2/catch.hpp>
 
 #include "run/session_pool.hpp"
+#include "stub_session.hpp"
 
 using namespace ferry;
 
 namespace {
 
-class PoolSession final : public HostSession {
+class PoolSession final : public testing::StubSession<HostSession> {
 public:
   explicit PoolSession(int serial) : m_serial(serial) {}
-  nlohmann::json target() const override { return {{"host", "h"}}; }
   std::string label() const override { return "h-" + std::to_string(m_serial); }
-  Expected<void> connect() override { return {}; }
-  Expected<StagedRun> stage(const RunBundle&, const StopToken&) override { return StagedRun{}; }
-  Expected<ExecOutcome> launch(StagedRun&, const LaunchRequest&) override { return ExecOutcome{}; }
-  Expected<FetchedFile> fetch(const StagedRun&, const std::string&, const ChunkSink&,
-                              std::uint64_t) override
-  {
-    return FetchedFile{};
-  }
-  Expected<std::optional<std::vector<DirEntry>>> list(const StagedRun&, const std::string&) override
-  {
-    return std::optional<std::vector<DirEntry>>{};
-  }
-  Expected<void> finish(StagedRun&, Finish) override { return {}; }
 
 private:
   int m_serial;

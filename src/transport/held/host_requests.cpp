@@ -156,26 +156,7 @@ public:
   {
     const std::string op = request.at("op").get<std::string>();
     if (op == "stage") {
-      // The run of the client whose hello connected the host, its only one: it goes as a
-      // direct connection's only run (no SFTP, no standby kept after it); the standbys of the
-      // runs to come are the holder's preparing, after it.
-      const bool only_run = request.value("only_run", false);
-      if (only_run) {
-        m_session.plan(1, 1);
-      }
-      auto staged = m_session.stage(decode_bundle(request.at("bundle")), StopToken::make());
-      if (!staged) {
-        if (only_run) {
-          m_session.plan(0, 1);
-        }
-        return error_message(staged.error());
-      }
-      staged->id = ++g_last_run;
-      m_runs.runs[staged->id] = {*staged, false, Origin::staged, only_run};
-      if (only_run) {
-        m_runs.pool.first_run_began(); // other hosts' start work waits for it (PreparePool)
-      }
-      return ok_message({{"run", encode(*staged)}});
+      return stage(request);
     }
     if (op == "adopt") {
       return adopt(request.at("run_dir").get<std::string>());
@@ -221,6 +202,30 @@ public:
   }
 
 private:
+  Message stage(const Message& request)
+  {
+    // The run of the client whose hello connected the host, its only one: it goes as a
+    // direct connection's only run (no SFTP, no standby kept after it); the standbys of the
+    // runs to come are the holder's preparing, after it.
+    const bool only_run = request.value("only_run", false);
+    if (only_run) {
+      m_session.plan(1, 1);
+    }
+    auto staged = m_session.stage(decode_bundle(request.at("bundle")), StopToken::make());
+    if (!staged) {
+      if (only_run) {
+        m_session.plan(0, 1);
+      }
+      return error_message(staged.error());
+    }
+    staged->id = ++g_last_run;
+    m_runs.runs[staged->id] = {*staged, false, Origin::staged, only_run};
+    if (only_run) {
+      m_runs.pool.first_run_began(); // other hosts' start work waits for it (PreparePool)
+    }
+    return ok_message({{"run", encode(*staged)}});
+  }
+
   // A run directory the client names rather than stages (a detached run's, which an earlier
   // ferry staged): served only when it is one of ferry's run directories in this session's run
   // base (as staging finds and judges the base), or /proc (read-only).
