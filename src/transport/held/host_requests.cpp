@@ -68,6 +68,14 @@ struct ClientRuns {
     // unknown: standbys stay) once it has ended, or is finished without an exec.
     bool only_run = false;
   };
+  // A run the client staged; its only run counts among the holder's first runs until unplan.
+  void add(const StagedRun& staged, bool only_run)
+  {
+    runs[staged.id] = {staged, false, Origin::staged, only_run};
+    if (only_run) {
+      pool.first_run_began(); // other hosts' start work waits for it (PreparePool)
+    }
+  }
   // After an only run's exec (or its finish without one): the session's plan is unknown again.
   void unplan(Run& run) const
   {
@@ -219,10 +227,7 @@ private:
       return error_message(staged.error());
     }
     staged->id = ++g_last_run;
-    m_runs.runs[staged->id] = {*staged, false, Origin::staged, only_run};
-    if (only_run) {
-      m_runs.pool.first_run_began(); // other hosts' start work waits for it (PreparePool)
-    }
+    m_runs.add(*staged, only_run);
     return ok_message({{"run", encode(*staged)}});
   }
 
