@@ -45,9 +45,10 @@
 # in ` last` (a direct connection's last run: nothing follows on this channel).
 #
 # Only modules that are built in or frozen are imported, and from the python's own library ctypes
-# (to make this process not dumpable: keep_to_itself; not a `once` standby), _sha256 (to hash a
-# job's cache entry: job_intact) and _socket (the interpreter's descriptor 3); -I -S: nothing of
-# the user's or the run's can stand in for them. Python changes its own environment at start
+# (to make this process not dumpable and its jobs' subreaper: keep_to_itself; not a `once`
+# standby), _sha256 (to hash a job's cache entry: job_intact) and _socket (the interpreter's
+# descriptor 3); -I -S: nothing of the user's or the run's can stand in for them. Python
+# changes its own environment at start
 # (PEP 538 sets LC_CTYPE under the C locale): the environment passed on is the one in
 # /proc/self/environ, as this process got it. Without /proc this process ends at once, and the
 # holder's later standbys are sh's.
@@ -388,11 +389,39 @@ def read_line():
     return line
 
 
+SUBREAPER = [None]  # the C library, once keep_to_itself made this process its jobs' subreaper
+
+
+def no_leftover():
+    # Whether the run left no process at all: as the jobs' subreaper this process is then the
+    # parent of none (ECHILD once the dead are reaped). Its group killed a moment ago, a job's
+    # process may still be ending: looked at for 20 ms. Nobody else's process was ever its child:
+    # the watchdog, `rm` and a discarded interpreter are waited for before a run's report.
+    if SUBREAPER[0] is None:
+        return False
+    deadline = time.monotonic() + 0.02
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] != 0:
+                continue  # one reaped; another may be there
+        except ChildProcessError:
+            return True
+        except OSError:
+            return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+
+
 def output_held_elsewhere():
     # Whether a process other than this one and its ancestors (sshd, a login shell that did not
     # exec) still holds this channel's stdout or stderr: one that left the job's group, which
-    # could write into the next run's output. A process killed a moment ago may not have let go
+    # could write into the next run's output. None when the run left no process (no_leftover:
+    # what every run of a subreaper standby costs, where the look through /proc below costs a
+    # scan of every process of the host). A process killed a moment ago may not have let go
     # yet: looked at twice, 20 ms apart.
+    if no_leftover():
+        return False
     try:
         mine = {os.readlink("/proc/self/fd/1"), os.readlink("/proc/self/fd/2")}
         ancestors = set()
@@ -637,6 +666,8 @@ def as_sh_would(launch, environment, interpreter):
     for s in (_signal.SIGPIPE, _signal.SIGXFSZ):
         _signal.signal(s, _signal.SIG_DFL)
     _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
+    if SUBREAPER[0] is not None:
+        SUBREAPER[0].prctl(36, 0, 0, 0, 0)  # kept across an exec: launch.sh's sh is none
     try:
         os.execve("/bin/sh", ["/bin/sh", launch], dict(environment))
     except OSError as e:
@@ -961,9 +992,14 @@ def keep_to_itself():
     # next run's line and launch.sh's bytes come, nor read them from its memory. Its own /proc/self
     # is root's too from here (/proc/self/environ was read before); /proc/self/fd still answers it.
     # The job's interpreter gets the usual flag back at its exec.
+    # It is also its jobs' subreaper (PR_SET_CHILD_SUBREAPER, Linux 3.4 on): what a job leaves
+    # behind, a daemon of a session of its own too, becomes this process's child when its parent
+    # ends, so that after a run its children alone say whether anything is left (no_leftover).
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(36, 1, 0, 0, 0) == 0:  # PR_SET_CHILD_SUBREAPER
+            SUBREAPER[0] = libc
         return libc.prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
     except (ImportError, OSError, AttributeError):
         return False

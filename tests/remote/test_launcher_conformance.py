@@ -1006,6 +1006,56 @@ class StandbyVerifier(unittest.TestCase):
         self.assertFalse(os.path.exists(self.evil), "the rewritten script ran")
 
 
+class StandbyLeftovers(unittest.TestCase):
+    """The python standby is its jobs' subreaper (docs/persistence.md, "The python standby"): a
+    process a job leaves behind, in a session of its own, becomes the standby's child once the job
+    has ended, so that after a run the standby's children alone say whether anything was left (a
+    look through /proc, every process of the host, only when something was). One that holds
+    nothing of the output lets the standby stay; one that holds it does not (the table's cases
+    a_session_of_its_own_*)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tool = prerequisites()
+        cls.table = Table(cls.tool)
+        cls.addClassCleanup(remove, cls.table.root)
+
+    def test_a_leftover_becomes_the_standbys_child_and_the_standby_stays(self):
+        t = self.table
+        c = next(c for c in CASES if c.name == "a_session_of_its_own_escapes_the_group")
+        probe = t.probe(c)
+        os.mkdir(probe, 0o777)
+        t.lay_out(c, "standby")
+        proc = subprocess.Popen([t.python3, "-I", "-S", t.standby, "ferry-standby"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=dict(t.login(c, "leftover")), cwd=t.home, start_new_session=True)
+        escapee = None
+        try:
+            proc.stdin.write(b"exec /bin/sh %s\n" % os.path.join(t.run_dir(c), "launch.sh").encode())
+            proc.stdin.flush()
+            stay, err = b"%s stay\n" % END.encode(), b""
+            until = time.monotonic() + 20
+            while not err.endswith(stay) and time.monotonic() < until:
+                chunk = os.read(proc.stderr.fileno(), 65536)
+                if not chunk:
+                    break
+                err += chunk
+            ids = dict(line.split() for line in (read_probe(probe, "ids") or b"").decode().splitlines())
+            escapee = int(ids["escapee"])
+            self.assertTrue(err.endswith(stay), "the standby did not stay: %r" % err[-500:])
+            with open("/proc/%d/stat" % escapee, "rb") as f:
+                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+            self.assertEqual(parent, proc.pid, "the job's leftover is not the standby's child")
+        finally:
+            if escapee is not None:
+                os.kill(escapee, signal.SIGKILL)
+            proc.stdin.close()
+            code = proc.wait(20)
+            proc.stdout.close()
+            proc.stderr.close()
+        self.assertEqual(code, 0, "the standby, its stdin ended")
+
+
 def normalise(obs: dict):
     """What the table compares of one way's run, and the ALLOWED_DIFFERENCES taken out of it,
     each by its name: {name: the value taken out}."""
