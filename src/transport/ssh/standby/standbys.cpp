@@ -207,12 +207,14 @@ Expected<void> Standbys::make_held_dir(SftpFiles& files, const std::string& dir,
 }
 
 // The verifier ends with 4 when the script cannot be read or no longer matches its sha256. A file
-// still at its name was changed on the host since this machine's note (one that is gone was only
-// pruned): as on a held session (boot_failed), it is discarded, put there again (over the SFTP
-// session the run is staged by anyway, so that no later run trips on it) and warned of.
+// still at its name was changed on the host since ferry put it there or this machine's note
+// named it (one that is gone was only pruned: the next look puts it back): it is discarded, put
+// there again over the session's SFTP (so that no later run, nor the next connection, trips on
+// it) and warned of.
 void Standbys::replace_refused_script(SftpFiles& files, const std::string& entry)
 {
   if (const auto there = files.file_exists(entry); !there || !*there) {
+    m_refused.clear();
     return;
   }
   m_refused = entry;
@@ -411,19 +413,16 @@ std::string Standbys::python_boot_line() const
 }
 
 // A python standby that ended before its ready line: its script in the job cache was refused
-// (rewritten since ferry put it there: discarded, and put there again at the next look, once a
-// session; a second refusal, or a standby that cannot start here, leaves the session's later
-// standbys to sh).
+// (rewritten since ferry put it there: discarded and put there again at once, as for a direct
+// connection's only run, so that no disconnect leaves it gone; once a session: a second
+// refusal, or a standby that cannot start here, leaves the session's later standbys to sh).
 void Standbys::boot_failed(int code)
 {
   if (code == k_standby_refused_exit) {
     m_refused = m_python_command;
   }
   if (code == k_standby_refused_exit && m_script_refusals++ == 0) {
-    m_files().discard_script(k_standby_script, standby_script());
-    m_debug(fmt::format("warning: the python standby's script {} no longer matches its sha256 "
-                        "(a process of this user changed it); it is discarded and sent again",
-                        m_python_command));
+    replace_refused_script(m_files(), m_python_command);
     m_python_command.clear();
     m_tag_sha256.clear();
     m_script_checked = {};
