@@ -48,10 +48,9 @@
 # (to make this process not dumpable and its jobs' subreaper: keep_to_itself; not a `once`
 # standby), _sha256 (to hash a job's cache entry: job_intact) and _socket (the interpreter's
 # descriptor 3); -I -S: nothing of the user's or the run's can stand in for them. Python
-# changes its own environment at start
-# (PEP 538 sets LC_CTYPE under the C locale): the environment passed on is the one in
-# /proc/self/environ, as this process got it. Without /proc this process ends at once, and the
-# holder's later standbys are sh's.
+# changes its own environment at start (PEP 538 sets LC_CTYPE under the C locale): the
+# environment passed on is the one in /proc/self/environ, as this process got it. Without /proc
+# this process ends at once, and the holder's later standbys are sh's.
 import errno
 import posix as os  # os's own import took 2 ms of a 22 ms start: posix and the few helpers below
 import sys

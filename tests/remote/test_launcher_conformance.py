@@ -37,6 +37,7 @@ import marshal
 import multiprocessing
 import os
 import re
+import select
 import shutil
 import signal
 import stat
@@ -1036,6 +1037,8 @@ class StandbyLeftovers(unittest.TestCase):
             stay, err = b"%s stay\n" % END.encode(), b""
             until = time.monotonic() + 20
             while not err.endswith(stay) and time.monotonic() < until:
+                if not select.select([proc.stderr], [], [], max(0, until - time.monotonic()))[0]:
+                    break
                 chunk = os.read(proc.stderr.fileno(), 65536)
                 if not chunk:
                     break

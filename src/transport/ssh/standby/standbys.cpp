@@ -418,15 +418,15 @@ std::string Standbys::python_boot_line() const
 // refusal, or a standby that cannot start here, leaves the session's later standbys to sh).
 void Standbys::boot_failed(int code)
 {
-  if (code == k_standby_refused_exit) {
-    m_refused = m_python_command;
-  }
   if (code == k_standby_refused_exit && m_script_refusals++ == 0) {
-    replace_refused_script(m_files(), m_python_command);
+    replace_refused_script(m_files(), m_python_command); // says whether it was refused
     m_python_command.clear();
     m_tag_sha256.clear();
     m_script_checked = {};
     return;
+  }
+  if (code == k_standby_refused_exit) {
+    m_refused = m_python_command;
   }
   if (code == k_standby_refused_exit || code == 2 || code == 3 || code == 126 || code == 127) {
     m_no_python_standby = true;
