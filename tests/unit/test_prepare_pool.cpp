@@ -2,6 +2,8 @@
 // a host's start work waits while other hosts' first runs are under way, and goes once they have
 // ended; other work never waits for them.
 #include <atomic>
+#include <functional>
+#include <future>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -33,6 +35,36 @@ std::shared_ptr<held::HeldHost> host_counting(std::atomic<int>& prepared)
   host->session = std::make_unique<CountingSession>(prepared);
   return host;
 }
+
+// Its preparing step waits until the test lets it go; says when it is torn down.
+class HeldUpSession final : public testing::StubSession<SshConnection> {
+public:
+  HeldUpSession(std::promise<void>& started, std::shared_future<void> go,
+                std::function<void()> on_teardown)
+      : m_started(started), m_go(std::move(go)), m_on_teardown(std::move(on_teardown))
+  {
+  }
+  HeldUpSession(const HeldUpSession&) = delete;
+  HeldUpSession& operator=(const HeldUpSession&) = delete;
+  ~HeldUpSession() override { m_on_teardown(); }
+  std::string options_identity() const override { return "h"; }
+  bool alive() override { return true; }
+  Expected<void> recheck_host_key() override { return {}; }
+  void prepare_ahead() override
+  {
+    if (!m_told) {
+      m_told = true;
+      m_started.set_value();
+    }
+    m_go.wait();
+  }
+
+private:
+  std::promise<void>& m_started;
+  std::shared_future<void> m_go;
+  std::function<void()> m_on_teardown;
+  bool m_told = false;
+};
 
 // Whether `count` reaches `at_least` within 10 s.
 bool reaches(const std::atomic<int>& count, int at_least)
@@ -98,5 +130,60 @@ TEST_CASE("a held-back host that ends is let go at once", "[prepare_pool]")
   CHECK(watched.expired()); // its session torn down, not kept for the first run's end
   CHECK(prepared == 0);     // an ending host is not prepared
   pool.first_run_ended();
+  pool.stop();
+}
+
+TEST_CASE("an ended host is gone only once the preparing step under way on it is done",
+          "[prepare_pool]")
+{
+  held::PreparePool pool(3);
+  std::promise<void> started;
+  std::promise<void> go;
+  std::atomic<bool> torn_down{false};
+  auto host = std::make_shared<held::HeldHost>("key", "h", "2026-12-06T00:00:00Z");
+  host->session =
+      std::make_unique<HeldUpSession>(started, go.get_future().share(), [&] { torn_down = true; });
+  pool.want(host, held::PreparePool::Wish::standby);
+  REQUIRE(started.get_future().wait_for(10s) == std::future_status::ready);
+  const auto gone = host->gone();
+  host->end();
+  pool.retire(std::move(host));       // as `ferry disconnect` ends it
+  CHECK_FALSE(gone->wait_for(300ms)); // its step (an SFTP one, say) is still under way
+  CHECK_FALSE(torn_down);
+  go.set_value();
+  CHECK(gone->wait_for(10s));
+  CHECK(torn_down); // the session went before the host was told gone
+  pool.stop();
+}
+
+TEST_CASE("a retired host is torn down before the preparing queued for other hosts",
+          "[prepare_pool]")
+{
+  held::PreparePool pool(1);
+  std::promise<void> started;
+  std::promise<void> go;
+  auto busy = std::make_shared<held::HeldHost>("busy", "h", "2026-12-06T00:00:00Z");
+  busy->session = std::make_unique<HeldUpSession>(started, go.get_future().share(), [] {});
+  pool.want(busy, held::PreparePool::Wish::standby); // the pool's one thread, held up
+  REQUIRE(started.get_future().wait_for(10s) == std::future_status::ready);
+
+  std::atomic<int> waiting_prepared{0};
+  auto waiting = host_counting(waiting_prepared);
+  pool.want(waiting, held::PreparePool::Wish::standby); // queued behind it
+
+  std::promise<void> unused;
+  std::shared_future<void> never_waited = std::promise<void>().get_future().share();
+  std::atomic<int> prepared_at_teardown{-1};
+  auto ended = std::make_shared<held::HeldHost>("ended", "h", "2026-12-06T00:00:00Z");
+  ended->session = std::make_unique<HeldUpSession>(
+      unused, never_waited, [&] { prepared_at_teardown = waiting_prepared.load(); });
+  const auto gone = ended->gone();
+  ended->end();
+  pool.retire(std::move(ended));
+
+  go.set_value();
+  CHECK(gone->wait_for(10s));
+  CHECK(prepared_at_teardown == 0); // the ended host went first
+  CHECK(reaches(waiting_prepared, 1));
   pool.stop();
 }

@@ -4,6 +4,21 @@
 
 namespace ferry::held {
 
+void HostGone::mark()
+{
+  {
+    const std::lock_guard lock(m_mutex);
+    m_gone = true;
+  }
+  m_changed.notify_all();
+}
+
+bool HostGone::wait_for(Clock::duration bound)
+{
+  std::unique_lock lock(m_mutex);
+  return m_changed.wait_for(lock, bound, [this] { return m_gone; });
+}
+
 HeldHost::~HeldHost()
 {
   if (session) {
@@ -76,7 +91,7 @@ void PreparePool::retire(std::shared_ptr<HeldHost> host)
     if (m_stopping) {
       return; // dropped here, by the caller
     }
-    m_queue.push_back(std::move(host));
+    m_queue.push_front(std::move(host)); // its teardown waits for no other host's preparing
   }
   m_wake.notify_all(); // a thread that waits for a held-back host's time lets an ending one go
 }

@@ -24,7 +24,33 @@ namespace ferry::held {
 
 using Clock = std::chrono::steady_clock;
 
+// Told when a held host is gone: its session torn down, no preparer step or client request
+// of the holder's left on it. `ferry disconnect` is answered after that, so that nothing the
+// holder does touches the host once the command has returned.
+class HostGone {
+public:
+  void mark();
+  // Whether it was gone within `bound`.
+  bool wait_for(Clock::duration bound);
+
+private:
+  std::mutex m_mutex;
+  std::condition_variable m_changed;
+  bool m_gone = false;
+};
+
 struct HeldHost : std::enable_shared_from_this<HeldHost> {
+private:
+  struct GoneMark {
+    std::shared_ptr<HostGone> watched = std::make_shared<HostGone>();
+    GoneMark() = default;
+    GoneMark(const GoneMark&) = delete;
+    GoneMark& operator=(const GoneMark&) = delete;
+    ~GoneMark() { watched->mark(); }
+  };
+  GoneMark m_gone; // first: destroyed last
+
+public:
   HeldHost(std::string key_, std::string label_, std::string since_)
       : key(std::move(key_)), label(std::move(label_)), since(std::move(since_))
   {
@@ -32,6 +58,9 @@ struct HeldHost : std::enable_shared_from_this<HeldHost> {
   HeldHost(const HeldHost&) = delete;
   HeldHost& operator=(const HeldHost&) = delete;
   ~HeldHost();
+
+  // Marked gone as the host's last member is destroyed (after its session).
+  [[nodiscard]] std::shared_ptr<HostGone> gone() const { return m_gone.watched; }
 
   const std::string key;   // names the connection's options (hashed), as the clients ask for it
   const std::string label; // the host as the first client named it
@@ -85,10 +114,10 @@ private:
 };
 
 // The threads (a fixed few) that do every host's preparing, fed by one queue; a host retired
-// into it is dropped there, so its session's teardown never holds the main loop up. A host's
-// start work waits while other hosts' first runs are under way through the holder (a fan-out's
-// first run: those hosts' logins, jobs and this work would share the CPUs), at most
-// k_start_waits_at_most.
+// into it is dropped there (ahead of the work queued), so its session's teardown never holds the
+// main loop up. A host's start work waits while other hosts' first runs are under way through the
+// holder (a fan-out's first run: those hosts' logins, jobs and this work would share the CPUs), at
+// most k_start_waits_at_most.
 class PreparePool {
 public:
   enum class Wish { start, standby, idle };

@@ -41,6 +41,9 @@ constexpr auto k_first_message = 2s;
 constexpr int k_preparers = 3;
 // A user asked for a second factor has this long to type it (sshd's LoginGraceTime is 120 s).
 constexpr std::chrono::milliseconds k_answer_within = 180s;
+// `ferry disconnect` is answered once the host is gone (its preparing step done, its session
+// torn down), or after this long (its client waits 10 s for the answer).
+constexpr auto k_end_settles_within = 8s;
 
 Message gone(std::string_view why)
 {
@@ -288,10 +291,14 @@ private:
           host = it->second;
         }
       }
-      if (host) {
-        end_host(host);
+      if (!host) {
+        return ok_message({{"ended", false}});
       }
-      return ok_message({{"ended", host != nullptr}});
+      const auto gone = host->gone();
+      end_host(host);
+      host.reset();
+      (void)gone->wait_for(k_end_settles_within);
+      return ok_message({{"ended", true}});
     }
     if (op == "exit") {
       m_exit = true;
