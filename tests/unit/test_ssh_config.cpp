@@ -255,3 +255,17 @@ TEST_CASE("%-tokens and environment variables expand, an unknown token is an err
   CHECK(expand_tilde("~root/x", "/home/a") == "/root/x");
   CHECK(expand_tilde("/abs/~", "/home/a") == "/abs/~");
 }
+
+TEST_CASE("a config file is split once per process, and again when its bytes change",
+          "[ssh_config]")
+{
+  TempHome home;
+  const auto config = home.write("cfg", "Host a\n  Port 2201\nHost b\n  Port 2202\n");
+  CHECK(read(home.query("a", config)).first_arg("port") == "2201");
+  CHECK(read(home.query("b", config)).first_arg("port") == "2202"); // the same split, another host
+  home.write("cfg", "Host a\n  Port 2301\nHost b\n  Port 2302\n");  // same size, same lines
+  CHECK(read(home.query("a", config)).first_arg("port") == "2301");
+  home.write("cfg", "Host a\n  Port 2301\n  Bogus yes\n");
+  CHECK_THAT(refusal(home.query("a", config)),
+             Catch::Contains("line 3: Bad configuration option: bogus"));
+}

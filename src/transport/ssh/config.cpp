@@ -1,11 +1,17 @@
 #include "transport/ssh/config.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <vector>
 
+#include <fcntl.h>
 #include <glob.h>
 #include <pwd.h>
 #include <sys/stat.h>
@@ -13,6 +19,7 @@
 
 #include "ferry/fd.hpp"
 #include "ferry/text.hpp"
+#include "ferry/util.hpp"
 
 namespace ferry::ssh {
 
@@ -101,6 +108,107 @@ bool secure_permissions(const struct stat& st)
   return (st.st_uid == 0 || st.st_uid == ::getuid()) && (st.st_mode & 022) == 0;
 }
 
+// A line of a config file that says something: its keyword and the rest, split once. A
+// fan-out reads the same files for each of its hosts, and a fleet's config names every host:
+// read and split anew for each, a 256-host file took a quarter of a second of one CPU before
+// the first run could start.
+struct ConfigLine {
+  int number = 0;
+  std::string keyword;                          // lower-case, as written
+  std::string rest;                             // the arguments' text (after any `=`), trimmed
+  const std::string* known;                     // the keyword it stands for (keywords()), or null
+  std::optional<std::vector<std::string>> args; // split_config_args(rest)
+};
+
+struct ParsedFile {
+  std::string text; // never changed once split: the lines look into it
+  std::vector<ConfigLine> lines;
+};
+
+std::optional<ConfigLine> parse_line(std::string_view line, int number)
+{
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r' ||
+                           line.back() == '\f' || line.back() == '\n')) {
+    line.remove_suffix(1);
+  }
+  const auto start = line.find_first_not_of(" \t");
+  if (start == std::string_view::npos || line[start] == '#') {
+    return std::nullopt;
+  }
+  line.remove_prefix(start);
+  const auto end = std::min(line.find_first_of(" \t="), line.size());
+  ConfigLine parsed{number, lower(line.substr(0, end)), {}, nullptr, std::nullopt};
+  std::string_view rest = line.substr(end);
+  rest.remove_prefix(std::min(rest.find_first_not_of(" \t"), rest.size()));
+  if (!rest.empty() && rest.front() == '=') {
+    rest.remove_prefix(1);
+    rest.remove_prefix(std::min(rest.find_first_not_of(" \t"), rest.size()));
+  }
+  parsed.rest = rest;
+  if (const auto known = keywords().find(parsed.keyword); known != keywords().end()) {
+    parsed.known = &known->second;
+  }
+  parsed.args = split_config_args(parsed.rest);
+  return parsed;
+}
+
+// Whether what is left to read of `fd` is exactly `text`, read in pieces into `buffer` (no
+// thread holds a copy of a large file, nor a large buffer on its stack).
+bool holds(int fd, std::string_view text, std::vector<char>& buffer)
+{
+  std::size_t at = 0;
+  while (true) {
+    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) {
+      continue;
+    }
+    if (got <= 0) {
+      return got == 0 && at == text.size();
+    }
+    const auto size = static_cast<std::size_t>(got);
+    if (size > text.size() - at || std::memcmp(buffer.data(), text.data() + at, size) != 0) {
+      return false;
+    }
+    at += size;
+  }
+}
+
+// The file's lines, split; the same split as long as the file's bytes are the same (each read
+// reads them again: a file changed meanwhile is split anew). Null when it cannot be read. One
+// thread at a time: a fan-out's threads, starting together, would each split the file.
+std::shared_ptr<const ParsedFile> read_parsed(const std::string& path)
+{
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const ParsedFile>> split;
+  static std::vector<char> buffer(65536);
+  const std::lock_guard lock(mutex);
+  const auto known = split.find(path);
+  if (known != split.end()) {
+    const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd && holds(fd.get(), known->second->text, buffer)) {
+      return known->second;
+    }
+  }
+  auto read = read_file(path);
+  if (!read) {
+    return nullptr;
+  }
+  auto parsed = std::make_shared<ParsedFile>();
+  parsed->text = std::move(*read);
+  const std::string_view text = parsed->text;
+  int number = 0;
+  for (std::size_t start = 0; start < text.size();) {
+    const auto end = std::min(text.find('\n', start), text.size());
+    if (auto line = parse_line(text.substr(start, end - start), ++number)) {
+      parsed->lines.push_back(std::move(*line));
+    }
+    start = end + 1;
+  }
+  parsed->lines.shrink_to_fit();
+  split[path] = parsed;
+  return parsed;
+}
+
 struct FileFlags {
   bool user_config = true; // relative Include paths are under ~/.ssh (else /etc/ssh)
   bool check_perm = false;
@@ -128,8 +236,8 @@ private:
   };
 
   Expected<bool> read_file(const std::string& path, FileFlags flags, bool* active, int depth);
-  Expected<void> process(std::string_view raw, Position& at);
-  Expected<void> apply(const std::string& keyword, std::string_view rest, Position& at);
+  Expected<void> process(const ConfigLine& line, Position& at);
+  Expected<void> apply(const std::string& keyword, const ConfigLine& line, Position& at);
   Expected<void> block_line(const std::string& keyword, const std::vector<std::string>& args,
                             std::string_view text, Position& at);
   Expected<void> host_line(const std::vector<std::string>& args, Position& at);
@@ -204,8 +312,8 @@ Expected<bool> Reader::read_file(const std::string& path, FileFlags flags, bool*
     return fail(ErrorKind::usage, "ssh config {}: Include nested more than {} deep", path,
                 k_max_include_depth);
   }
-  std::ifstream in(path);
-  if (!in) {
+  const auto parsed = read_parsed(path);
+  if (!parsed) {
     return false;
   }
   struct stat st {};
@@ -220,55 +328,36 @@ Expected<bool> Reader::read_file(const std::string& path, FileFlags flags, bool*
     m_out.files_read.push_back(path);
   }
   Position at{path, 0, flags, active, depth};
-  std::string line;
-  while (std::getline(in, line)) {
-    ++at.line;
+  for (const ConfigLine& line : parsed->lines) {
+    at.line = line.number;
     FERRY_TRY(process(line, at));
   }
   return true;
 }
 
-Expected<void> Reader::process(std::string_view raw, Position& at)
+Expected<void> Reader::process(const ConfigLine& line, Position& at)
 {
-  std::string_view line = raw;
-  while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r' ||
-                           line.back() == '\f' || line.back() == '\n')) {
-    line.remove_suffix(1);
-  }
-  const auto start = line.find_first_not_of(" \t");
-  if (start == std::string_view::npos || line[start] == '#') {
-    return {};
-  }
-  line.remove_prefix(start);
-  const auto end = std::min(line.find_first_of(" \t="), line.size());
-  const std::string keyword = lower(line.substr(0, end));
-  std::string_view rest = line.substr(end);
-  rest.remove_prefix(std::min(rest.find_first_not_of(" \t"), rest.size()));
-  if (!rest.empty() && rest.front() == '=') {
-    rest.remove_prefix(1);
-    rest.remove_prefix(std::min(rest.find_first_not_of(" \t"), rest.size()));
-  }
-  if (rest.empty()) {
+  if (line.rest.empty()) {
     return fail(ErrorKind::usage, "ssh config {}: no argument after keyword \"{}\"", location(at),
-                keyword);
+                line.keyword);
   }
-  const auto known = keywords().find(keyword);
-  if (known == keywords().end()) {
+  if (line.known == nullptr) {
     const std::string ignored = m_out.first_arg("ignoreunknown");
-    if (!ignored.empty() && match_pattern_list(keyword, ignored, true)) {
+    if (!ignored.empty() && match_pattern_list(line.keyword, ignored, true)) {
       return {};
     }
     return fail(ErrorKind::usage,
                 "ssh config {}: Bad configuration option: {} (ssh refuses this file too; fix "
                 "the line, or name it in IgnoreUnknown)",
-                location(at), keyword);
+                location(at), line.keyword);
   }
-  return apply(known->second, rest, at);
+  return apply(*line.known, line, at);
 }
 
-Expected<void> Reader::apply(const std::string& keyword, std::string_view rest, Position& at)
+Expected<void> Reader::apply(const std::string& keyword, const ConfigLine& line, Position& at)
 {
-  const auto args = split_config_args(rest);
+  const std::string_view rest = line.rest;
+  const auto& args = line.args;
   if (!args) {
     return fail(ErrorKind::usage, "ssh config {}: invalid quotes", location(at));
   }
