@@ -4,21 +4,6 @@
 
 namespace ferry::held {
 
-void HostGone::mark()
-{
-  {
-    const std::lock_guard lock(m_mutex);
-    m_gone = true;
-  }
-  m_changed.notify_all();
-}
-
-bool HostGone::wait_for(Clock::duration bound)
-{
-  std::unique_lock lock(m_mutex);
-  return m_changed.wait_for(lock, bound, [this] { return m_gone; });
-}
-
 HeldHost::~HeldHost()
 {
   if (session) {

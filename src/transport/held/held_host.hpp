@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,29 +25,18 @@ namespace ferry::held {
 
 using Clock = std::chrono::steady_clock;
 
-// Told when a held host is gone: its session torn down, no preparer step or client request
-// of the holder's left on it. `ferry disconnect` is answered after that, so that nothing the
-// holder does touches the host once the command has returned.
-class HostGone {
-public:
-  void mark();
-  // Whether it was gone within `bound`.
-  bool wait_for(Clock::duration bound);
-
-private:
-  std::mutex m_mutex;
-  std::condition_variable m_changed;
-  bool m_gone = false;
-};
-
 struct HeldHost : std::enable_shared_from_this<HeldHost> {
 private:
+  // Ready once the host is gone: its session torn down, no preparer step or client request of
+  // the holder's left on it. `ferry disconnect` is answered after that, so that nothing the
+  // holder does touches the host once the command has returned.
   struct GoneMark {
-    std::shared_ptr<HostGone> watched = std::make_shared<HostGone>();
+    std::promise<void> mark;
+    std::shared_future<void> watched = mark.get_future().share();
     GoneMark() = default;
     GoneMark(const GoneMark&) = delete;
     GoneMark& operator=(const GoneMark&) = delete;
-    ~GoneMark() { watched->mark(); }
+    ~GoneMark() { mark.set_value(); }
   };
   GoneMark m_gone; // first: destroyed last
 
@@ -60,7 +50,7 @@ public:
   ~HeldHost();
 
   // Marked gone as the host's last member is destroyed (after its session).
-  [[nodiscard]] std::shared_ptr<HostGone> gone() const { return m_gone.watched; }
+  [[nodiscard]] std::shared_future<void> gone() const { return m_gone.watched; }
 
   const std::string key;   // names the connection's options (hashed), as the clients ask for it
   const std::string label; // the host as the first client named it

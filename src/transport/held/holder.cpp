@@ -297,7 +297,7 @@ private:
       const auto gone = host->gone();
       end_host(host);
       host.reset();
-      (void)gone->wait_for(k_end_settles_within);
+      (void)gone.wait_for(k_end_settles_within);
       return ok_message({{"ended", true}});
     }
     if (op == "exit") {

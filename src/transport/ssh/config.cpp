@@ -114,9 +114,9 @@ bool secure_permissions(const struct stat& st)
 // the first run could start.
 struct ConfigLine {
   int number = 0;
-  std::string keyword;                          // lower-case, as written
-  std::string rest;                             // the arguments' text (after any `=`), trimmed
-  const std::string* known;                     // the keyword it stands for (keywords()), or null
+  std::string keyword;      // lower-case, as written
+  std::string_view rest;    // the arguments' text (after any `=`), trimmed, in ParsedFile::text
+  const std::string* known; // the keyword it stands for (keywords()), or null
   std::optional<std::vector<std::string>> args; // split_config_args(rest)
 };
 
