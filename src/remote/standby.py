@@ -78,12 +78,22 @@ STOPS = {_signal.SIGTERM: 143, _signal.SIGINT: 130, _signal.SIGHUP: 129}
 # USR1 is how launch.sh's watchdog tells it the deadline has passed; from anyone, it is the
 # deadline.
 WATCHED = {_signal.SIGCHLD, _signal.SIGUSR1, *STOPS}
-# A run's watchdog, as launch.sh's: a job that killed this process (its parent) would otherwise
-# outlive its deadline. At the deadline ($1 s) it stops the job's group ($3) as stop() would, TERM
-# then KILL after the grace ($2 s), unless this process ($4) is there to do it; once the run has
-# ended this process kills the watchdog's own session (its sleep too).
-WATCHDOG = (b'sleep "$1" || exit 0; kill -0 "$4" 2>/dev/null && exit 0; '
-            b'kill -TERM -"$3" "$3" 2>/dev/null; sleep "$2"; kill -KILL -"$3" "$3" 2>/dev/null')
+# The jobs' watchdog, as launch.sh has one: a job that killed this process (its parent) would
+# otherwise outlive its deadline. One for this process's life, not one per run: a sh in a session of
+# its own (its `sh -c` forks it into the background and ends, before this process becomes its jobs'
+# subreaper, so that it is nobody's child here), reading on its descriptor 3, a pipe, each run's
+# `arm DEADLINE TIMEOUT GRACE JOB` (DEADLINE in seconds since the epoch) and `disarm`. The pipe's
+# end (this process has gone: only it holds the other end, close-on-exec) with a run armed is when
+# it acts: at the deadline (TIMEOUT s from then without `date +%s`) it stops the job's group as
+# stop() would, TERM then KILL after the grace. Otherwise it ends.
+WATCHDOG = (b'cd / || exit 0; { at=; '
+            b'while read -r word deadline timeout grace job <&3; do case $word in '
+            b'arm) at=$deadline t=$timeout g=$grace j=$job ;; *) at= ;; esac; done; '
+            b'[ -n "$at" ] || exit 0; now=$(date +%s 2>/dev/null); '
+            b'case $now in ""|*[!0-9]*) left=$t ;; *) left=$((at - now)) ;; esac; '
+            b'[ "$left" -gt 0 ] && sleep "$left"; '
+            b'kill -TERM -"$j" "$j" 2>/dev/null; sleep "$g"; kill -KILL -"$j" "$j" 2>/dev/null; } &')
+WATCHDOG_LINE = [None]  # the write end of the watchdog's pipe; None once it has gone
 
 
 def fsdecode(name):
@@ -395,7 +405,8 @@ def no_leftover():
     # Whether the run left no process at all: as the jobs' subreaper this process is then the
     # parent of none (ECHILD once the dead are reaped). Its group killed a moment ago, a job's
     # process may still be ending: looked at for 20 ms. Nobody else's process was ever its child:
-    # the watchdog, `rm` and a discarded interpreter are waited for before a run's report.
+    # `rm` and a discarded interpreter are waited for before a run's report, and the watchdog is
+    # init's (start_watchdog).
     if SUBREAPER[0] is None:
         return False
     deadline = time.monotonic() + 0.02
@@ -684,7 +695,6 @@ class Run:
         self.interpreter = interpreter
         self.environment = environment
         self.program = program
-        self.watchdog = None
         self.run_dir = fsdecode(spec["run_dir"])
         self.result = self.run_dir + "/result.json"
 
@@ -726,28 +736,13 @@ class Run:
         self.arm_watchdog()
 
     def arm_watchdog(self):
-        if self.job is None:
-            return
-        null = "/dev/null"
-        try:
-            self.watchdog = os.posix_spawn(
-                b"/bin/sh", [b"sh", b"-c", WATCHDOG, b"sh", b"%d" % self.spec["timeout"],
-                             b"%d" % self.spec["grace"], b"%d" % self.job, b"%d" % os.getpid()],
-                job_environment(self.environment),
-                file_actions=[(os.POSIX_SPAWN_OPEN, 0, null, os.O_RDONLY, 0),
-                              (os.POSIX_SPAWN_OPEN, 1, null, os.O_WRONLY, 0),
-                              (os.POSIX_SPAWN_OPEN, 2, null, os.O_WRONLY, 0)],
-                setsid=True, setsigmask=())
-        except OSError:
-            pass  # no watchdog: the deadline is this process's alone, as before
+        if self.job is not None:
+            tell_watchdog(b"arm %d %d %d %d\n" % (int(time.time()) + 1 + self.spec["timeout"],
+                                                   self.spec["timeout"], self.spec["grace"], self.job))
 
     def disarm_watchdog(self):
-        if self.watchdog is not None:
-            try:
-                os.killpg(self.watchdog, _signal.SIGKILL)
-                os.waitpid(self.watchdog, 0)
-            except OSError:
-                pass
+        if self.job is not None:
+            tell_watchdog(b"disarm\n")
 
     def start_program(self, ferry_env):
         # `setsid env -i LOGIN_NAMES FERRY_* INTERPRETER RUN_DIR/JOB`, from the run directory.
@@ -894,7 +889,7 @@ class Run:
             write_all(1, section + clean)
         except OSError:
             os._exit(code)
-        if last or cause == "stopped" or output_held_elsewhere():
+        if last or cause == "stopped" or WATCHDOG_LINE[0] is None or output_held_elsewhere():
             os._exit(code)
         return True
 
@@ -985,6 +980,44 @@ def remove_run_dir(path, environment):
         pass
 
 
+def start_watchdog(environment):
+    # Started once, before keep_to_itself (see WATCHDOG); waited for until its `sh -c` has forked
+    # the watchdog off and ended. Without one (it could not start, or has gone since) runs keep
+    # their deadline through this process alone, which then does not stay after its run.
+    try:
+        read, write = os.pipe()
+        if read == 3:
+            read = os.dup(read)
+            os.close(3)
+    except OSError:
+        return
+    null = "/dev/null"
+    try:
+        pid = os.posix_spawn(
+            b"/bin/sh", [b"sh", b"-c", WATCHDOG, b"ferry-watchdog"], job_environment(environment),
+            file_actions=[(os.POSIX_SPAWN_OPEN, 0, null, os.O_RDONLY, 0),
+                          (os.POSIX_SPAWN_OPEN, 1, null, os.O_WRONLY, 0),
+                          (os.POSIX_SPAWN_OPEN, 2, null, os.O_WRONLY, 0),
+                          (os.POSIX_SPAWN_DUP2, read, 3)],
+            setsid=True, setsigmask=())
+        os.waitpid(pid, 0)
+        WATCHDOG_LINE[0] = write
+    except OSError:
+        os.close(write)
+    finally:
+        os.close(read)
+
+
+def tell_watchdog(line):
+    if WATCHDOG_LINE[0] is None:
+        return
+    try:
+        write_all(WATCHDOG_LINE[0], line)
+    except OSError:  # it has gone (EPIPE: python ignores SIGPIPE)
+        os.close(WATCHDOG_LINE[0])
+        WATCHDOG_LINE[0] = None
+
+
 def keep_to_itself():
     # Not dumpable: /proc/PID/fd and /proc/PID/mem of this process are then root's, so a process
     # of the user's (a job that left one behind) can neither open this process's stdin, where the
@@ -1013,6 +1046,7 @@ def main():
     # to itself (ctypes' import is a fifth of its start): nothing comes on its stdin after its
     # run's bytes, which are in the run's own files too.
     ahead = sys.argv[-2:] != ["once", "ferry-standby"]
+    start_watchdog(environment)
     if ahead and not keep_to_itself():
         os._exit(3)
     while True:

@@ -17,7 +17,7 @@ import unittest
 from ferry_harness import SshTestCase, ferry_bin, run_ferry, run_in_pty, write_job
 from sshd_fixture import SshServer, require_root_and_tools
 import test_persist  # not `from ... import Persistence`: unittest would run its tests here too
-from test_persist import alive
+from test_persist import alive, parent_of
 
 # Control sequences a hostile job or host might send: a clipboard write (OSC 52), a title
 # change, clear screen, a C1 CSI, DEL, a right-to-left override.
@@ -742,6 +742,50 @@ class RunsKeptApart(unittest.TestCase):
         self.assertLess(time.monotonic() - started, 15)
         res = self.ferry("run", self.job, "--json")
         self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
+
+    def watchdogs(self) -> list[int]:
+        """The user's standby watchdogs (`sh -c WATCHDOG ferry-watchdog`, docs/persistence.md)."""
+        found = []
+        for pid in self.srv.processes_of(self.user):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if argv[-2:] == [b"ferry-watchdog", b""]:
+                found.append(pid)
+        return found
+
+    def test_one_watchdog_serves_every_run_of_a_python_standby(self):
+        # A held run started a watchdog sh and its sleep for itself; now a python standby's
+        # watchdog is started once, with it, and is not its child (the standby, its jobs'
+        # subreaper, has none when a run left nothing).
+        standby = self.python_standby()
+        self.assertTrue(wait_for(lambda: len(self.watchdogs()) == 1, 10), self.srv.describe_processes(self.user))
+        watchdog = self.watchdogs()
+        self.assertNotEqual(parent_of(watchdog[0]), standby)
+        for _ in range(3):
+            res = self.ferry("run", self.job, "--json")
+            self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
+            self.assertTrue(wait_for(lambda: self._booted(self.user, standby), 10),
+                            self.srv.describe_processes(self.user))
+        self.assertEqual(self.standbys(self.user, ("python",)), [standby], self.srv.describe_processes(self.user))
+        self.assertEqual(self.watchdogs(), watchdog, self.srv.describe_processes(self.user))
+        # A watchdog that has gone (a job of the user's may kill it): the run goes on, its
+        # standby does not stay after it, and the next standby has a watchdog of its own.
+        os.kill(watchdog[0], signal.SIGKILL)
+        self.assertTrue(wait_for(lambda: not alive(watchdog[0]), 5))
+        res = self.ferry("run", self.job, "--json")
+        self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
+        self.assertTrue(wait_for(lambda: not alive(standby), 10), self.srv.describe_processes(self.user))
+        self.assertTrue(wait_for(lambda: [p for p in self.standbys(self.user, ("python",)) if p != standby]
+                                 and len(self.watchdogs()) == 1, 20), self.srv.describe_processes(self.user))
+        self.assertNotEqual(self.watchdogs(), watchdog)
+        res = self.ferry("run", self.job, "--json")
+        self.assertEqual((res.code, res.record["stdout"]), (0, "hi\n"), res)
+        # Once the session ends, so does the watchdog.
+        run_ferry("disconnect", "--all", env=self.env)
+        self.assertTrue(wait_for(lambda: not self.watchdogs(), 10), self.srv.describe_processes(self.user))
 
     def test_a_result_swapped_for_a_fifo_keeps_the_held_connection(self):
         # Issue 45 item 6: a process that swapped result.json for a FIFO dropped the held
