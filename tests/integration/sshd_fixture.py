@@ -572,6 +572,19 @@ class SshServer:
         return sorted(pid for pid, info in _proc_table().items()
                       if uid in info["uids"] and info["state"] != "Z")
 
+    @classmethod
+    def argvs_of(cls, user: str) -> list[tuple[int, list[bytes]]]:
+        """(pid, argv) of every live process of that user's (processes_of) whose command line
+        can still be read; argv as /proc gives it, split at NULs (its last item empty)."""
+        found = []
+        for pid in cls.processes_of(user):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    found.append((pid, f.read().split(b"\0")))
+            except OSError:
+                continue
+        return found
+
     @staticmethod
     def describe_processes(user: str) -> str:
         """One line per process of that user (pid, state, ppid, command): for failure messages."""

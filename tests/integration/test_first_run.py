@@ -339,12 +339,7 @@ class FirstRunWithoutSftp(SshTestCase):
         code = sha256_of(compiled)
 
         def held_standby():
-            for pid in self.srv.processes_of(self.user):
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        argv = f.read().split(b"\0")
-                except OSError:
-                    continue
+            for _, argv in self.srv.argvs_of(self.user):
                 if argv[:4] == [b"python3", b"-I", b"-S", b"-c"] and argv[-2:] == [b"ferry-standby", b""]:
                     return argv
             return None

@@ -745,16 +745,7 @@ class RunsKeptApart(unittest.TestCase):
 
     def watchdogs(self) -> list[int]:
         """The user's standby watchdogs (`sh -c WATCHDOG ferry-watchdog`, docs/persistence.md)."""
-        found = []
-        for pid in self.srv.processes_of(self.user):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if argv[-2:] == [b"ferry-watchdog", b""]:
-                found.append(pid)
-        return found
+        return [pid for pid, argv in self.srv.argvs_of(self.user) if argv[-2:] == [b"ferry-watchdog", b""]]
 
     def test_one_watchdog_serves_every_run_of_a_python_standby(self):
         # A held run started a watchdog sh and its sleep for itself; now a python standby's
