@@ -94,6 +94,10 @@ WATCHDOG = (b'cd / || exit 0; { at=; '
             b'[ "$left" -gt 0 ] && sleep "$left"; '
             b'kill -TERM -"$j" "$j" 2>/dev/null; sleep "$g"; kill -KILL -"$j" "$j" 2>/dev/null; } &')
 WATCHDOG_LINE = [None]  # the write end of the watchdog's pipe; None once it has gone
+# After a run, the next run's interpreter waits while the host's CPUs are oversubscribed: more
+# than CROWDED runnable tasks for each CPU this process may use. It waits CROWDED_WAIT_S at most.
+CROWDED = 8
+CROWDED_WAIT_S = 5
 
 
 def fsdecode(name):
@@ -1037,6 +1041,45 @@ def keep_to_itself():
         return False
 
 
+def crowded():
+    # Whether the host's CPUs are oversubscribed now: /proc/loadavg's count of runnable tasks (this
+    # process one of them) above CROWDED for each CPU this process may use. Unknown: not crowded.
+    try:
+        fd = os.open("/proc/loadavg", os.O_RDONLY)
+        try:
+            running = int(os.read(fd, 256).split()[3].split(b"/")[0])
+        finally:
+            os.close(fd)
+        return running - 1 > CROWDED * len(os.sched_getaffinity(0))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return False
+
+
+def start_ahead_now():
+    # After a python3 job's run, whether to start the next run's interpreter ahead now: at once,
+    # unless the host's CPUs are oversubscribed (many hosts' runs sharing its CPUs, many runs of
+    # one host at once), when an interpreter for a run that may never come would take CPU from the
+    # runs under way. It then waits until they are not (looked at after pauses growing from 0.05
+    # to 0.8 s), CROWDED_WAIT_S at most, unless the next run's line (or the end of stdin) comes
+    # first: False, and that run's job then starts its interpreter itself, as after a run of a
+    # job that was not python3's.
+    if not crowded():
+        return True
+    try:
+        import select
+    except ImportError:
+        return True
+    pause, waited = 0.05, 0.0
+    while waited < CROWDED_WAIT_S:
+        if PENDING[0] or select.select([0], [], [], pause)[0]:
+            return False
+        waited += pause
+        pause = min(2 * pause, 0.8)
+        if not crowded():
+            return True
+    return True
+
+
 def main():
     environment = original_environment()
     if environment is None:
@@ -1049,8 +1092,10 @@ def main():
     start_watchdog(environment)
     if ahead and not keep_to_itself():
         os._exit(3)
+    after_run = False
     while True:
-        end_marker, ahead = serve(environment, ahead)
+        end_marker, ahead = serve(environment, ahead, after_run)
+        after_run = True
         # The run's stderr ends here too: ferry takes the channel back for its next run. A stop
         # that comes between runs ends this process, as it would end the standby sh.
         try:
@@ -1060,10 +1105,13 @@ def main():
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, WATCHED)
 
 
-def serve(environment, ahead):
+def serve(environment, ahead, after_run):
     # One run: returns its end marker once it is done and this process may stay for another, and
     # whether the run was a python3 job's. Its interpreter was started ahead when `ahead` (the
-    # first run, or one after a python3 job's: the next job is taken to be like the last).
+    # first run, or one after a python3 job's: the next job is taken to be like the last; after a
+    # run, once the host's CPUs are not oversubscribed: start_ahead_now).
+    if ahead and after_run and not start_ahead_now():
+        ahead = False
     interpreter = Interpreter(environment) if ahead else NoInterpreter()
     if ahead and interpreter.pid is None:
         os._exit(3)

@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -558,6 +559,50 @@ class Persistence(unittest.TestCase):
         run_ferry("disconnect", "--all", env=self.env)
         self.assertEqual(self.srv.wait_no_processes(self.user, timeout_s=10), [],
                          self.srv.describe_processes(self.user))
+
+    def test_on_a_crowded_host_the_next_interpreter_waits_until_the_cpus_are_not(self):
+        # After a python3 job's run the standby starts the next run's interpreter ahead at once,
+        # unless the host's CPUs are oversubscribed (more than 8 runnable tasks for each CPU):
+        # then once they are not (5 s at most). A run that comes meanwhile starts its job's
+        # interpreter itself, and is served as ever. The host is crowded here by spinning
+        # processes at nice 19 (runnable, yet yielding the CPU).
+        standby = self.python_standby()
+        cpus = len(os.sched_getaffinity(0))
+
+        def ahead() -> list[int]:
+            found = []
+            for pid in self.srv.processes_of(self.user):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        if b"exec(__import__" in f.read() and parent_of(pid) == standby:
+                            found.append(pid)
+                except OSError:
+                    pass
+            return found
+
+        def crowded() -> bool:
+            with open("/proc/loadavg") as f:
+                return int(f.read().split()[3].split("/")[0]) - 1 > 8 * cpus
+
+        spin = "import os\nos.nice(19)\nwhile True:\n    pass\n"
+        spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(8 * cpus + 8)]
+        try:
+            self.assertTrue(wait_until(crowded, 10), "the spinners did not crowd the host")
+            for n in (1, 2):
+                res = self.ferry("-v", "run", self.launcher_pid_job, "--json")
+                self.assertEqual(res.code, 0, res)
+                self.assertIn(b"using the connection held", res.stderr)
+                self.assertEqual(res.record["stdout"], f"{standby}\n", self.srv.describe_processes(self.user))
+                time.sleep(1)
+                self.assertEqual(ahead(), [], f"run {n}: an interpreter started ahead on a crowded host: "
+                                 f"{self.srv.describe_processes(self.user)}")
+        finally:
+            for p in spinners:
+                p.kill()
+            for p in spinners:
+                p.wait()
+        self.assertTrue(wait_until(ahead, 10), "no interpreter started ahead once the host was not "
+                        f"crowded: {self.srv.describe_processes(self.user)}")
 
     def test_a_python_job_on_the_python_standby_sees_what_a_fresh_python_sees(self):
         # The interpreter the python standby started ahead becomes the job: everything a job
