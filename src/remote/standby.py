@@ -97,7 +97,7 @@ WATCHDOG_LINE = [None]  # the write end of the watchdog's pipe; None once it has
 # After a run, the next run's interpreter waits while the host's CPUs are oversubscribed: more
 # than CROWDED runnable tasks for each CPU this process may use. It waits CROWDED_WAIT_S at most.
 CROWDED = 8
-CROWDED_WAIT_S = 5
+CROWDED_WAIT_S = 30
 
 
 def fsdecode(name):

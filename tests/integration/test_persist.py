@@ -563,7 +563,7 @@ class Persistence(unittest.TestCase):
     def test_on_a_crowded_host_the_next_interpreter_waits_until_the_cpus_are_not(self):
         # After a python3 job's run the standby starts the next run's interpreter ahead at once,
         # unless the host's CPUs are oversubscribed (more than 8 runnable tasks for each CPU):
-        # then once they are not (5 s at most). A run that comes meanwhile starts its job's
+        # then once they are not (30 s at most). A run that comes meanwhile starts its job's
         # interpreter itself, and is served as ever. The host is crowded here by spinning
         # processes at nice 19 (runnable, yet yielding the CPU).
         standby = self.python_standby()
