@@ -396,6 +396,18 @@ class Persistence(unittest.TestCase):
                         self.srv.describe_processes(self.user))
         return ready[0]
 
+    def interpreters_ahead(self, standby: int) -> list[int]:
+        """The interpreters STANDBY has started ahead (`python3 -c exec(...)`, its children)."""
+        found = []
+        for pid in self.srv.processes_of(self.user):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"exec(__import__" in f.read() and parent_of(pid) == standby:
+                        found.append(pid)
+            except OSError:
+                pass
+        return found
+
     def standby_script(self) -> str:
         """The python standby's script in self.user's job cache: its path."""
         base = os.path.join(self.srv.home(self.user), ".cache", "ferry", "runs")
@@ -542,18 +554,7 @@ class Persistence(unittest.TestCase):
         # the interpreter it started ahead (KILL), rather than leaving it to finish its start-up
         # and read the end of its pipe: stopped meanwhile, it would never read it.
         standby = self.python_standby()
-
-        def ahead() -> list[int]:
-            found = []
-            for pid in self.srv.processes_of(self.user):
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        if b"exec(__import__" in f.read() and parent_of(pid) == standby:
-                            found.append(pid)
-                except OSError:
-                    pass
-            return found
-        interpreter = wait_until(ahead, 10)
+        interpreter = wait_until(lambda: self.interpreters_ahead(standby), 10)
         self.assertEqual(len(interpreter or []), 1, self.srv.describe_processes(self.user))
         os.kill(interpreter[0], signal.SIGSTOP)
         run_ferry("disconnect", "--all", env=self.env)
@@ -570,15 +571,7 @@ class Persistence(unittest.TestCase):
         cpus = len(os.sched_getaffinity(0))
 
         def ahead() -> list[int]:
-            found = []
-            for pid in self.srv.processes_of(self.user):
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        if b"exec(__import__" in f.read() and parent_of(pid) == standby:
-                            found.append(pid)
-                except OSError:
-                    pass
-            return found
+            return self.interpreters_ahead(standby)
 
         def crowded() -> bool:
             with open("/proc/loadavg") as f:
