@@ -453,10 +453,15 @@ class Persistence(unittest.TestCase):
 
     def assert_python3_starts(self, logged: list, standbys: int, ahead: int, why: str):
         """The python3 starts that python3_starts logged: `standbys` python standbys, `ahead`
-        interpreters started ahead by them (`-c exec(...)`), and nothing else."""
+        interpreters for jobs, and nothing else. Each standby's first is started ahead
+        (`-c exec(...)`); a later one too, unless the host's CPUs were oversubscribed as the run
+        before it ended (a busy test machine: docs/persistence.md, the python standby's step 5),
+        when the run starts its job's interpreter itself (`RUN_DIR/JOB`)."""
         self.assertEqual(len([l for l in logged if l.endswith(" ferry-standby")]), standbys, logged)
-        self.assertEqual(len([l for l in logged if l.startswith("-c exec(")]), ahead,
-                         f"{why}: {logged}")
+        started_ahead = len([l for l in logged if l.startswith("-c exec(")])
+        by_run = len([l for l in logged if len(l.split()) == 1 and "/ferry-" in l and l.endswith(".py")])
+        self.assertGreaterEqual(started_ahead, standbys, f"{why}: {logged}")
+        self.assertEqual(started_ahead + by_run, ahead, f"{why}: {logged}")
         self.assertEqual(len(logged), standbys + ahead, logged)
 
     def test_a_direct_run_of_a_python_job_takes_a_python_standby_that_ends_with_its_last_run(self):
