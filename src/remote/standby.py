@@ -1092,10 +1092,8 @@ def main():
     start_watchdog(environment)
     if ahead and not keep_to_itself():
         os._exit(3)
-    after_run = False
     while True:
-        end_marker, ahead = serve(environment, ahead, after_run)
-        after_run = True
+        end_marker, ahead = serve(environment, ahead)
         # The run's stderr ends here too: ferry takes the channel back for its next run. A stop
         # that comes between runs ends this process, as it would end the standby sh.
         try:
@@ -1103,15 +1101,14 @@ def main():
         except OSError:
             os._exit(0)  # nobody reads any more (the connection has gone)
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, WATCHED)
+        ahead = ahead and start_ahead_now()
 
 
-def serve(environment, ahead, after_run):
+def serve(environment, ahead):
     # One run: returns its end marker once it is done and this process may stay for another, and
     # whether the run was a python3 job's. Its interpreter was started ahead when `ahead` (the
     # first run, or one after a python3 job's: the next job is taken to be like the last; after a
     # run, once the host's CPUs are not oversubscribed: start_ahead_now).
-    if ahead and after_run and not start_ahead_now():
-        ahead = False
     interpreter = Interpreter(environment) if ahead else NoInterpreter()
     if ahead and interpreter.pid is None:
         os._exit(3)
