@@ -228,6 +228,16 @@ def _port_open(port: int) -> bool:
         return False
 
 
+def _unix_accepts(path: str) -> bool:
+    """Whether a Unix socket at PATH accepts connections (its file appears at bind, before listen)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+            return True
+        except OSError:
+            return False
+
+
 class _Daemon:
     """One daemon in the foreground under _REAPER."""
 
@@ -777,7 +787,7 @@ class SlurmCluster:
                          os.path.join(self.dir, "log", "munged.log"), self._env)
         self.daemons["munged"] = daemon
         daemon.start()
-        self._wait_ready(daemon, lambda: os.path.exists(self.munge_socket))
+        self._wait_ready(daemon, lambda: _unix_accepts(self.munge_socket))
         self.timings["munged_s"] = time.monotonic() - t0
 
     def _start_accounting(self) -> None:

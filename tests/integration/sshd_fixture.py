@@ -368,6 +368,32 @@ def _answers_ssh_in_netns(netns: str, listen: str, port: int, timeout_s: float) 
     return result.returncode == 0
 
 
+def start_ssh_agent(sock: str, timeout_s: float = 10.0) -> subprocess.Popen:
+    """An `ssh-agent -D` on SOCK, returned once it accepts connections.
+
+    The socket's file appears at bind(), before listen(): a client that only waits for the path
+    can be refused (seen once in CI: `ssh-add: Error connecting to agent: Connection refused`).
+    """
+    proc = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+    def accepts() -> bool:
+        if proc.poll() is not None:
+            return True
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(sock)
+                return True
+            except OSError:
+                return False
+
+    if not _wait_until(accepts, timeout_s) or proc.poll() is not None:
+        proc.kill()
+        proc.wait(5)
+        raise AssertionError(f"ssh-agent on {sock} did not start to accept connections in {timeout_s:.0f} s")
+    return proc
+
+
 def _fingerprint(pub_path: str) -> str:
     # "256 SHA256:abc... comment (ED25519)"
     out = _run(["ssh-keygen", "-l", "-E", "sha256", "-f", pub_path]).stdout.split()

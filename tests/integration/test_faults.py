@@ -15,7 +15,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 from ferry_harness import (ECHO_JOB, ECHO_PARAMS, SshTestCase, ferry_bin, memory_env, memory_limit_kib,  # noqa: E402
                            run_ferry, write_job)
-from sshd_fixture import USER_SET  # noqa: E402
+from sshd_fixture import USER_SET, start_ssh_agent  # noqa: E402
 
 SHELLS4 = ("bash", "zsh", "fish", "tcsh")
 
@@ -284,11 +284,10 @@ class Faults(SshTestCase):
             saved = f.read()
         agent_dir = tempfile.mkdtemp(prefix="agent-", dir=self.tmp)
         sock = os.path.join(agent_dir, "sock")
-        agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL)
+        agent = start_ssh_agent(sock)
         try:
             with open(authorized, "a") as f:
                 f.write(public)
-            self.assertTrue(self.wait_for(lambda: os.path.exists(sock), 10), "ssh-agent did not start")
             askpass = os.path.join(self.tmp, "askpass")
             with open(askpass, "w") as f:
                 f.write(f"#!/bin/sh\necho '{passphrase}'\n")

@@ -25,7 +25,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ferry_harness import ferry_bin  # noqa: E402
-from sshd_fixture import USER_PREFIX, NetNamespace, SshServer, _free_port, require_root_and_tools  # noqa: E402
+from sshd_fixture import USER_PREFIX, NetNamespace, SshServer, _free_port, require_root_and_tools, start_ssh_agent  # noqa: E402
 
 KEY_ROOT = os.path.join(os.environ.get("FERRY_TEST_ROOT", "/var/lib/ferry-test"), "keys")
 PASSPHRASE = "parity-" + os.urandom(6).hex()
@@ -59,13 +59,7 @@ class Agent:
         self.dir = os.path.join(directory, "agent-" + name)
         os.makedirs(self.dir, mode=0o700)
         self.sock = os.path.join(self.dir, "sock")
-        self.proc = subprocess.Popen(["ssh-agent", "-D", "-a", self.sock], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not os.path.exists(self.sock):
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise AssertionError("ssh-agent did not start")
-            time.sleep(0.02)
+        self.proc = start_ssh_agent(self.sock)
 
     def add(self, *keys: str, askpass: str | None = None) -> "Agent":
         env = dict(os.environ, SSH_AUTH_SOCK=self.sock)
