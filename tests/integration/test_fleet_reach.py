@@ -70,7 +70,28 @@ class FleetReach(unittest.TestCase):
         self.assertGreater(self.drops() - drops_before, 0, self.srv.log_text()[-3000:])
         self.assertRegex(res.stderr.decode(), r"pace-\d\d: the server dropped the connection before its banner "
                                               r"\(sshd MaxStartups\?\); again in \d+\.\d s")
-        self.assertRegex(res.stderr.decode(), r"pace-\d\d: pacing: waits, \d+ handshakes in flight")
+
+    def test_a_handshake_past_the_bound_waits_and_v_says_so(self):
+        # A server that accepts and never speaks holds each host's handshake slot for the 3 s
+        # connect timeout: nine hosts behind it at -j 9 take the process's eight slots and the
+        # ninth must wait, unless its thread started 3 s after the others. (The drops of a real
+        # sshd, above, free a slot in milliseconds: on a busy machine the hosts' threads may
+        # never overlap enough to wait, as a CI run once showed.)
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        hosts = [f"mute-{i}" for i in range(1, 10)]
+        config = self.config("ssh_config_mute", [self.block(h, "127.0.0.1", port=silent.getsockname()[1])
+                                                 for h in hosts])
+        try:
+            res = run_ferry("run", "host_facts", "--host", "mute-[1-9]", "-j", "9", "--connect-timeout", "3",
+                            "--retries", "0", "--ssh-config", config, "--json", "-v", env=self.env, timeout=60)
+        finally:
+            silent.close()
+        self.assertEqual(res.code, 3, res)
+        self.assertEqual({r["target"]["host"]: r.get("failure") for r in res.records},
+                         {h: "timeout" for h in hosts}, res)
+        self.assertRegex(res.stderr.decode(), r"mute-\d: pacing: waits, 8 handshakes in flight")
 
     def test_each_host_that_was_not_reached_gets_its_class(self):
         nobody = _free_port("127.0.0.1")  # outside the ephemeral range: no bind(0) takes it

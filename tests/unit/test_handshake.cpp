@@ -1,7 +1,8 @@
 // A fleet's connects (src/transport/ssh/handshake.hpp): a bounded number of handshakes at once,
 // a server's early drop tried again, and what is not worth another try given up at once.
 #include <algorithm>
-#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -41,26 +42,31 @@ const auto always = [] { return true; };
 
 TEST_CASE("handshakes at once are bounded across the process", "[handshake]")
 {
-  std::atomic<int> in_flight{0};
-  std::atomic<int> peak{0};
+  // Every attempt holds its slot until one host has said that it waits (or 30 s, so that a
+  // broken bound fails instead of hanging): the host past the bound must wait, whatever the
+  // threads' timing on a busy machine.
+  std::mutex mutex;
+  std::condition_variable said;
+  std::vector<std::string> told;
+  int in_flight = 0;
+  int peak = 0;
   const auto attempt = [&]() -> Expected<void> {
-    const int now = ++in_flight;
-    int seen = peak.load();
-    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::unique_lock lock(mutex);
+    peak = std::max(peak, ++in_flight);
+    said.wait_for(lock, std::chrono::seconds(30), [&] { return !told.empty(); });
     --in_flight;
     return {};
   };
-  std::vector<std::string> told;
-  std::mutex told_mutex;
   std::vector<std::thread> hosts;
   for (int i = 0; i < 3 * ssh::k_handshakes_at_once; ++i) {
     hosts.emplace_back([&] {
       auto p = plan();
       p.tell = [&](std::string line) {
-        const std::lock_guard lock(told_mutex);
-        told.push_back(std::move(line));
+        {
+          const std::lock_guard lock(mutex);
+          told.push_back(std::move(line));
+        }
+        said.notify_all();
       };
       CHECK(ssh::connect_paced(p, attempt, always));
     });
@@ -68,7 +74,7 @@ TEST_CASE("handshakes at once are bounded across the process", "[handshake]")
   for (auto& host : hosts) {
     host.join();
   }
-  CHECK(peak.load() <= ssh::k_handshakes_at_once);
+  CHECK(peak <= ssh::k_handshakes_at_once);
   REQUIRE_FALSE(told.empty());
   CHECK(told.front() ==
         fmt::format("pacing: waits, {} handshakes in flight", ssh::k_handshakes_at_once));
