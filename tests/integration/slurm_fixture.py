@@ -91,7 +91,7 @@ import tempfile
 import time
 
 from sshd_fixture import (HOME_BASE, ROOT, SETUP_HINT, _descendants, _free_port, _kill,
-                          _proc_table, _wait_until)
+                          _proc_table, _wait_until, unix_socket_accepts)
 
 SLURM_BASE = os.path.join(ROOT, "slurm")
 ETC_SLURM = "/etc/slurm"
@@ -226,16 +226,6 @@ def _port_open(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _unix_accepts(path: str) -> bool:
-    """Whether a Unix socket at PATH accepts connections (its file appears at bind, before listen)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(path)
-            return True
-        except OSError:
-            return False
 
 
 class _Daemon:
@@ -787,7 +777,7 @@ class SlurmCluster:
                          os.path.join(self.dir, "log", "munged.log"), self._env)
         self.daemons["munged"] = daemon
         daemon.start()
-        self._wait_ready(daemon, lambda: _unix_accepts(self.munge_socket))
+        self._wait_ready(daemon, lambda: unix_socket_accepts(self.munge_socket))
         self.timings["munged_s"] = time.monotonic() - t0
 
     def _start_accounting(self) -> None:

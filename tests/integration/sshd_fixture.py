@@ -368,26 +368,24 @@ def _answers_ssh_in_netns(netns: str, listen: str, port: int, timeout_s: float) 
     return result.returncode == 0
 
 
-def start_ssh_agent(sock: str, timeout_s: float = 10.0) -> subprocess.Popen:
-    """An `ssh-agent -D` on SOCK, returned once it accepts connections.
+def unix_socket_accepts(path: str) -> bool:
+    """Whether the Unix socket at PATH accepts a connection: its file appears at bind(), before
+    listen(), so a daemon whose socket file exists may still refuse (seen once in CI:
+    `ssh-add: Error connecting to agent: Connection refused`)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+            return True
+        except OSError:
+            return False
 
-    The socket's file appears at bind(), before listen(): a client that only waits for the path
-    can be refused (seen once in CI: `ssh-add: Error connecting to agent: Connection refused`).
-    """
+
+def start_ssh_agent(sock: str, timeout_s: float = 10.0) -> subprocess.Popen:
+    """An `ssh-agent -D` on SOCK, returned once it accepts connections."""
     proc = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-
-    def accepts() -> bool:
-        if proc.poll() is not None:
-            return True
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            try:
-                probe.connect(sock)
-                return True
-            except OSError:
-                return False
-
-    if not _wait_until(accepts, timeout_s) or proc.poll() is not None:
+    if not _wait_until(lambda: proc.poll() is not None or unix_socket_accepts(sock), timeout_s) \
+            or proc.poll() is not None:
         proc.kill()
         proc.wait(5)
         raise AssertionError(f"ssh-agent on {sock} did not start to accept connections in {timeout_s:.0f} s")
