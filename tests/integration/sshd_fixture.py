@@ -384,11 +384,14 @@ def start_ssh_agent(sock: str, timeout_s: float = 10.0) -> subprocess.Popen:
     """An `ssh-agent -D` on SOCK, returned once it accepts connections."""
     proc = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    if not _wait_until(lambda: proc.poll() is not None or unix_socket_accepts(sock), timeout_s) \
-            or proc.poll() is not None:
+    _wait_until(lambda: proc.poll() is not None or unix_socket_accepts(sock), timeout_s)
+    if proc.poll() is not None:
+        raise AssertionError(f"ssh-agent -D -a {sock} exited with status {proc.returncode} before it "
+                             "accepted a connection")
+    if not unix_socket_accepts(sock):
         proc.kill()
         proc.wait(5)
-        raise AssertionError(f"ssh-agent on {sock} did not start to accept connections in {timeout_s:.0f} s")
+        raise AssertionError(f"ssh-agent -D -a {sock} did not accept a connection in {timeout_s:.0f} s")
     return proc
 
 
